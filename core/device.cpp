@@ -1,0 +1,101 @@
+// core/device.cpp — host and CUDA memory; the CUDA part compiles only with LOCKSTEP_HAS_CUDA.
+#include "core/device.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "core/error.h"
+
+#if LOCKSTEP_HAS_CUDA
+#include "core/cuda_check.h"
+#endif
+
+namespace lockstep {
+
+#if !LOCKSTEP_HAS_CUDA
+namespace {
+[[noreturn]] void no_cuda() {
+  fail("lockstep was built without CUDA (no nvcc at configure time); this operation needs a GPU");
+}
+}  // namespace
+#endif
+
+bool built_with_cuda() { 
+#if LOCKSTEP_HAS_CUDA
+  return true;
+#else
+  return false;
+#endif
+ }
+
+bool cuda_device_available() {
+#if LOCKSTEP_HAS_CUDA
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return n > 0;
+#else
+  return false;
+#endif
+}
+
+void* device_alloc(Device d, size_t bytes) {
+  if (bytes == 0) bytes = 1;
+  if (d == Device::cpu) {
+    // 64-byte alignment: whole cache lines, and every SIMD load width.
+    void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (!p) throw std::bad_alloc();
+    return p;
+  }
+#if LOCKSTEP_HAS_CUDA
+  void* p = nullptr;
+  LOCKSTEP_CUDA_CHECK(cudaMalloc(&p, bytes));
+  return p;
+#else
+  no_cuda();
+#endif
+}
+
+void device_free(Device d, void* p) {
+  if (!p) return;
+  if (d == Device::cpu) return std::free(p);
+#if LOCKSTEP_HAS_CUDA
+  cudaFree(p);  // not checked: runs in destructors, possibly during unwinding
+#endif
+}
+
+void device_copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
+  if (bytes == 0) return;
+  if (dst_device == Device::cpu && src_device == Device::cpu) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
+#if LOCKSTEP_HAS_CUDA
+  LOCKSTEP_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+#else
+  no_cuda();
+#endif
+}
+
+void device_fill_bytes(Device d, void* p, unsigned char value, size_t bytes) {
+  if (d == Device::cpu) {
+    std::memset(p, value, bytes);
+    return;
+  }
+#if LOCKSTEP_HAS_CUDA
+  LOCKSTEP_CUDA_CHECK(cudaMemset(p, value, bytes));
+#else
+  no_cuda();
+#endif
+}
+
+void device_synchronize() {
+#if LOCKSTEP_HAS_CUDA
+  LOCKSTEP_CUDA_CHECK(cudaDeviceSynchronize());
+#endif
+}
+
+}  // namespace lockstep

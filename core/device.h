@@ -1,0 +1,25 @@
+// core/device.h — where a tensor lives, and the few memory operations that differ between places.
+// CUDA calls live only in device.cpp (and kernels), so code above core/ never includes CUDA headers.
+#pragma once
+
+#include <cstddef>
+#include <string_view>
+
+namespace lockstep {
+
+enum class Device : unsigned char { cpu, cuda };
+
+constexpr std::string_view device_name(Device d) { return d == Device::cpu ? "cpu" : "cuda"; }
+
+bool built_with_cuda();
+// True when built with CUDA and a GPU is visible (GPU tests skip otherwise).
+bool cuda_device_available();
+
+void* device_alloc(Device d, size_t bytes);
+void device_free(Device d, void* p);
+// Copies between any two places; synchronous with respect to the host.
+void device_copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);
+void device_fill_bytes(Device d, void* p, unsigned char value, size_t bytes);
+void device_synchronize();
+
+}  // namespace lockstep
