@@ -23,7 +23,7 @@
 
 namespace lockstep {
 
-enum class DType : uint8_t { f32, bf16, e4m3, e8m0, i32, i64 };
+enum class DType : uint8_t { f32, bf16, e4m3, e8m0, i32, i64, f16 };
 
 constexpr size_t dtype_size(DType t) {
   switch (t) {
@@ -33,6 +33,7 @@ constexpr size_t dtype_size(DType t) {
     case DType::e8m0: return 1;
     case DType::i32: return 4;
     case DType::i64: return 8;
+    case DType::f16: return 2;
   }
   return 0;
 }
@@ -45,12 +46,14 @@ constexpr std::string_view dtype_name(DType t) {
     case DType::e8m0: return "e8m0";
     case DType::i32: return "i32";
     case DType::i64: return "i64";
+    case DType::f16: return "f16";
   }
   return "?";
 }
 
 // Storage types: a bit pattern and nothing else, so no implicit arithmetic can sneak in.
 struct bf16 { uint16_t bits; };
+struct f16 { uint16_t bits; };  // IEEE binary16: read from checkpoints (f16_to_float below)
 struct e4m3 { uint8_t bits; };
 struct e8m0 { uint8_t bits; };
 
@@ -88,6 +91,17 @@ LOCKSTEP_HD float bf16_to_float(bf16 b) { return bits_float(uint32_t(b.bits) << 
 
 // The value a float takes after a round trip through bf16.
 LOCKSTEP_HD float round_to_bf16(float f) { return bf16_to_float(float_to_bf16(f)); }
+
+// ---- f16 -----------------------------------------------------------------------------------------
+
+// Exact: every binary16 value is a binary32 value. NaN keeps its sign and payload.
+LOCKSTEP_HD float f16_to_float(f16 h) {
+  const uint32_t sign = uint32_t(h.bits & 0x8000u) << 16;
+  const uint32_t exp = (h.bits >> 10) & 0x1fu, mant = h.bits & 0x3ffu;
+  if (exp == 0x1fu) return bits_float(sign | 0x7f800000u | (mant << 13));          // inf, NaN
+  if (exp == 0) return bits_float(sign | float_bits(float(mant) * 0x1p-24f));      // m * 2^-24
+  return bits_float(sign | ((exp - 15 + 127) << 23) | (mant << 13));
+}
 
 // ---- e4m3 ----------------------------------------------------------------------------------------
 

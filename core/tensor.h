@@ -16,6 +16,7 @@ namespace lockstep {
 template <class T> constexpr DType dtype_of();
 template <> constexpr DType dtype_of<float>() { return DType::f32; }
 template <> constexpr DType dtype_of<bf16>() { return DType::bf16; }
+template <> constexpr DType dtype_of<f16>() { return DType::f16; }
 template <> constexpr DType dtype_of<e4m3>() { return DType::e4m3; }
 template <> constexpr DType dtype_of<e8m0>() { return DType::e8m0; }
 template <> constexpr DType dtype_of<int32_t>() { return DType::i32; }

@@ -1,0 +1,167 @@
+// numerics/quantize.cpp — argument checks and backend dispatch for numerics/quantize.h.
+#include "numerics/quantize.h"
+
+#include "core/error.h"
+#include "numerics/quantize_backends.h"
+
+namespace lockstep {
+
+namespace {
+
+#if !LOCKSTEP_HAS_CUDA
+[[noreturn]] void no_cuda_backend() {
+  fail("this build has no CUDA backend; quantizing a CUDA tensor needs a CUDA build");
+}
+#endif
+
+void check_input(const Tensor& x, const char* what) {
+  LOCKSTEP_CHECK(x.defined() && x.rank() == 2, what, ": expected a 2-D tensor, got ",
+                 x.defined() ? x.describe() : "an empty tensor");
+  LOCKSTEP_CHECK(x.dtype() == DType::bf16 || x.dtype() == DType::f32, what,
+                 ": expected bf16 or f32, got ", x.describe());
+  LOCKSTEP_CHECK(x.dim(1) % kQuantGroup == 0, what, ": the contiguous dimension (", x.dim(1),
+                 ") must be a multiple of ", kQuantGroup, " for FP8 groups, got ", x.describe());
+}
+
+void check_rows(const Fp8Rows& q, const char* what, int64_t rows, int64_t cols, Device device) {
+  check_tensor(q.data, what, DType::e4m3, device);
+  check_shape(q.data, what, {rows, cols});
+  check_tensor(q.scales, what, DType::f32, device);
+  check_shape(q.scales, what, {cols / kQuantGroup, rows});
+}
+
+void check_blocks(const Fp8Blocks& q, const char* what, int64_t rows, int64_t cols, Device device) {
+  check_tensor(q.data, what, DType::e4m3, device);
+  check_shape(q.data, what, {rows, cols});
+  check_tensor(q.scales, what, DType::f32, device);
+  check_shape(q.scales, what, {rows / kQuantGroup, round_up(cols / kQuantGroup, 4)});
+}
+
+void check_cuda_bf16(const Tensor& x) {
+  LOCKSTEP_CHECK(x.dtype() == DType::bf16,
+                 "quantize: the CUDA activation quantizers take bf16 input, got ", x.describe());
+}
+
+}  // namespace
+
+Fp8Rows Fp8Rows::empty(int64_t rows, int64_t cols, Device device) {
+  LOCKSTEP_CHECK(cols % kQuantGroup == 0, "Fp8Rows: cols (", cols, ") must be a multiple of ",
+                 kQuantGroup);
+  return {Tensor::empty({rows, cols}, DType::e4m3, device),
+          Tensor::empty({cols / kQuantGroup, rows}, DType::f32, device)};
+}
+
+Fp8Rows Fp8Rows::empty_columnwise(int64_t rows, int64_t cols, Device device) {
+  return empty(cols, round_up(rows, kQuantGroup), device);
+}
+
+Fp8Blocks Fp8Blocks::empty(int64_t rows, int64_t cols, Device device) {
+  LOCKSTEP_CHECK(rows % kQuantGroup == 0 && cols % kQuantGroup == 0, "Fp8Blocks: shape [", rows,
+                 ", ", cols, "] must be multiples of ", kQuantGroup, " in both dimensions");
+  return {Tensor::empty({rows, cols}, DType::e4m3, device),
+          Tensor::empty({rows / kQuantGroup, round_up(cols / kQuantGroup, 4)}, DType::f32, device)};
+}
+
+Fp8Weight Fp8Weight::empty(int64_t n, int64_t k, Device device) {
+  return {Fp8Blocks::empty(n, k, device), Fp8Blocks::empty(k, n, device)};
+}
+
+void quantize_rows(Fp8Rows& out, const Tensor& x, ScaleFormat format) {
+  check_input(x, "quantize_rows: x");
+  check_rows(out, "quantize_rows: out", x.dim(0), x.dim(1), x.device());
+  const bool pow2 = format == ScaleFormat::pow2;
+  if (!x.is_cuda()) return cpu::quantize_rows(out, x, pow2);
+#if LOCKSTEP_HAS_CUDA
+  check_cuda_bf16(x);
+  cuda::quantize_rows_and_columns(&out, nullptr, x, pow2);
+#else
+  no_cuda_backend();
+#endif
+}
+
+void quantize_columns(Fp8Rows& out_t, const Tensor& x, ScaleFormat format) {
+  check_input(x, "quantize_columns: x");
+  check_rows(out_t, "quantize_columns: out_t", x.dim(1), round_up(x.dim(0), kQuantGroup),
+             x.device());
+  const bool pow2 = format == ScaleFormat::pow2;
+  if (!x.is_cuda()) return cpu::quantize_columns(out_t, x, pow2);
+#if LOCKSTEP_HAS_CUDA
+  check_cuda_bf16(x);
+  cuda::quantize_rows_and_columns(nullptr, &out_t, x, pow2);
+#else
+  no_cuda_backend();
+#endif
+}
+
+void quantize_rows_and_columns(Fp8Rows& out, Fp8Rows& out_t, const Tensor& x, ScaleFormat format) {
+  check_input(x, "quantize_rows_and_columns: x");
+  check_rows(out, "quantize_rows_and_columns: out", x.dim(0), x.dim(1), x.device());
+  check_rows(out_t, "quantize_rows_and_columns: out_t", x.dim(1), round_up(x.dim(0), kQuantGroup),
+             x.device());
+  const bool pow2 = format == ScaleFormat::pow2;
+  if (!x.is_cuda()) {
+    cpu::quantize_rows(out, x, pow2);
+    cpu::quantize_columns(out_t, x, pow2);
+    return;
+  }
+#if LOCKSTEP_HAS_CUDA
+  check_cuda_bf16(x);
+  cuda::quantize_rows_and_columns(&out, &out_t, x, pow2);
+#else
+  no_cuda_backend();
+#endif
+}
+
+void quantize_weight(Fp8Weight& out, const Tensor& w, ScaleFormat format) {
+  check_input(w, "quantize_weight: w");
+  const int64_t n = w.dim(0), k = w.dim(1);
+  LOCKSTEP_CHECK(n % kQuantGroup == 0, "quantize_weight: w has ", n,
+                 " rows; FP8 128x128 blocks need a multiple of 128, got ", w.describe());
+  check_blocks(out.w, "quantize_weight: out.w", n, k, w.device());
+  check_blocks(out.wt, "quantize_weight: out.wt", k, n, w.device());
+  const bool pow2 = format == ScaleFormat::pow2;
+  if (!w.is_cuda()) return cpu::quantize_weight(out, w, pow2);
+#if LOCKSTEP_HAS_CUDA
+  cuda::quantize_weight(out, w, pow2);
+#else
+  no_cuda_backend();
+#endif
+}
+
+void dequantize(Tensor& out, const Fp8Rows& q) {
+  check_rows(q, "dequantize: q", q.rows(), q.cols(), q.data.device());
+  check_tensor(out, "dequantize: out", DType::f32, q.data.device());
+  check_shape(out, "dequantize: out", q.data.shape());
+  if (!out.is_cuda()) return cpu::dequantize_rows(out, q);
+#if LOCKSTEP_HAS_CUDA
+  cuda::dequantize_rows(out, q);
+#else
+  no_cuda_backend();
+#endif
+}
+
+void dequantize(Tensor& out, const Fp8Blocks& q) {
+  check_blocks(q, "dequantize: q", q.rows(), q.cols(), q.data.device());
+  check_tensor(out, "dequantize: out", DType::f32, q.data.device());
+  check_shape(out, "dequantize: out", q.data.shape());
+  if (!out.is_cuda()) return cpu::dequantize_blocks(out, q);
+#if LOCKSTEP_HAS_CUDA
+  cuda::dequantize_blocks(out, q);
+#else
+  no_cuda_backend();
+#endif
+}
+
+int64_t first_nonfinite(const Tensor& scales) {
+  LOCKSTEP_CHECK(scales.defined() && scales.dtype() == DType::f32,
+                 "first_nonfinite: expected f32 scales, got ",
+                 scales.defined() ? scales.describe() : "an empty tensor");
+  if (!scales.is_cuda()) return cpu::first_nonfinite(scales);
+#if LOCKSTEP_HAS_CUDA
+  return cuda::first_nonfinite(scales);
+#else
+  no_cuda_backend();
+#endif
+}
+
+}  // namespace lockstep

@@ -1,0 +1,82 @@
+// numerics/quantize.h — FP8 (E4M3) quantization in the layouts cuBLASLt's block-scaled GEMMs read.
+//
+// Three granularities, each with one fp32 scale per group (x ≈ e4m3(x / scale) · scale):
+//
+//   Fp8Rows    1×128 groups along the contiguous dimension (activations, output gradients).
+//              data   e4m3 [rows, cols]            cols % 128 == 0
+//              scales f32  [cols/128, rows]        scale of (row r, group g) at g * rows + r
+//              — cuBLASLt VEC128_32F: the scale of group g for every row is contiguous.
+//
+//   columnwise 128×1 groups along the *rows* of x [T, K] (for WGrad, which reduces over T).
+//              Stored transposed, as the Fp8Rows of xᵀ zero-padded to a multiple of 128 tokens:
+//              data   e4m3 [K, Tp]   Tp = round_up(T, 128), columns t >= T are 0
+//              scales f32  [Tp/128, K]
+//
+//   Fp8Blocks  128×128 blocks (weights).
+//              data   e4m3 [rows, cols]            rows % 128 == 0, cols % 128 == 0
+//              scales f32  [rows/128, round_up(cols/128, 4)]
+//                     scale of block (rb, cb) at rb * round_up(cols/128, 4) + cb; padding is 0
+//              — cuBLASLt BLK128x128_32F.
+//   Fp8Weight  W [N, K] and Wᵀ [K, N] as Fp8Blocks of the same block values: FProp reads W,
+//              DGrad reads Wᵀ (the FP8 GEMM must be TN, so the transpose is materialized once).
+//
+// Scales (ScaleFormat): fp32 `amax / 448`, or pow2: that value rounded up to a power of two
+// (representable as e8m0). An all-zero group has scale 1 (its data is ±0). A group holding a NaN or
+// an infinity gets a NaN scale and NaN data: non-finite input is never turned into numbers;
+// first_nonfinite() reports it. E4M3 rounding is to nearest even, saturating at ±448.
+// The CPU reference and the CUDA kernels produce identical bytes and scales.
+#pragma once
+
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace lockstep {
+
+constexpr int kQuantGroup = 128;
+
+enum class ScaleFormat { fp32, pow2 };
+
+inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+struct Fp8Rows {
+  Tensor data;    // e4m3 [rows, cols]
+  Tensor scales;  // f32 [cols/128, rows]
+  int64_t rows() const { return data.dim(0); }
+  int64_t cols() const { return data.dim(1); }
+  static Fp8Rows empty(int64_t rows, int64_t cols, Device device);
+  // The transposed, padded output of quantize_columns for x [rows, cols].
+  static Fp8Rows empty_columnwise(int64_t rows, int64_t cols, Device device);
+};
+
+struct Fp8Blocks {
+  Tensor data;    // e4m3 [rows, cols]
+  Tensor scales;  // f32 [rows/128, round_up(cols/128, 4)]
+  int64_t rows() const { return data.dim(0); }
+  int64_t cols() const { return data.dim(1); }
+  static Fp8Blocks empty(int64_t rows, int64_t cols, Device device);
+};
+
+struct Fp8Weight {
+  Fp8Blocks w;   // [N, K]
+  Fp8Blocks wt;  // [K, N]
+  static Fp8Weight empty(int64_t n, int64_t k, Device device);
+};
+
+// x: bf16 or f32 [rows, cols] (the CUDA kernels take bf16 activations).
+void quantize_rows(Fp8Rows& out, const Tensor& x, ScaleFormat format = ScaleFormat::fp32);
+void quantize_columns(Fp8Rows& out_t, const Tensor& x, ScaleFormat format = ScaleFormat::fp32);
+// Both of the above from one read of x (the fused producer epilogue of the fp8 recipe).
+void quantize_rows_and_columns(Fp8Rows& out, Fp8Rows& out_t, const Tensor& x,
+                               ScaleFormat format = ScaleFormat::fp32);
+// w: f32 or bf16 [N, K]; writes the blocks of W and of Wᵀ in one pass.
+void quantize_weight(Fp8Weight& out, const Tensor& w, ScaleFormat format = ScaleFormat::fp32);
+
+// out: f32 of the quantized tensor's shape, on its device.
+void dequantize(Tensor& out, const Fp8Rows& q);
+void dequantize(Tensor& out, const Fp8Blocks& q);
+
+// Index of the first non-finite scale, or -1 when all are finite.
+int64_t first_nonfinite(const Tensor& scales);
+
+}  // namespace lockstep

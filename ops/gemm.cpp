@@ -1,0 +1,122 @@
+// ops/gemm.cpp — shape/dtype/device checks and backend dispatch for ops/gemm.h.
+#include "ops/gemm.h"
+
+#include "core/error.h"
+#include "ops/gemm_backends.h"
+
+namespace lockstep {
+
+namespace {
+
+void check_matrix(const Tensor& t, const char* what, DType dtype, Device device) {
+  check_tensor(t, what, dtype, device);
+  LOCKSTEP_CHECK(t.rank() == 2, what, ": expected a 2-D tensor, got ", t.describe());
+}
+
+void check_output(const Tensor& t, const char* what, Device device, const Shape& shape) {
+  LOCKSTEP_CHECK(t.defined(), what, ": output tensor is empty (not allocated)");
+  LOCKSTEP_CHECK(t.dtype() == DType::bf16 || t.dtype() == DType::f32, what,
+                 ": output must be bf16 or f32, got ", t.describe());
+  LOCKSTEP_CHECK(t.device() == device, what, ": output on ", device_name(t.device()),
+                 " but inputs on ", device_name(device));
+  check_shape(t, what, shape);
+}
+
+void check_fp8_rows(const Fp8Rows& q, const char* what, Device device) {
+  check_matrix(q.data, what, DType::e4m3, device);
+  check_tensor(q.scales, what, DType::f32, device);
+  check_shape(q.scales, what, {q.cols() / kQuantGroup, q.rows()});
+}
+
+void check_fp8_blocks(const Fp8Blocks& q, const char* what, Device device) {
+  check_matrix(q.data, what, DType::e4m3, device);
+  LOCKSTEP_CHECK(q.rows() % kQuantGroup == 0 && q.cols() % kQuantGroup == 0, what,
+                 ": FP8 GEMM needs dimensions that are multiples of 128, got ", q.data.describe());
+  check_tensor(q.scales, what, DType::f32, device);
+  check_shape(q.scales, what, {q.rows() / kQuantGroup, round_up(q.cols() / kQuantGroup, 4)});
+}
+
+void check_weight(const Fp8Weight& w, Device device) {
+  check_fp8_blocks(w.w, "fp8 weight w", device);
+  check_fp8_blocks(w.wt, "fp8 weight wt", device);
+  LOCKSTEP_CHECK(w.wt.rows() == w.w.cols() && w.wt.cols() == w.w.rows(),
+                 "fp8 weight: wt must be the transpose of w, got ", w.w.data.describe(), " and ",
+                 w.wt.data.describe());
+}
+
+void check_k(int64_t a, int64_t b, const char* op, const Tensor& x, const Tensor& y) {
+  LOCKSTEP_CHECK(a == b, op, ": inner dimensions differ: ", x.describe(), " and ", y.describe());
+}
+
+#if LOCKSTEP_HAS_CUDA
+#define LOCKSTEP_ON_CUDA(call) call
+#else
+#define LOCKSTEP_ON_CUDA(call) fail("this build has no CUDA backend; GEMM on CUDA tensors needs one")
+#endif
+
+}  // namespace
+
+void gemm_fprop(Tensor& y, const Tensor& x, const Tensor& w) {
+  check_matrix(x, "gemm_fprop: x", DType::bf16, x.device());
+  check_matrix(w, "gemm_fprop: w", DType::bf16, x.device());
+  check_k(x.dim(1), w.dim(1), "gemm_fprop", x, w);
+  check_output(y, "gemm_fprop: y", x.device(), {x.dim(0), w.dim(0)});
+  if (!x.is_cuda()) return cpu::gemm_tn_bf16(y, x, w, false);
+  LOCKSTEP_ON_CUDA(cuda::gemm_fprop_bf16(y, x, w));
+}
+
+void gemm_dgrad(Tensor& dx, const Tensor& dy, const Tensor& w) {
+  check_matrix(dy, "gemm_dgrad: dy", DType::bf16, dy.device());
+  check_matrix(w, "gemm_dgrad: w", DType::bf16, dy.device());
+  check_k(dy.dim(1), w.dim(0), "gemm_dgrad", dy, w);
+  check_output(dx, "gemm_dgrad: dx", dy.device(), {dy.dim(0), w.dim(1)});
+  if (!dy.is_cuda()) return cpu::gemm_tn_bf16(dx, dy, cpu::transpose_bf16(w), false);
+  LOCKSTEP_ON_CUDA(cuda::gemm_dgrad_bf16(dx, dy, w));
+}
+
+void gemm_wgrad(Tensor& dw, const Tensor& dy, const Tensor& x, bool accumulate) {
+  check_matrix(dy, "gemm_wgrad: dy", DType::bf16, dy.device());
+  check_matrix(x, "gemm_wgrad: x", DType::bf16, dy.device());
+  check_k(dy.dim(0), x.dim(0), "gemm_wgrad", dy, x);
+  check_matrix(dw, "gemm_wgrad: dw", DType::f32, dy.device());
+  check_shape(dw, "gemm_wgrad: dw", {dy.dim(1), x.dim(1)});
+  if (!dy.is_cuda())
+    return cpu::gemm_tn_bf16(dw, cpu::transpose_bf16(dy), cpu::transpose_bf16(x), accumulate);
+  LOCKSTEP_ON_CUDA(cuda::gemm_wgrad_bf16(dw, dy, x, accumulate));
+}
+
+void gemm_fprop(Tensor& y, const Fp8Rows& x, const Fp8Weight& w) {
+  const Device d = x.data.device();
+  check_fp8_rows(x, "gemm_fprop: x", d);
+  check_weight(w, d);
+  check_k(x.cols(), w.w.cols(), "gemm_fprop", x.data, w.w.data);
+  check_output(y, "gemm_fprop: y", d, {x.rows(), w.w.rows()});
+  if (d == Device::cpu) return cpu::gemm_tn_fp8(y, x, w.w, false);
+  LOCKSTEP_ON_CUDA(cuda::gemm_fp8(y, x, w.w));
+}
+
+void gemm_dgrad(Tensor& dx, const Fp8Rows& dy, const Fp8Weight& w) {
+  const Device d = dy.data.device();
+  check_fp8_rows(dy, "gemm_dgrad: dy", d);
+  check_weight(w, d);
+  check_k(dy.cols(), w.wt.cols(), "gemm_dgrad", dy.data, w.wt.data);
+  check_output(dx, "gemm_dgrad: dx", d, {dy.rows(), w.wt.rows()});
+  if (d == Device::cpu) return cpu::gemm_tn_fp8(dx, dy, w.wt, false);
+  LOCKSTEP_ON_CUDA(cuda::gemm_fp8(dx, dy, w.wt));
+}
+
+void gemm_wgrad(Tensor& dw, const Fp8Rows& dy_t, const Fp8Rows& x_t, bool accumulate) {
+  const Device d = dy_t.data.device();
+  check_fp8_rows(dy_t, "gemm_wgrad: dy_t", d);
+  check_fp8_rows(x_t, "gemm_wgrad: x_t", d);
+  check_k(dy_t.cols(), x_t.cols(), "gemm_wgrad (padded token counts)", dy_t.data, x_t.data);
+  LOCKSTEP_CHECK(dy_t.rows() % kQuantGroup == 0 && x_t.rows() % kQuantGroup == 0,
+                 "gemm_wgrad: fp8 N and K must be multiples of 128, got ", dy_t.data.describe(),
+                 " and ", x_t.data.describe());
+  check_matrix(dw, "gemm_wgrad: dw", DType::f32, d);
+  check_shape(dw, "gemm_wgrad: dw", {dy_t.rows(), x_t.rows()});
+  if (d == Device::cpu) return cpu::gemm_tn_fp8(dw, dy_t, x_t, accumulate);
+  LOCKSTEP_ON_CUDA(cuda::gemm_wgrad_fp8(dw, dy_t, x_t, accumulate));
+}
+
+}  // namespace lockstep

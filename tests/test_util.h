@@ -1,0 +1,71 @@
+// tests/test_util.h — random inputs, error norms and the GPU skip shared by the tests.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "core/device.h"
+#include "core/tensor.h"
+
+namespace lockstep::testing {
+
+#define LOCKSTEP_REQUIRE_GPU()                                                  \
+  do {                                                                          \
+    if (!::lockstep::cuda_device_available()) GTEST_SKIP() << "no CUDA device"; \
+  } while (0)
+
+// Normal(0, 1) values, each row multiplied by a random power of ten in [1e-3, 1e2] when
+// `varied_rows`, so groups see very different magnitudes. Never zeros.
+inline Tensor random_tensor(Shape shape, DType dtype, uint64_t seed, bool varied_rows = false) {
+  Tensor t = Tensor::empty(shape, DType::f32);
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal;
+  std::uniform_int_distribution<int> exponent(-3, 2);
+  const int64_t cols = shape.empty() ? 1 : shape.back();
+  float* p = t.data_as<float>();
+  float row_scale = 1;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    if (varied_rows && i % cols == 0) row_scale = std::pow(10.0f, float(exponent(rng)));
+    p[i] = normal(rng) * row_scale;
+  }
+  if (dtype == DType::f32) return t;
+  Tensor b = Tensor::empty(shape, DType::bf16);
+  for (int64_t i = 0; i < t.numel(); ++i) b.data_as<bf16>()[i] = float_to_bf16(p[i]);
+  return b;
+}
+
+inline std::vector<double> to_double(const Tensor& t) {
+  const Tensor c = t.device() == Device::cpu ? t : t.to(Device::cpu);
+  std::vector<double> v(size_t(c.numel()));
+  for (int64_t i = 0; i < c.numel(); ++i) {
+    switch (c.dtype()) {
+      case DType::f32: v[size_t(i)] = c.data_as<float>()[i]; break;
+      case DType::bf16: v[size_t(i)] = bf16_to_float(c.data_as<bf16>()[i]); break;
+      case DType::e4m3: v[size_t(i)] = e4m3_to_float(c.data_as<e4m3>()[i]); break;
+      default: ADD_FAILURE() << "to_double: unsupported dtype";
+    }
+  }
+  return v;
+}
+
+// ‖out − ref‖ / ‖ref‖; NaN anywhere gives NaN (which fails every ≤ comparison).
+inline double rel_error(const std::vector<double>& out, const std::vector<double>& ref) {
+  EXPECT_EQ(out.size(), ref.size());
+  double num = 0, den = 0;
+  for (size_t i = 0; i < out.size() && i < ref.size(); ++i) {
+    num += (out[i] - ref[i]) * (out[i] - ref[i]);
+    den += ref[i] * ref[i];
+  }
+  return std::sqrt(num / den);
+}
+
+inline bool same_bytes(const Tensor& a, const Tensor& b) {
+  const Tensor ca = a.to(Device::cpu), cb = b.to(Device::cpu);
+  return ca.shape() == cb.shape() && ca.dtype() == cb.dtype() &&
+         std::memcmp(ca.data(), cb.data(), ca.nbytes()) == 0;
+}
+
+}  // namespace lockstep::testing
