@@ -29,14 +29,17 @@ LOCKSTEP_HD float group_scale(uint32_t amax_bits, bool pow2) {
   return s;
 }
 
-// NaN scale -> NaN code; otherwise x / scale rounded to E4M3 (nearest even, saturating).
-// (x / scale is an IEEE division on both sides: nvcc divides exactly unless told -use_fast_math.)
-LOCKSTEP_HD uint8_t quantize_value(float x, float scale) {
+// What quantize_value multiplies by: one IEEE division per group (exact on both sides: nvcc
+// divides correctly rounded unless told -use_fast_math), so each element costs one multiply.
+LOCKSTEP_HD float inverse_scale(float scale) { return 1.0f / scale; }
+
+// x · (1/scale) rounded to E4M3 (nearest even, saturating); a NaN scale gives the NaN code.
+LOCKSTEP_HD uint8_t quantize_value(float x, float inv_scale) {
 #if defined(__CUDA_ARCH__)
   // The hardware conversion; tested bit-identical to float_to_e4m3 over every fp32 pattern.
-  return __nv_cvt_float_to_fp8(x / scale, __NV_SATFINITE, __NV_E4M3);
+  return __nv_cvt_float_to_fp8(x * inv_scale, __NV_SATFINITE, __NV_E4M3);
 #else
-  return float_to_e4m3(x / scale).bits;
+  return float_to_e4m3(x * inv_scale).bits;
 #endif
 }
 

@@ -68,7 +68,7 @@ EDGE_CASES = [
     "text<|endoftext|>text", "<think>\nreasoning\n</think>\n\nanswer", "<think></think>",
     "< think>", "<tool_call>x</tool_call>", "<|fim_prefix|>a<|fim_suffix|>b<|fim_middle|>",
     "<|begin_of_text|>hi<|eot_id|>", "<|start_header_id|>user<|end_header_id|>\n\nhi",
-    "a\u00a0b", "a\u3000b", "a\u180eb", "a!\u180e!", "a\u2028b", "a\u0085b", "a\u200b\u200bb",
+    "a\u00a0b", "a\u3000b", "a\u180eb", "a!\u180e!", "a \u180eb", "a\u2028b", "a\u0085b", "a\u200b\u200bb",
     "a\u000bb", "a\u001cb", "\u0000", "\u0001\u0002", "\u007f",
     "a" * 300, " " * 100, "\n" * 40, "ab" * 100 + " " + "9" * 50,
     "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n"

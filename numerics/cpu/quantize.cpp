@@ -28,7 +28,8 @@ void rows_from(const float* x, int64_t rows, int64_t cols, Fp8Rows& out, bool po
       for (int i = 0; i < kQuantGroup; ++i) amax = std::max(amax, abs_bits(xg[i]));
       const float s = group_scale(amax, pow2);
       scales[g * rows + r] = s;
-      for (int i = 0; i < kQuantGroup; ++i) q[r * cols + g * kQuantGroup + i] = quantize_value(xg[i], s);
+      const float inv = inverse_scale(s);
+      for (int i = 0; i < kQuantGroup; ++i) q[r * cols + g * kQuantGroup + i] = quantize_value(xg[i], inv);
     }
   }
 }
@@ -75,9 +76,10 @@ void quantize_weight(Fp8Weight& out, const Tensor& w, bool pow2) {
       const float scale = group_scale(amax, pow2);
       s[bi * ld + bj] = scale;
       st[bj * ld_t + bi] = scale;
+      const float inv = inverse_scale(scale);
       for (int64_t i = bi * kQuantGroup; i < (bi + 1) * kQuantGroup; ++i)
         for (int64_t j = bj * kQuantGroup; j < (bj + 1) * kQuantGroup; ++j)
-          qt[j * n + i] = q[i * k + j] = quantize_value(load(w, i * k + j), scale);
+          qt[j * n + i] = q[i * k + j] = quantize_value(load(w, i * k + j), inv);
     }
   }
 }

@@ -14,6 +14,8 @@ namespace {
 constexpr int kTile = 128;     // = kQuantGroup: a tile is one group wide in both directions
 constexpr int kThreads = 256;
 
+unsigned blocks_for(int64_t n, int threads) { return unsigned((n + threads - 1) / threads); }
+
 __device__ __forceinline__ float bf16_lo(uint32_t packed) { return __uint_as_float(packed << 16); }
 __device__ __forceinline__ float bf16_hi(uint32_t packed) { return __uint_as_float(packed & 0xffff0000u); }
 
@@ -65,11 +67,11 @@ __global__ void __launch_bounds__(kThreads) quantize_tile_kernel(
       const float f[4] = {bf16_lo(raw.x), bf16_hi(raw.x), bf16_lo(raw.y), bf16_hi(raw.y)};
       uint32_t amax = max(max(abs_bits(f[0]), abs_bits(f[1])), max(abs_bits(f[2]), abs_bits(f[3])));
       amax = __reduce_max_sync(0xffffffffu, amax);
-      const float scale = group_scale(amax, pow2);
-      const uint32_t packed = uint32_t(quantize_value(f[0], scale)) |
-                              uint32_t(quantize_value(f[1], scale)) << 8 |
-                              uint32_t(quantize_value(f[2], scale)) << 16 |
-                              uint32_t(quantize_value(f[3], scale)) << 24;
+      const float scale = group_scale(amax, pow2), inv = inverse_scale(scale);
+      const uint32_t packed = uint32_t(quantize_value(f[0], inv)) |
+                              uint32_t(quantize_value(f[1], inv)) << 8 |
+                              uint32_t(quantize_value(f[2], inv)) << 16 |
+                              uint32_t(quantize_value(f[3], inv)) << 24;
       *reinterpret_cast<uint32_t*>(q + (t0 + r) * K + k0 + lane * 4) = packed;
       if (lane == 0) s[int64_t(blockIdx.y) * T + t0 + r] = scale;
     }
@@ -85,6 +87,7 @@ __global__ void __launch_bounds__(kThreads) quantize_tile_kernel(
     col_amax[h][c] = amax;
     __syncthreads();
     const float scale = group_scale(max(col_amax[0][c], col_amax[1][c]), pow2);
+    const float inv = inverse_scale(scale);
     uint8_t* dst = qt + (k0 + c) * Tp + t0 + h * 64;
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
@@ -95,13 +98,39 @@ __global__ void __launch_bounds__(kThreads) quantize_tile_kernel(
         w[m] = 0;
 #pragma unroll
         for (int b = 0; b < 4; ++b)
-          w[m] |= uint32_t(quantize_value(__uint_as_float(uint32_t(tile[r + b][c]) << 16), scale))
+          w[m] |= uint32_t(quantize_value(__uint_as_float(uint32_t(tile[r + b][c]) << 16), inv))
                   << (8 * b);
       }
       *reinterpret_cast<uint4*>(dst + j * 16) = make_uint4(w[0], w[1], w[2], w[3]);
     }
     if (h == 0) st[int64_t(blockIdx.x) * K + k0 + c] = scale;
   }
+}
+
+// Rowwise only: no shared memory, a half-warp per (token, group), 16 bytes per lane. Items are
+// ordered group-major, so item i writes scale i (the VEC128 layout) and the stores coalesce.
+__global__ void __launch_bounds__(kThreads) quantize_rows_kernel(
+    const uint16_t* __restrict__ x, int64_t T, int64_t K, uint8_t* __restrict__ q,
+    float* __restrict__ s, bool pow2) {
+  const int64_t item = (int64_t(blockIdx.x) * kThreads + threadIdx.x) / 16;
+  if (item >= T * (K / kTile)) return;  // uniform across the half-warp
+  const int64_t g = item / T, r = item % T;
+  const int lane = threadIdx.x % 16;
+  const uint4 v = *reinterpret_cast<const uint4*>(x + r * K + g * kTile + lane * 8);
+  const float f[8] = {bf16_lo(v.x), bf16_hi(v.x), bf16_lo(v.y), bf16_hi(v.y),
+                      bf16_lo(v.z), bf16_hi(v.z), bf16_lo(v.w), bf16_hi(v.w)};
+  uint32_t amax = 0;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) amax = max(amax, abs_bits(f[i]));
+  amax = __reduce_max_sync(0xffffu << (threadIdx.x & 16), amax);
+  const float scale = group_scale(amax, pow2), inv = inverse_scale(scale);
+  uint2 packed;
+  packed.x = uint32_t(quantize_value(f[0], inv)) | uint32_t(quantize_value(f[1], inv)) << 8 |
+             uint32_t(quantize_value(f[2], inv)) << 16 | uint32_t(quantize_value(f[3], inv)) << 24;
+  packed.y = uint32_t(quantize_value(f[4], inv)) | uint32_t(quantize_value(f[5], inv)) << 8 |
+             uint32_t(quantize_value(f[6], inv)) << 16 | uint32_t(quantize_value(f[7], inv)) << 24;
+  *reinterpret_cast<uint2*>(q + r * K + g * kTile + lane * 8) = packed;
+  if (lane == 0) s[item] = scale;
 }
 
 template <class In> struct Vec16;
@@ -147,13 +176,13 @@ __global__ void __launch_bounds__(kThreads) quantize_weight_kernel(
 #pragma unroll
     for (int i = 0; i < kVec; ++i) amax = max(amax, abs_bits(f[p][i]));
   }
-  const float scale = group_scale(block_max(amax, scratch), pow2);
+  const float scale = group_scale(block_max(amax, scratch), pow2), inv = inverse_scale(scale);
 
 #pragma unroll
   for (int p = 0; p < kPasses; ++p) {
     uint8_t b[kVec];
 #pragma unroll
-    for (int i = 0; i < kVec; ++i) b[i] = quantize_value(f[p][i], scale);
+    for (int i = 0; i < kVec; ++i) b[i] = quantize_value(f[p][i], inv);
     const int r = p * kRowsPerPass + lr;
     if constexpr (kVec == 4) {
       const uint32_t packed = uint32_t(b[0]) | uint32_t(b[1]) << 8 | uint32_t(b[2]) << 16 | uint32_t(b[3]) << 24;
@@ -216,8 +245,6 @@ void check_aligned(const Tensor& t, const char* what) {
                  t.data());
 }
 
-unsigned blocks_for(int64_t n, int threads) { return unsigned((n + threads - 1) / threads); }
-
 }  // namespace
 
 void quantize_rows_and_columns(Fp8Rows* out, Fp8Rows* out_t, const Tensor& x, bool pow2) {
@@ -236,7 +263,8 @@ void quantize_rows_and_columns(Fp8Rows* out, Fp8Rows* out_t, const Tensor& x, bo
   if (out && out_t)
     quantize_tile_kernel<true, true><<<grid, kThreads, 0, stream>>>(xp, T, K, q, s, qt, st, Tp, pow2);
   else if (out)
-    quantize_tile_kernel<true, false><<<grid, kThreads, 0, stream>>>(xp, T, K, q, s, qt, st, Tp, pow2);
+    quantize_rows_kernel<<<blocks_for(T * (K / kTile) * 16, kThreads), kThreads, 0, stream>>>(
+        xp, T, K, q, s, pow2);
   else
     quantize_tile_kernel<false, true><<<grid, kThreads, 0, stream>>>(xp, T, K, q, s, qt, st, Tp, pow2);
   LOCKSTEP_CUDA_CHECK_LAUNCH();

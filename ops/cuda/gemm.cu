@@ -99,7 +99,10 @@ void set_attr(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, co
   LOCKSTEP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof(value)));
 }
 
-Plan make_plan(cublasLtHandle_t handle, const MatmulShape& s) {
+// The scale pointers must be set before the heuristic query (cuBLASLt rejects block-scaled
+// descriptors without them); each call sets its own afterwards.
+Plan make_plan(cublasLtHandle_t handle, const MatmulShape& s, const float* scale_a,
+               const float* scale_b) {
   Plan p;
   LOCKSTEP_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   set_attr(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, s.op_a);
@@ -107,6 +110,8 @@ Plan make_plan(cublasLtHandle_t handle, const MatmulShape& s) {
   if (s.scale_a != kNoScale) {
     set_attr(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, int32_t(s.scale_a));
     set_attr(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, int32_t(s.scale_b));
+    set_attr(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, scale_a);
+    set_attr(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, scale_b);
   }
   const bool ta = s.op_a == CUBLAS_OP_T, tb = s.op_b == CUBLAS_OP_T;
   LOCKSTEP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, s.type_a, ta ? s.k : s.m, ta ? s.m : s.k, s.lda));
@@ -156,12 +161,13 @@ cudaDataType_t cuda_type(DType t) {
 }
 
 // Finds (or makes) the plan; nullptr when cuBLASLt has no algorithm for the shape.
-const Plan* plan_for(const MatmulShape& s) {
+const Plan* plan_for(const MatmulShape& s, const float* scale_a = nullptr,
+                     const float* scale_b = nullptr) {
   Context& ctx = context();
   std::lock_guard lock(ctx.mutex);
   if (ctx.force_padding && s.n % kTokenPad) return nullptr;
   auto it = ctx.plans.find(s);
-  if (it == ctx.plans.end()) it = ctx.plans.emplace(s, make_plan(ctx.handle, s)).first;
+  if (it == ctx.plans.end()) it = ctx.plans.emplace(s, make_plan(ctx.handle, s, scale_a, scale_b)).first;
   return it->second.found ? &it->second : nullptr;
 }
 
@@ -210,9 +216,9 @@ void run_token_gemm(MatmulShape s, const void* weight, const float* weight_scale
   const int64_t T = s.n;
   if (T == 0) return;
   s.alignment = alignment_of({weight, act.data(), out.data()});
-  if (const Plan* p = plan_for(s)) {
-    return run(*p, s, weight, act.data(), out.data(), weight_scales,
-               act_scales ? act_scales->data_as<float>() : nullptr);
+  const float* act_scale_ptr = act_scales ? act_scales->data_as<float>() : nullptr;
+  if (const Plan* p = plan_for(s, weight_scales, act_scale_ptr)) {
+    return run(*p, s, weight, act.data(), out.data(), weight_scales, act_scale_ptr);
   }
   const int64_t Tp = round_up(T, kTokenPad), k = s.k, m = s.m;
   const size_t act_bytes = size_t(round_up(Tp * k * int64_t(dtype_size(act.dtype())), 256));
@@ -228,7 +234,7 @@ void run_token_gemm(MatmulShape s, const void* weight, const float* weight_scale
                                           size_t(T) * 4, size_t(k / 128), cudaMemcpyDeviceToDevice, stream));
   s.n = Tp;
   s.alignment = alignment_of({weight, pout});
-  const Plan* p = plan_for(s);
+  const Plan* p = plan_for(s, weight_scales, reinterpret_cast<const float*>(pscale));
   if (!p) no_algorithm(s);
   run(*p, s, weight, pact, pout, weight_scales, reinterpret_cast<const float*>(pscale));
   LOCKSTEP_CUDA_CHECK(cudaMemcpyAsync(out.data(), pout, out.nbytes(), cudaMemcpyDeviceToDevice, stream));
@@ -290,7 +296,7 @@ void gemm_wgrad_fp8(Tensor& dw, const Fp8Rows& dy_t, const Fp8Rows& x_t, bool ac
                 K, N, Tp, Tp, Tp, K, CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F,
                 CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F, accumulate,
                 alignment_of({dy_t.data.data(), x_t.data.data(), dw.data()})};
-  const Plan* p = plan_for(s);
+  const Plan* p = plan_for(s, x_t.scales.data_as<float>(), dy_t.scales.data_as<float>());
   if (!p) no_algorithm(s);
   run(*p, s, x_t.data.data(), dy_t.data.data(), dw.data(), x_t.scales.data_as<float>(),
       dy_t.scales.data_as<float>());

@@ -1,0 +1,201 @@
+// bench/gemm — TFLOP/s of the bf16 and fp8 linear-layer GEMMs (FProp, DGrad, WGrad) at the
+// Qwen3-1.7B and Qwen3-8B shapes with T = 8192 tokens, FProp at decode shapes, and the GB/s of
+// the FP8 quantization kernels against a measured device-to-device copy.
+// Usage: bench_gemm [--json out.json] [--reps N]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/cuda_check.h"
+#include "numerics/quantize.h"
+#include "ops/gemm.h"
+
+using namespace lockstep;
+
+namespace {
+
+int g_reps = 20;
+
+// Median milliseconds of `reps` timed calls after 3 warm-ups.
+double time_ms(const std::function<void()>& fn) {
+  for (int i = 0; i < 3; ++i) fn();
+  cudaEvent_t start, stop;
+  LOCKSTEP_CUDA_CHECK(cudaEventCreate(&start));
+  LOCKSTEP_CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<float> ms(static_cast<size_t>(g_reps));
+  for (float& m : ms) {
+    LOCKSTEP_CUDA_CHECK(cudaEventRecord(start));
+    fn();
+    LOCKSTEP_CUDA_CHECK(cudaEventRecord(stop));
+    LOCKSTEP_CUDA_CHECK(cudaEventSynchronize(stop));
+    LOCKSTEP_CUDA_CHECK(cudaEventElapsedTime(&m, start, stop));
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+// Random bf16 / f32 on the device without a host round trip: a counter hash, N(0,1)-ish.
+Tensor random_device(Shape shape, DType dtype) {
+  Tensor host = Tensor::empty(shape, dtype);
+  uint64_t s = 0x9E3779B97F4A7C15ull;
+  for (int64_t i = 0; i < host.numel(); ++i) {
+    s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+    const float v = (float(s >> 40) / float(1 << 24) - 0.5f) * 3.4641f;  // uniform, unit variance
+    if (dtype == DType::bf16) host.data_as<bf16>()[i] = float_to_bf16(v);
+    else host.data_as<float>()[i] = v;
+  }
+  return host.to(Device::cuda);
+}
+
+struct Linear { const char* model; const char* name; int64_t n, k; };
+
+const Linear kLinears[] = {
+    {"qwen3-1.7b", "qkv", 4096, 2048},   {"qwen3-1.7b", "o", 2048, 2048},
+    {"qwen3-1.7b", "gate_up", 12288, 2048}, {"qwen3-1.7b", "down", 2048, 6144},
+    {"qwen3-8b", "qkv", 6144, 4096},     {"qwen3-8b", "o", 4096, 4096},
+    {"qwen3-8b", "gate_up", 24576, 4096}, {"qwen3-8b", "down", 4096, 12288},
+};
+
+std::string json_rows;
+void add_json(const std::string& row) { json_rows += (json_rows.empty() ? "  " : ",\n  ") + row; }
+
+void bench_training(int64_t T) {
+  std::printf("\nTraining GEMMs, T = %ld tokens (TFLOP/s; fp8 excludes quantization)\n", long(T));
+  std::printf("(wgrad: dW += dyT x into the fp32 gradient, as with micro-batches; wgrad=: dW = dyT x)\n");
+  std::printf("%-11s %-8s %6s %6s | %8s %8s %6s | %8s %8s %6s | %8s %8s %6s | %8s %8s %6s\n", "model",
+              "linear", "N", "K", "fprop16", "fprop8", "x", "dgrad16", "dgrad8", "x", "wgrad16", "wgrad8",
+              "x", "wgrad=16", "wgrad=8", "x");
+  for (const Linear& l : kLinears) {
+    const int64_t N = l.n, K = l.k;
+    const double flops = 2.0 * double(T) * double(N) * double(K);
+    Tensor x = random_device({T, K}, DType::bf16), w = random_device({N, K}, DType::bf16);
+    Tensor dy = random_device({T, N}, DType::bf16);
+    Tensor y = Tensor::empty({T, N}, DType::bf16, Device::cuda);
+    Tensor dx = Tensor::empty({T, K}, DType::bf16, Device::cuda);
+    Tensor dw = Tensor::empty({N, K}, DType::f32, Device::cuda);
+    Fp8Rows qx = Fp8Rows::empty(T, K, Device::cuda), qxt = Fp8Rows::empty_columnwise(T, K, Device::cuda);
+    Fp8Rows qdy = Fp8Rows::empty(T, N, Device::cuda), qdyt = Fp8Rows::empty_columnwise(T, N, Device::cuda);
+    Fp8Weight qw = Fp8Weight::empty(N, K, Device::cuda);
+    quantize_rows_and_columns(qx, qxt, x);
+    quantize_rows_and_columns(qdy, qdyt, dy);
+    quantize_weight(qw, w);
+    const double t[8] = {
+        time_ms([&] { gemm_fprop(y, x, w); }),        time_ms([&] { gemm_fprop(y, qx, qw); }),
+        time_ms([&] { gemm_dgrad(dx, dy, w); }),      time_ms([&] { gemm_dgrad(dx, qdy, qw); }),
+        time_ms([&] { gemm_wgrad(dw, dy, x, true); }), time_ms([&] { gemm_wgrad(dw, qdyt, qxt, true); }),
+        time_ms([&] { gemm_wgrad(dw, dy, x, false); }), time_ms([&] { gemm_wgrad(dw, qdyt, qxt, false); })};
+    double tf[8];
+    for (int i = 0; i < 8; ++i) tf[i] = flops / (t[i] * 1e-3) / 1e12;
+    std::printf("%-11s %-8s %6ld %6ld | %8.0f %8.0f %5.2fx | %8.0f %8.0f %5.2fx | %8.0f %8.0f %5.2fx | %8.0f %8.0f %5.2fx\n",
+                l.model, l.name, long(N), long(K), tf[0], tf[1], tf[1] / tf[0], tf[2], tf[3],
+                tf[3] / tf[2], tf[4], tf[5], tf[5] / tf[4], tf[6], tf[7], tf[7] / tf[6]);
+    const char* names[8] = {"fprop_bf16", "fprop_fp8", "dgrad_bf16", "dgrad_fp8",
+                            "wgrad_acc_bf16", "wgrad_acc_fp8", "wgrad_bf16", "wgrad_fp8"};
+    for (int i = 0; i < 8; ++i)
+      add_json("{\"kind\": \"gemm\", \"model\": \"" + std::string(l.model) + "\", \"linear\": \"" + l.name +
+               "\", \"op\": \"" + names[i] + "\", \"T\": " + std::to_string(T) + ", \"N\": " + std::to_string(N) +
+               ", \"K\": " + std::to_string(K) + ", \"ms\": " + std::to_string(t[i]) +
+               ", \"tflops\": " + std::to_string(tf[i]) + "}");
+  }
+}
+
+void bench_decode() {
+  std::printf("\nDecode-shape FProp (Qwen3-8B linears): microseconds and TFLOP/s\n");
+  std::printf("%-8s %6s | %9s %9s %7s | %8s %8s\n", "linear", "T", "bf16 us", "fp8 us", "fp8/bf16",
+              "bf16 TF", "fp8 TF");
+  for (const Linear& l : kLinears) {
+    if (std::strcmp(l.model, "qwen3-8b") != 0) continue;
+    const int64_t N = l.n, K = l.k;
+    Tensor w = random_device({N, K}, DType::bf16);
+    Fp8Weight qw = Fp8Weight::empty(N, K, Device::cuda);
+    quantize_weight(qw, w);
+    for (int64_t T : {1, 16, 64, 256}) {
+      Tensor x = random_device({T, K}, DType::bf16), y = Tensor::empty({T, N}, DType::bf16, Device::cuda);
+      Fp8Rows qx = Fp8Rows::empty(T, K, Device::cuda);
+      quantize_rows(qx, x);
+      const double a = time_ms([&] { gemm_fprop(y, x, w); }), b = time_ms([&] { gemm_fprop(y, qx, qw); });
+      const double flops = 2.0 * double(T) * double(N) * double(K);
+      std::printf("%-8s %6ld | %9.1f %9.1f %7.2fx | %8.1f %8.1f\n", l.name, long(T), a * 1e3, b * 1e3, a / b,
+                  flops / (a * 1e-3) / 1e12, flops / (b * 1e-3) / 1e12);
+      add_json("{\"kind\": \"decode\", \"linear\": \"" + std::string(l.name) + "\", \"T\": " + std::to_string(T) +
+               ", \"N\": " + std::to_string(N) + ", \"K\": " + std::to_string(K) + ", \"bf16_ms\": " +
+               std::to_string(a) + ", \"fp8_ms\": " + std::to_string(b) + "}");
+    }
+  }
+}
+
+void bench_quantization() {
+  const int64_t T = 8192, K = 4096, N = 12288;
+  const size_t copy_bytes = size_t(1) << 30;
+  void *src, *dst;
+  LOCKSTEP_CUDA_CHECK(cudaMalloc(&src, copy_bytes));
+  LOCKSTEP_CUDA_CHECK(cudaMalloc(&dst, copy_bytes));
+  LOCKSTEP_CUDA_CHECK(cudaMemset(src, 1, copy_bytes));
+  const double copy_ms = time_ms([&] { cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice); });
+  cudaFree(src);
+  cudaFree(dst);
+  const double copy_gbs = 2.0 * double(copy_bytes) / (copy_ms * 1e-3) / 1e9;
+
+  Tensor x = random_device({T, K}, DType::bf16);
+  Tensor w32 = random_device({N, K}, DType::f32), w16 = random_device({N, K}, DType::bf16);
+  Fp8Rows q = Fp8Rows::empty(T, K, Device::cuda), qt = Fp8Rows::empty_columnwise(T, K, Device::cuda);
+  Fp8Weight qw = Fp8Weight::empty(N, K, Device::cuda);
+  const double act = double(T * K), wel = double(N * K);
+  struct Row { const char* name; double ms, bytes; };
+  const Row rows[] = {
+      {"rows 1x128 (bf16 8192x4096)", time_ms([&] { quantize_rows(q, x); }), act * 3 + act / 32},
+      {"columns 128x1 (bf16 8192x4096)", time_ms([&] { quantize_columns(qt, x); }), act * 3 + act / 32},
+      {"rows+columns fused", time_ms([&] { quantize_rows_and_columns(q, qt, x); }), act * 4 + act / 16},
+      {"weight 128x128 + transpose (f32 12288x4096)", time_ms([&] { quantize_weight(qw, w32); }), wel * 6},
+      {"weight 128x128 + transpose (bf16 12288x4096)", time_ms([&] { quantize_weight(qw, w16); }), wel * 4},
+  };
+  std::printf("\nQuantization kernels (bytes read + written) vs device-to-device copy: %.0f GB/s\n", copy_gbs);
+  std::printf("%-46s %9s %9s %7s\n", "kernel", "us", "GB/s", "of copy");
+  for (const Row& r : rows) {
+    const double gbs = r.bytes / (r.ms * 1e-3) / 1e9;
+    std::printf("%-46s %9.1f %9.0f %6.0f%%\n", r.name, r.ms * 1e3, gbs, 100 * gbs / copy_gbs);
+    add_json("{\"kind\": \"quantize\", \"kernel\": \"" + std::string(r.name) + "\", \"ms\": " + std::to_string(r.ms) +
+             ", \"gbs\": " + std::to_string(gbs) + ", \"copy_gbs\": " + std::to_string(copy_gbs) + "}");
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string json_path;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--json" && i + 1 < argc) json_path = argv[++i];
+    else if (a == "--reps" && i + 1 < argc) g_reps = std::max(1, std::atoi(argv[++i]));
+    else {
+      std::fprintf(stderr, "bench_gemm: unknown argument '%s'\nusage: bench_gemm [--json out.json] [--reps N]\n", a.c_str());
+      return 2;
+    }
+  }
+  try {
+    if (!cuda_device_available()) {
+      std::fprintf(stderr, "bench_gemm: no CUDA device\n");
+      return 1;
+    }
+    cudaDeviceProp prop;
+    LOCKSTEP_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    std::printf("device: %s (%d SMs)\n", prop.name, prop.multiProcessorCount);
+    bench_quantization();
+    bench_decode();
+    bench_training(8192);
+    if (!json_path.empty()) {
+      std::ofstream(json_path) << "{\"device\": \"" << prop.name << "\", \"results\": [\n" << json_rows << "\n]}\n";
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_gemm: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,316 @@
+// io/config.cpp — config.json -> ModelConfig and back. Defaults follow the Hugging Face config
+// classes only where guessing cannot silently change the model; the sizes, rms_norm_eps and
+// rope_theta are required.
+#include "io/config.h"
+
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "io/file_io.h"
+
+namespace lockstep {
+
+using json = nlohmann::json;
+using detail::concat;
+
+std::string_view model_type_name(ModelFamily family) {
+  switch (family) {
+    case ModelFamily::qwen3: return "qwen3";
+    case ModelFamily::qwen2: return "qwen2";
+    case ModelFamily::llama: return "llama";
+  }
+  return "?";
+}
+
+std::string_view architecture_name(ModelFamily family) {
+  switch (family) {
+    case ModelFamily::qwen3: return "Qwen3ForCausalLM";
+    case ModelFamily::qwen2: return "Qwen2ForCausalLM";
+    case ModelFamily::llama: return "LlamaForCausalLM";
+  }
+  return "?";
+}
+
+namespace {
+
+constexpr ModelFamily kFamilies[] = {ModelFamily::qwen3, ModelFamily::qwen2, ModelFamily::llama};
+
+// Typed access to the fields of one JSON object; every error names the source and the field
+// (with `prefix`, e.g. "rope_scaling.", for a nested object). A JSON null counts as absent.
+class Fields {
+ public:
+  Fields(const json& object, const std::string& source, std::string prefix = "")
+      : object_(object), source_(source), prefix_(std::move(prefix)) {}
+
+  const json* find(const char* field) const {
+    const auto it = object_.find(field);
+    return it == object_.end() || it->is_null() ? nullptr : &*it;
+  }
+  const json& required(const char* field) const {
+    const json* v = find(field);
+    if (!v) fail_field(field, "is missing (required)");
+    return *v;
+  }
+
+  int64_t positive_int(const char* field) const { return positive_int_value(field, required(field)); }
+  int64_t positive_int(const char* field, int64_t fallback) const {
+    const json* v = find(field);
+    return v ? positive_int_value(field, *v) : fallback;
+  }
+  double positive_number(const char* field) const {
+    const json& v = required(field);
+    if (!v.is_number()) fail_field(field, "must be a number, got " + describe(v));
+    const double x = v.get<double>();
+    if (!(x > 0) || !std::isfinite(x)) fail_field(field, "must be positive, got " + v.dump());
+    return x;
+  }
+  bool boolean(const char* field, bool fallback) const {
+    const json* v = find(field);
+    if (!v) return fallback;
+    if (!v->is_boolean()) fail_field(field, "must be true or false, got " + describe(*v));
+    return v->get<bool>();
+  }
+  std::string string(const char* field, const std::string& fallback) const {
+    const json* v = find(field);
+    if (!v) return fallback;
+    if (!v->is_string()) fail_field(field, "must be a string, got " + describe(*v));
+    return v->get<std::string>();
+  }
+  int64_t token_id(const char* field, const json& v) const {
+    if (!v.is_number_integer() || v.get<int64_t>() < 0)
+      fail_field(field, "must be a non-negative integer token id (or a list of them), got " +
+                            describe(v));
+    return v.get<int64_t>();
+  }
+
+  [[noreturn]] void fail_field(const char* field, const std::string& what) const {
+    fail(concat(source_, ": field '", prefix_, field, "' ", what));
+  }
+  [[noreturn]] void fail_source(const std::string& what) const { fail(concat(source_, ": ", what)); }
+
+ private:
+  static std::string describe(const json& v) { return v.dump() + " (" + v.type_name() + ")"; }
+  int64_t positive_int_value(const char* field, const json& v) const {
+    if (!v.is_number_integer()) fail_field(field, "must be an integer, got " + describe(v));
+    // nlohmann holds integers >= 0 as unsigned, negative ones as signed.
+    const bool positive = v.is_number_unsigned() && v.get<uint64_t>() > 0 &&
+                          v.get<uint64_t>() <= uint64_t(INT64_MAX);
+    if (!positive) fail_field(field, "must be a positive integer, got " + v.dump());
+    return v.get<int64_t>();
+  }
+
+  const json& object_;
+  const std::string& source_;
+  std::string prefix_;
+};
+
+ModelFamily parse_family(const Fields& f) {
+  const json* architectures = f.find("architectures");
+  const json* model_type = f.find("model_type");
+  std::string supported;
+  for (ModelFamily fam : kFamilies) supported += (supported.empty() ? "" : ", ") + std::string(architecture_name(fam));
+  if (!architectures) {
+    // Some tools drop `architectures`; `model_type` then says the same thing.
+    if (!model_type) f.fail_field("architectures", "is missing (required)");
+    const std::string type = f.string("model_type", "");
+    for (ModelFamily fam : kFamilies)
+      if (model_type_name(fam) == type) return fam;
+    f.fail_field("model_type", concat("is '", type, "', which lockstep does not implement (it reads ",
+                                      supported, ")"));
+  }
+  if (!architectures->is_array() || architectures->empty() || !(*architectures)[0].is_string())
+    f.fail_field("architectures", "must be a list of class names, got " + architectures->dump());
+  const std::string name = (*architectures)[0].get<std::string>();
+  for (ModelFamily fam : kFamilies) {
+    if (architecture_name(fam) != name) continue;
+    const std::string type = f.string("model_type", std::string(model_type_name(fam)));
+    if (type != model_type_name(fam))
+      f.fail_field("model_type", concat("is '", type, "', but architectures says ", name));
+    return fam;
+  }
+  f.fail_field("architectures", concat("names unsupported architecture '", name,
+                                       "' (lockstep reads ", supported, ")"));
+}
+
+// rope_scaling (or, as transformers 5 writes it, rope_parameters) -> none or Llama 3 scaling.
+std::optional<Llama3RopeScaling> parse_rope_scaling(const Fields& f, const std::string& source) {
+  const char* field = f.find("rope_scaling") ? "rope_scaling" : "rope_parameters";
+  const json* scaling = f.find(field);
+  if (!scaling) return std::nullopt;
+  if (!scaling->is_object()) f.fail_field(field, "must be an object or null, got " + scaling->dump());
+  const Fields s(*scaling, source, std::string(field) + ".");
+  const std::string type = s.find("rope_type") ? s.string("rope_type", "") : s.string("type", "");
+  if (type.empty()) f.fail_field(field, "has no 'rope_type'");
+  if (type == "default") return std::nullopt;
+  if (type != "llama3")
+    f.fail_field(field, concat("has rope type '", type,
+                               "', which is unsupported (lockstep implements plain RoPE and 'llama3')"));
+  Llama3RopeScaling r;
+  r.factor = s.positive_number("factor");
+  r.low_freq_factor = s.positive_number("low_freq_factor");
+  r.high_freq_factor = s.positive_number("high_freq_factor");
+  r.original_max_position_embeddings = s.positive_int("original_max_position_embeddings");
+  // The blend between the two wavelength bounds divides by (high - low).
+  if (!(r.low_freq_factor < r.high_freq_factor))
+    s.fail_field("low_freq_factor", concat("(", r.low_freq_factor, ") must be below high_freq_factor (",
+                                           r.high_freq_factor, ")"));
+  return r;
+}
+
+ModelConfig parse_config_object(const json& j, const std::string& source) {
+  if (!j.is_object()) fail(concat(source, ": config is not a JSON object but ", j.type_name()));
+  const Fields f(j, source);
+  ModelConfig c;
+  c.family = parse_family(f);
+  const bool qwen = c.family != ModelFamily::llama;
+
+  c.hidden_size = f.positive_int("hidden_size");
+  c.intermediate_size = f.positive_int("intermediate_size");
+  c.num_hidden_layers = f.positive_int("num_hidden_layers");
+  c.num_attention_heads = f.positive_int("num_attention_heads");
+  c.num_key_value_heads = f.positive_int("num_key_value_heads", c.num_attention_heads);
+  c.vocab_size = f.positive_int("vocab_size");
+  // Hugging Face's class defaults; only a cap on the sequence length.
+  c.max_position_embeddings = f.positive_int("max_position_embeddings", qwen ? 32768 : 2048);
+  c.rms_norm_eps = f.positive_number("rms_norm_eps");
+
+  if (f.find("head_dim")) {
+    c.head_dim = f.positive_int("head_dim");
+  } else {
+    // Qwen3's head_dim is not hidden / heads in general (Qwen3-0.6B: 1024 / 16 heads, head_dim 128).
+    if (c.family == ModelFamily::qwen3) f.fail_field("head_dim", "is missing (required for Qwen3)");
+    if (c.hidden_size % c.num_attention_heads != 0)
+      f.fail_field("hidden_size", concat("(", c.hidden_size, ") is not divisible by num_attention_heads (",
+                                         c.num_attention_heads, "), and there is no head_dim"));
+    c.head_dim = c.hidden_size / c.num_attention_heads;
+  }
+  if (c.num_attention_heads % c.num_key_value_heads != 0)
+    f.fail_field("num_key_value_heads", concat("(", c.num_key_value_heads,
+                                               ") does not divide num_attention_heads (",
+                                               c.num_attention_heads, ")"));
+
+  const json* rope_parameters = f.find("rope_parameters");
+  if (!f.find("rope_theta") && rope_parameters && rope_parameters->is_object())
+    c.rope_theta = Fields(*rope_parameters, source, "rope_parameters.").positive_number("rope_theta");
+  else
+    c.rope_theta = f.positive_number("rope_theta");
+  c.rope_scaling = parse_rope_scaling(f, source);
+
+  c.tie_word_embeddings = f.boolean("tie_word_embeddings", false);
+  if (c.family == ModelFamily::qwen2) {
+    c.qkv_bias = true;  // Qwen2Attention: q/k/v always biased, o never; `attention_bias` is ignored
+  } else {
+    c.qkv_bias = c.o_bias = f.boolean("attention_bias", false);
+  }
+  if (c.family == ModelFamily::llama) c.mlp_bias = f.boolean("mlp_bias", false);
+  c.qk_norm = c.family == ModelFamily::qwen3;
+
+  const std::string act = f.string("hidden_act", "silu");
+  if (act != "silu") f.fail_field("hidden_act", concat("is '", act, "'; lockstep implements 'silu' (SwiGLU)"));
+  if (qwen && f.boolean("use_sliding_window", false))
+    f.fail_field("use_sliding_window", "is true; sliding-window attention is not supported");
+  // Newer transformers spell the attention kind per layer.
+  if (const json* layer_types = f.find("layer_types")) {
+    if (!layer_types->is_array()) f.fail_field("layer_types", "must be a list, got " + layer_types->dump());
+    for (const json& type : *layer_types)
+      if (type != "full_attention")
+        f.fail_field("layer_types", "holds " + type.dump() + "; lockstep implements only \"full_attention\"");
+  }
+
+  if (const json* bos = f.find("bos_token_id")) c.bos_token_id = f.token_id("bos_token_id", *bos);
+  if (const json* eos = f.find("eos_token_id")) {
+    if (eos->is_array()) {
+      for (const json& id : *eos) c.eos_token_ids.push_back(f.token_id("eos_token_id", id));
+    } else {
+      c.eos_token_ids.push_back(f.token_id("eos_token_id", *eos));
+    }
+  }
+  // transformers 5 renamed torch_dtype to dtype.
+  c.torch_dtype = f.string("torch_dtype", f.string("dtype", ""));
+  return c;
+}
+
+// The flags a config.json can express for each family; anything else would load differently.
+void check_expressible(const ModelConfig& c) {
+  const bool ok =
+      c.qk_norm == (c.family == ModelFamily::qwen3) &&
+      (c.family == ModelFamily::llama || !c.mlp_bias) &&
+      (c.family == ModelFamily::qwen2 ? (c.qkv_bias && !c.o_bias) : c.qkv_bias == c.o_bias);
+  LOCKSTEP_CHECK(ok, "ModelConfig for ", architecture_name(c.family), " has bias/qk-norm flags (qkv_bias ",
+                 c.qkv_bias, ", o_bias ", c.o_bias, ", mlp_bias ", c.mlp_bias, ", qk_norm ", c.qk_norm,
+                 ") that its config.json cannot express");
+}
+
+}  // namespace
+
+std::string ModelConfig::to_json() const {
+  check_expressible(*this);
+  json j = {
+      {"architectures", json::array({std::string(architecture_name(family))})},
+      {"model_type", std::string(model_type_name(family))},
+      {"hidden_act", "silu"},
+      {"hidden_size", hidden_size},
+      {"intermediate_size", intermediate_size},
+      {"num_hidden_layers", num_hidden_layers},
+      {"num_attention_heads", num_attention_heads},
+      {"num_key_value_heads", num_key_value_heads},
+      {"head_dim", head_dim},
+      {"vocab_size", vocab_size},
+      {"max_position_embeddings", max_position_embeddings},
+      {"rms_norm_eps", rms_norm_eps},
+      {"rope_theta", rope_theta},
+      {"rope_scaling", nullptr},
+      {"tie_word_embeddings", tie_word_embeddings},
+  };
+  if (rope_scaling) {
+    j["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", rope_scaling->factor},
+                         {"low_freq_factor", rope_scaling->low_freq_factor},
+                         {"high_freq_factor", rope_scaling->high_freq_factor},
+                         {"original_max_position_embeddings",
+                          rope_scaling->original_max_position_embeddings}};
+  }
+  if (family != ModelFamily::qwen2) j["attention_bias"] = o_bias;
+  if (family == ModelFamily::llama) j["mlp_bias"] = mlp_bias;
+  if (family != ModelFamily::llama) j["use_sliding_window"] = false;
+  if (bos_token_id) j["bos_token_id"] = *bos_token_id;
+  if (eos_token_ids.size() == 1) j["eos_token_id"] = eos_token_ids[0];
+  if (eos_token_ids.size() > 1) j["eos_token_id"] = eos_token_ids;
+  if (!torch_dtype.empty()) j["torch_dtype"] = torch_dtype;
+  return j.dump(2) + "\n";
+}
+
+ModelConfig parse_model_config(std::string_view json_text, const std::string& source) {
+  json j;
+  try {
+    j = json::parse(json_text);
+  } catch (const json::exception& e) {
+    fail(concat(source, ": not valid JSON (", e.what(), ")"));
+  }
+  return parse_config_object(j, source);
+}
+
+ModelConfig load_model_config(const std::string& path) {
+  const std::string file =
+      std::filesystem::is_directory(path) ? (std::filesystem::path(path) / "config.json").string() : path;
+  return parse_model_config(read_file(file, "config"), file);
+}
+
+void save_model_config(const ModelConfig& config, const std::string& path) {
+  write_file_atomically(path, config.to_json());
+}
+
+int64_t parameter_count(const ModelConfig& c) {
+  const int64_t h = c.hidden_size, q = c.num_attention_heads * c.head_dim,
+                kv = c.num_key_value_heads * c.head_dim, ff = c.intermediate_size;
+  const int64_t attention = h * q + 2 * h * kv + q * h + (c.qkv_bias ? q + 2 * kv : 0) +
+                            (c.o_bias ? h : 0) + (c.qk_norm ? 2 * c.head_dim : 0);
+  const int64_t mlp = 3 * h * ff + (c.mlp_bias ? 2 * ff + h : 0);
+  const int64_t layer = attention + mlp + 2 * h;  // + input and post-attention RMSNorm
+  const int64_t embedding = c.vocab_size * h;
+  return embedding + c.num_hidden_layers * layer + h + (c.tie_word_embeddings ? 0 : embedding);
+}
+
+}  // namespace lockstep

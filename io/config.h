@@ -1,0 +1,70 @@
+// io/config.h — the model architecture from a Hugging Face config.json, for the three families
+// lockstep implements: Qwen3 (Qwen3ForCausalLM), Qwen2.5 (Qwen2ForCausalLM) and Llama 3
+// (LlamaForCausalLM). Parsing validates everything the model code relies on, so a bad or
+// unsupported config fails here with one message naming the file and the field.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace lockstep {
+
+enum class ModelFamily { qwen3, qwen2, llama };
+
+// Hugging Face's `model_type`: "qwen3", "qwen2", "llama".
+std::string_view model_type_name(ModelFamily family);
+// Hugging Face's `architectures[0]`: "Qwen3ForCausalLM", ...
+std::string_view architecture_name(ModelFamily family);
+
+// Llama 3.1/3.2 long-context RoPE: frequencies are divided by `factor` for long wavelengths, kept
+// for short ones, and blended in between (rope_scaling.rope_type == "llama3").
+struct Llama3RopeScaling {
+  double factor = 0;
+  double low_freq_factor = 0;
+  double high_freq_factor = 0;
+  int64_t original_max_position_embeddings = 0;
+  bool operator==(const Llama3RopeScaling&) const = default;
+};
+
+struct ModelConfig {
+  ModelFamily family = ModelFamily::llama;
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t num_hidden_layers = 0;
+  int64_t num_attention_heads = 0;
+  int64_t num_key_value_heads = 0;  // default: num_attention_heads (no GQA)
+  int64_t head_dim = 0;             // Qwen3 states it; otherwise default hidden / heads
+  int64_t vocab_size = 0;
+  int64_t max_position_embeddings = 0;
+  double rms_norm_eps = 0;
+  double rope_theta = 0;
+  std::optional<Llama3RopeScaling> rope_scaling;  // none: plain RoPE
+  bool tie_word_embeddings = false;               // lm_head shares embed_tokens' weight
+  bool qkv_bias = false;  // q/k/v projections have a bias (Qwen2 always; others `attention_bias`)
+  bool o_bias = false;    // the output projection has a bias (`attention_bias`, never Qwen2)
+  bool mlp_bias = false;  // gate/up/down have a bias (Llama `mlp_bias`)
+  bool qk_norm = false;   // RMSNorm over head_dim on q and k before RoPE (Qwen3)
+  std::optional<int64_t> bos_token_id;
+  std::vector<int64_t> eos_token_ids;  // config.json holds an int or a list
+  std::string torch_dtype;             // the checkpoint's dtype as stated ("bfloat16"), or empty
+
+  // A config.json Hugging Face loads back into the same model (2-space indented, keys sorted).
+  std::string to_json() const;
+  bool operator==(const ModelConfig&) const = default;
+};
+
+// `source` names the text in error messages (normally the file path).
+ModelConfig parse_model_config(std::string_view json_text, const std::string& source);
+// `path`: a config.json, or a folder holding one.
+ModelConfig load_model_config(const std::string& path);
+// Writes `config.to_json()` to `path` atomically.
+void save_model_config(const ModelConfig& config, const std::string& path);
+
+// The number of distinct parameters (a tied lm_head counted once): embeddings, every layer's
+// attention, norms and MLP, the final norm and, untied, the lm_head.
+int64_t parameter_count(const ModelConfig& config);
+
+}  // namespace lockstep

@@ -1,0 +1,84 @@
+// io/file_io.cpp
+#include "io/file_io.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "core/error.h"
+
+namespace lockstep {
+
+namespace {
+std::string errno_text() { return std::strerror(errno); }
+}  // namespace
+
+AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
+  std::vector<char> name(path_.begin(), path_.end());
+  const std::string suffix = ".tmp-XXXXXX";
+  name.insert(name.end(), suffix.begin(), suffix.end());
+  name.push_back('\0');
+  fd_ = ::mkstemp(name.data());
+  LOCKSTEP_CHECK(fd_ >= 0, "cannot write ", path_, ": creating a temporary file next to it failed (",
+                 errno_text(), ")");
+  temp_path_ = name.data();
+}
+
+AtomicFile::~AtomicFile() {
+  if (fd_ >= 0) ::close(fd_);
+  if (!temp_path_.empty()) ::unlink(temp_path_.c_str());
+}
+
+void AtomicFile::write(const void* data, size_t bytes) {
+  LOCKSTEP_CHECK(fd_ >= 0, "cannot write ", path_, ": the file was already committed");
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    // write() may write less than asked (and at most ~2 GiB per call on Linux): loop.
+    const ssize_t n = ::write(fd_, p, bytes);
+    if (n < 0 && errno == EINTR) continue;
+    LOCKSTEP_CHECK(n > 0, "cannot write ", path_, ": ", n < 0 ? errno_text() : "wrote 0 bytes");
+    p += n;
+    bytes -= size_t(n);
+  }
+}
+
+void AtomicFile::commit() {
+  LOCKSTEP_CHECK(fd_ >= 0, "cannot write ", path_, ": the file was already committed");
+  // mkstemp creates mode 0600; a checkpoint should be readable like any other file.
+  LOCKSTEP_CHECK(::fchmod(fd_, 0644) == 0, "cannot write ", path_, ": fchmod: ", errno_text());
+  // Flush before the rename: otherwise a crash could leave the new name pointing at missing data.
+  LOCKSTEP_CHECK(::fsync(fd_) == 0, "cannot write ", path_, ": fsync: ", errno_text());
+  const int fd = fd_;
+  fd_ = -1;
+  LOCKSTEP_CHECK(::close(fd) == 0, "cannot write ", path_, ": close: ", errno_text());
+  LOCKSTEP_CHECK(std::rename(temp_path_.c_str(), path_.c_str()) == 0, "cannot write ", path_,
+                 ": renaming ", temp_path_, " over it failed (", errno_text(), ")");
+  temp_path_.clear();
+}
+
+void write_file_atomically(const std::string& path, std::string_view contents) {
+  AtomicFile file(path);
+  file.write(contents);
+  file.commit();
+}
+
+std::string read_file(const std::string& path, std::string_view what) {
+  struct stat st {};
+  LOCKSTEP_CHECK(::stat(path.c_str(), &st) == 0, "cannot read ", what, " ", path, ": ", errno_text());
+  LOCKSTEP_CHECK(S_ISREG(st.st_mode), "cannot read ", what, " ", path, ": not a regular file");
+  std::ifstream in(path, std::ios::binary);
+  LOCKSTEP_CHECK(in.is_open(), "cannot read ", what, " ", path, ": ", errno_text());
+  std::ostringstream text;
+  text << in.rdbuf();
+  LOCKSTEP_CHECK(in.good() || in.eof(), "cannot read ", what, " ", path, ": read failed");
+  return text.str();
+}
+
+}  // namespace lockstep

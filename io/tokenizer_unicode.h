@@ -1,0 +1,34 @@
+// io/tokenizer_unicode.h — the few Unicode facts the tokenizer needs: UTF-8 decoding and
+// validation, NFC, and the whitespace and word-character classes of HF's Rust code.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+namespace lockstep::unicode {
+
+// Offset of the first byte that starts no valid UTF-8 sequence (overlong forms, surrogates and
+// code points past U+10FFFF are invalid, as in Rust's str), or npos when all of `text` is valid.
+size_t find_invalid_utf8(std::string_view text);
+
+// The code point starting at text[pos] / ending just before text[pos]; *length receives its byte
+// count. `text` must be valid UTF-8 and pos a character boundary.
+char32_t code_point_at(std::string_view text, size_t pos, int* length);
+char32_t code_point_before(std::string_view text, size_t pos, int* length);
+
+// Unicode White_Space: what Rust's char::is_whitespace, Rust regex's \s and Oniguruma's \s match.
+bool is_white_space(char32_t c);
+// Rust regex's Unicode \w: letters, marks, decimal digits, connector punctuation, Join_Control.
+bool is_word_char(char32_t c);
+
+// Canonical composition (NFC) of valid UTF-8 text.
+std::string nfc(std::string_view text);
+
+inline bool is_ascii(std::string_view text) {
+  for (char c : text)
+    if (static_cast<unsigned char>(c) >= 0x80) return false;
+  return true;
+}
+
+}  // namespace lockstep::unicode

@@ -1,0 +1,126 @@
+// Every CUDA GEMM (cuBLASLt) against the CPU reference on the same operands: ‖gpu − cpu‖/‖cpu‖.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "ops/gemm.h"
+#include "ops/gemm_backends.h"
+#include "tests/test_util.h"
+
+namespace lockstep {
+namespace {
+
+using testing::random_tensor;
+using testing::rel_error;
+using testing::to_double;
+
+void force_token_padding(bool on) {
+#if LOCKSTEP_HAS_CUDA
+  cuda::gemm_force_token_padding(on);
+#else
+  (void)on;
+#endif
+}
+
+// bf16 output rounding alone is up to 2^-9 per element. With fp32 output, bf16 GEMMs differ only
+// by summation order (1e-5). Hopper's FP8 tensor cores accumulate inside a K block with fewer
+// than fp32's bits: 3e-5 to 1.7e-4 measured on an H200 (docs/benchmarks.md), hence 1e-3.
+double tolerance(DType out) { return out == DType::bf16 ? 2e-3 : 1e-5; }
+constexpr double kFp8F32Tol = 1e-3;
+
+Tensor poisoned(Shape s, DType d, Device dev) {
+  Tensor t = Tensor::empty(s, d, dev);
+  t.fill_bytes(0xFF);  // NaN in both bf16 and f32
+  return t;
+}
+
+struct GemmCase {
+  int64_t T, N, K;
+  DType out;
+  bool force_padding;
+};
+
+class GemmGpu : public ::testing::TestWithParam<GemmCase> {
+ protected:
+  void TearDown() override {
+    if (cuda_device_available()) force_token_padding(false);
+  }
+};
+
+TEST_P(GemmGpu, Bf16MatchesCpu) {
+  LOCKSTEP_REQUIRE_GPU();
+  const auto [T, N, K, out, pad] = GetParam();
+  force_token_padding(pad);
+  Tensor x = random_tensor({T, K}, DType::bf16, 1), w = random_tensor({N, K}, DType::bf16, 2);
+  Tensor dy = random_tensor({T, N}, DType::bf16, 3);
+  const Tensor xg = x.to(Device::cuda), wg = w.to(Device::cuda), dyg = dy.to(Device::cuda);
+
+  Tensor y = poisoned({T, N}, out, Device::cpu), yg = poisoned({T, N}, out, Device::cuda);
+  gemm_fprop(y, x, w);
+  gemm_fprop(yg, xg, wg);
+  EXPECT_LE(rel_error(to_double(yg), to_double(y)), tolerance(out)) << "fprop";
+
+  Tensor dx = poisoned({T, K}, out, Device::cpu), dxg = poisoned({T, K}, out, Device::cuda);
+  gemm_dgrad(dx, dy, w);
+  gemm_dgrad(dxg, dyg, wg);
+  EXPECT_LE(rel_error(to_double(dxg), to_double(dx)), tolerance(out)) << "dgrad";
+
+  Tensor dw = poisoned({N, K}, DType::f32, Device::cpu), dwg = poisoned({N, K}, DType::f32, Device::cuda);
+  gemm_wgrad(dw, dy, x, false);
+  gemm_wgrad(dwg, dyg, xg, false);
+  gemm_wgrad(dw, dy, x, true);
+  gemm_wgrad(dwg, dyg, xg, true);
+  EXPECT_LE(rel_error(to_double(dwg), to_double(dw)), 1e-5) << "wgrad (accumulated twice)";
+}
+
+TEST_P(GemmGpu, Fp8MatchesCpu) {
+  LOCKSTEP_REQUIRE_GPU();
+  const auto [T, N, K, out, pad] = GetParam();
+  force_token_padding(pad);
+  Tensor x = random_tensor({T, K}, DType::bf16, 4, true), w = random_tensor({N, K}, DType::f32, 5);
+  Tensor dy = random_tensor({T, N}, DType::bf16, 6, true);
+  // Quantized on the GPU (the bytes equal the CPU's, tested elsewhere), then the same bytes on both.
+  Fp8Rows qx = Fp8Rows::empty(T, K, Device::cuda), qxt = Fp8Rows::empty_columnwise(T, K, Device::cuda);
+  Fp8Rows qdy = Fp8Rows::empty(T, N, Device::cuda), qdyt = Fp8Rows::empty_columnwise(T, N, Device::cuda);
+  Fp8Weight qw = Fp8Weight::empty(N, K, Device::cuda);
+  quantize_rows_and_columns(qx, qxt, x.to(Device::cuda));
+  quantize_rows_and_columns(qdy, qdyt, dy.to(Device::cuda));
+  quantize_weight(qw, w.to(Device::cuda));
+  auto host = [](const Fp8Rows& q) { return Fp8Rows{q.data.to(Device::cpu), q.scales.to(Device::cpu)}; };
+  auto host_blocks = [](const Fp8Blocks& q) { return Fp8Blocks{q.data.to(Device::cpu), q.scales.to(Device::cpu)}; };
+  const Fp8Rows cx = host(qx), cxt = host(qxt), cdy = host(qdy), cdyt = host(qdyt);
+  const Fp8Weight cw{host_blocks(qw.w), host_blocks(qw.wt)};
+
+  Tensor y = poisoned({T, N}, out, Device::cpu), yg = poisoned({T, N}, out, Device::cuda);
+  gemm_fprop(y, cx, cw);
+  gemm_fprop(yg, qx, qw);
+  EXPECT_LE(rel_error(to_double(yg), to_double(y)), std::max(tolerance(out), kFp8F32Tol)) << "fprop";
+
+  Tensor dx = poisoned({T, K}, out, Device::cpu), dxg = poisoned({T, K}, out, Device::cuda);
+  gemm_dgrad(dx, cdy, cw);
+  gemm_dgrad(dxg, qdy, qw);
+  EXPECT_LE(rel_error(to_double(dxg), to_double(dx)), std::max(tolerance(out), kFp8F32Tol)) << "dgrad";
+
+  Tensor dw = poisoned({N, K}, DType::f32, Device::cpu), dwg = poisoned({N, K}, DType::f32, Device::cuda);
+  gemm_wgrad(dw, cdyt, cxt, false);
+  gemm_wgrad(dwg, qdyt, qxt, false);
+  gemm_wgrad(dw, cdyt, cxt, true);
+  gemm_wgrad(dwg, qdyt, qxt, true);
+  EXPECT_LE(rel_error(to_double(dwg), to_double(dw)), kFp8F32Tol) << "wgrad (accumulated twice)";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, GemmGpu,
+    ::testing::Values(GemmCase{1, 256, 384, DType::bf16, false}, GemmCase{3, 256, 384, DType::bf16, false},
+                      GemmCase{3, 256, 384, DType::bf16, true}, GemmCase{16, 512, 256, DType::f32, false},
+                      GemmCase{77, 384, 512, DType::bf16, false}, GemmCase{77, 384, 512, DType::f32, true},
+                      GemmCase{256, 1024, 768, DType::bf16, false},
+                      GemmCase{1000, 768, 1024, DType::bf16, false}),
+    [](const ::testing::TestParamInfo<GemmCase>& info) {
+      const GemmCase& c = info.param;
+      return "T" + std::to_string(c.T) + "_N" + std::to_string(c.N) + "_K" + std::to_string(c.K) +
+             "_" + std::string(dtype_name(c.out)) + (c.force_padding ? "_padded" : "");
+    });
+
+}  // namespace
+}  // namespace lockstep

@@ -1,0 +1,105 @@
+// Every CUDA quantization kernel against the CPU reference: identical bytes and scales.
+#include <gtest/gtest.h>
+
+#include "numerics/quantize.h"
+#include "tests/test_util.h"
+
+namespace lockstep {
+namespace {
+
+using testing::random_tensor;
+using testing::same_bytes;
+
+constexpr unsigned char kPoison = 0xA5;
+
+Fp8Rows poisoned_rows(int64_t r, int64_t c, Device d, bool columnwise) {
+  Fp8Rows q = columnwise ? Fp8Rows::empty_columnwise(r, c, d) : Fp8Rows::empty(r, c, d);
+  q.data.fill_bytes(kPoison);
+  q.scales.fill_bytes(kPoison);
+  return q;
+}
+
+void expect_same(const Fp8Rows& gpu, const Fp8Rows& cpu, const char* what) {
+  EXPECT_TRUE(same_bytes(gpu.data, cpu.data)) << what << " data";
+  EXPECT_TRUE(same_bytes(gpu.scales, cpu.scales)) << what << " scales";
+}
+
+// Equal values, NaN matching NaN (the GPU's NaN payloads differ from the CPU's).
+void expect_same_values(const Tensor& gpu, const Tensor& cpu) {
+  const std::vector<double> a = testing::to_double(gpu), b = testing::to_double(cpu);
+  ASSERT_EQ(a.size(), b.size());
+  int64_t bad = 0;
+  for (size_t i = 0; i < a.size(); ++i) bad += !(a[i] == b[i] || (std::isnan(a[i]) && std::isnan(b[i])));
+  EXPECT_EQ(bad, 0) << "dequantized values differ";
+}
+
+class ActivationQuantGpu
+    : public ::testing::TestWithParam<std::tuple<int64_t, int64_t, ScaleFormat>> {};
+
+TEST_P(ActivationQuantGpu, SameBytesAsCpu) {
+  LOCKSTEP_REQUIRE_GPU();
+  const auto [T, K, format] = GetParam();
+  Tensor x = random_tensor({T, K}, DType::bf16, uint64_t(T * 7 + K), /*varied_rows=*/true);
+  if (T > 3) {  // a non-finite group, an all-zero token
+    x.data_as<bf16>()[3 * K + 5] = float_to_bf16(NAN);
+    for (int64_t k = 0; k < K; ++k) x.data_as<bf16>()[1 * K + k] = bf16{0};
+  }
+  const Tensor xg = x.to(Device::cuda);
+
+  Fp8Rows cpu_rows = poisoned_rows(T, K, Device::cpu, false);
+  Fp8Rows cpu_cols = poisoned_rows(T, K, Device::cpu, true);
+  quantize_rows_and_columns(cpu_rows, cpu_cols, x, format);
+
+  Fp8Rows rows = poisoned_rows(T, K, Device::cuda, false), cols = poisoned_rows(T, K, Device::cuda, true);
+  quantize_rows_and_columns(rows, cols, xg, format);
+  expect_same(rows, cpu_rows, "fused rows");
+  expect_same(cols, cpu_cols, "fused columns");
+
+  Fp8Rows rows_only = poisoned_rows(T, K, Device::cuda, false);
+  quantize_rows(rows_only, xg, format);
+  expect_same(rows_only, cpu_rows, "rows");
+  Fp8Rows cols_only = poisoned_rows(T, K, Device::cuda, true);
+  quantize_columns(cols_only, xg, format);
+  expect_same(cols_only, cpu_cols, "columns");
+
+  EXPECT_EQ(first_nonfinite(rows.scales), first_nonfinite(cpu_rows.scales));
+  Tensor back = Tensor::empty({T, K}, DType::f32, Device::cuda), back_cpu = Tensor::empty({T, K}, DType::f32);
+  back.fill_bytes(kPoison);
+  dequantize(back, rows);
+  dequantize(back_cpu, cpu_rows);
+  expect_same_values(back, back_cpu);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, ActivationQuantGpu,
+    ::testing::Combine(::testing::Values(1, 5, 128, 300, 1000), ::testing::Values(128, 640, 2048),
+                       ::testing::Values(ScaleFormat::fp32, ScaleFormat::pow2)));
+
+class WeightQuantGpu : public ::testing::TestWithParam<std::tuple<DType, ScaleFormat>> {};
+
+TEST_P(WeightQuantGpu, SameBytesAsCpu) {
+  LOCKSTEP_REQUIRE_GPU();
+  const auto [dtype, format] = GetParam();
+  const int64_t N = 384, K = 640;
+  Tensor w = random_tensor({N, K}, dtype, 99, true);
+  Fp8Weight cpu = Fp8Weight::empty(N, K, Device::cpu);
+  quantize_weight(cpu, w, format);
+  Fp8Weight gpu = Fp8Weight::empty(N, K, Device::cuda);
+  for (Tensor* t : {&gpu.w.data, &gpu.w.scales, &gpu.wt.data, &gpu.wt.scales}) t->fill_bytes(kPoison);
+  quantize_weight(gpu, w.to(Device::cuda), format);
+  EXPECT_TRUE(same_bytes(gpu.w.data, cpu.w.data));
+  EXPECT_TRUE(same_bytes(gpu.w.scales, cpu.w.scales));
+  EXPECT_TRUE(same_bytes(gpu.wt.data, cpu.wt.data));
+  EXPECT_TRUE(same_bytes(gpu.wt.scales, cpu.wt.scales));
+  Tensor back = Tensor::empty({N, K}, DType::f32, Device::cuda), back_cpu = Tensor::empty({N, K}, DType::f32);
+  dequantize(back, gpu.w);
+  dequantize(back_cpu, cpu.w);
+  expect_same_values(back, back_cpu);
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, WeightQuantGpu,
+                         ::testing::Combine(::testing::Values(DType::f32, DType::bf16),
+                                            ::testing::Values(ScaleFormat::fp32, ScaleFormat::pow2)));
+
+}  // namespace
+}  // namespace lockstep
