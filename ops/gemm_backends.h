@@ -1,6 +1,6 @@
-// ops/gemm_backends.h — per-backend GEMM entry points, all in one "TN" form:
+// ops/gemm_backends.h — per-backend GEMM entry points; arguments are checked by ops/gemm.cpp.
+// The CPU reference has one "TN" form (the wrappers transpose bf16 operands where needed):
 //   out[i][j] (+)= Σ_k a[i][k] · b[j][k]      a: [M, K], b: [N', K], both contiguous along K.
-// Arguments are checked by ops/gemm.cpp.
 #pragma once
 
 #include "core/tensor.h"
