@@ -1,0 +1,1 @@
+// ops/attention.cpp — argument checks and backend dispatch for ops/attention.h (to be written).

@@ -1,0 +1,47 @@
+// ops/attention.h — causal self-attention with grouped-query heads (ops/head_layout.h).
+//
+// Math for one query row (head h, kv head g = h / group, keys j = 0..n−1 of its context):
+//   s_j = (q · k_j) / sqrt(head_dim)        fp32
+//   p_j = exp(s_j − max_j s) / Σ_j exp(s_j − max_j s)
+//   o   = Σ_j p_j · v_j                     fp32, rounded once to the output dtype
+//   lse = max_j s + log Σ_j exp(s_j − max_j s)
+// On the CPU every row is computed by the same function, keys in increasing position, so a row's
+// result depends only on its query and its context's keys/values: the training forward and the
+// paged inference path give identical bits for identical k/v values.
+//
+// Training (packed varlen): sequence s holds tokens [cu_seqlens[s], cu_seqlens[s+1]); a query
+// attends the keys of its own sequence up to and including its own position.
+//   qkv:  f32/bf16 [T, qkv_width] (after ops/qkv_rope.h)      cu_seqlens: i32 [S + 1], from 0 to T
+//   out:  f32/bf16 [T, q_width]       lse: f32 [T, q_heads] (saved for backward)
+//   dqkv: f32/bf16 [T, qkv_width]     (q, k and v parts all written)
+//
+// Inference over a paged KV cache (vLLM's layout):
+//   k_cache, v_cache: f32/bf16 [num_blocks, block_size, kv_heads, head_dim]
+//   a token's slot is block · block_size + offset; kv_cache_write copies the k and v heads of each
+//   row of qkv to slots[t] (i32 [T]).
+//   attention_paged: sequence s owns query rows [cu_seqlens_q[s], cu_seqlens_q[s+1]) which are its
+//   last n_s positions: row i of s sits at position context_lens[s] − n_s + i and attends cache
+//   positions 0..that position (its own k/v must already be written). Position p of sequence s
+//   lives in block block_tables[s, p / block_size] at offset p % block_size.
+//   block_tables: i32 [S, max_blocks]; context_lens: i32 [S]; out: [T, q_width].
+#pragma once
+
+#include "core/tensor.h"
+#include "ops/head_layout.h"
+
+namespace lockstep {
+
+void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, const Tensor& cu_seqlens,
+                       const HeadLayout& layout);
+
+void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                        const Tensor& lse, const Tensor& cu_seqlens, const HeadLayout& layout);
+
+void kv_cache_write(Tensor& k_cache, Tensor& v_cache, const Tensor& qkv, const Tensor& slots,
+                    const HeadLayout& layout);
+
+void attention_paged(Tensor& out, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
+                     const Tensor& block_tables, const Tensor& cu_seqlens_q,
+                     const Tensor& context_lens, const HeadLayout& layout);
+
+}  // namespace lockstep

@@ -1,0 +1,1 @@
+// ops/cpu/elementwise.cpp — CPU reference for ops/elementwise.h (to be written).

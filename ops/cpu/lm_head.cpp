@@ -1,0 +1,1 @@
+// ops/cpu/lm_head.cpp — CPU reference for ops/lm_head.h (to be written).

@@ -1,0 +1,1 @@
+// ops/cpu/rmsnorm.cpp — CPU reference for ops/rmsnorm.h (to be written).

@@ -1,0 +1,20 @@
+// ops/elementwise.h — the small elementwise ops around the layers: residual adds, biases, dtype
+// conversion, and the squared norm used for gradient clipping.
+#pragma once
+
+#include "core/tensor.h"
+
+namespace lockstep {
+
+// y += x  (same shape; f32 or bf16 each; fp32 add, one rounding). The residual connection.
+void add_into(Tensor& y, const Tensor& x);
+// y[t, :] += b  (y f32/bf16 [T, N], b f32 [N]).
+void add_bias(Tensor& y, const Tensor& b);
+// db += Σ_t dy[t, :]  (db f32 [N], accumulates; rows added in order).
+void bias_backward(Tensor& db, const Tensor& dy);
+// dst = src converted to dst's dtype (f32 <-> bf16, rounding to nearest even); same shape.
+void convert(Tensor& dst, const Tensor& src);
+// Σ x² in double (f32 tensor), for the global gradient norm.
+double sum_squares(const Tensor& x);
+
+}  // namespace lockstep

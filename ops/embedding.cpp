@@ -1,0 +1,1 @@
+// ops/embedding.cpp — argument checks and backend dispatch for ops/embedding.h (to be written).

@@ -1,0 +1,1 @@
+// ops/lm_head.cpp — argument checks and backend dispatch for ops/lm_head.h (to be written).

@@ -1,0 +1,46 @@
+// ops/lm_head.h — the language-model head fused with log-softmax: per-token logprob of a target
+// and entropy, without ever holding [T, V] logits.
+//
+//   z[t, v]     = (h[t] · w[v]) / temperature            fp32 (h, w: f32 or bf16, fp32 products)
+//   lse[t]      = log Σ_v exp(z[t, v])
+//   logprob[t]  = z[t, targets[t]] − lse[t]
+//   entropy[t]  = lse[t] − Σ_v p[t, v] · z[t, v],   p = exp(z − lse)
+//
+// The vocabulary is walked in chunks of kVocabChunk: each chunk's logits are computed by GEMM,
+// folded into a running (max, Σexp, Σexp·z) per row in increasing v, and dropped. logits_logprob
+// applies the same fold to full logits rows (the rollout's sampling logits), so on the CPU both
+// give identical bits for identical logits.
+//
+// Backward (recomputes each chunk's logits): with dlogprob[t], dentropy[t] (either may be
+// undefined = zero),
+//   dz[t, v] = dlogprob[t] · (1[v = targets[t]] − p) + dentropy[t] · (−p · (log p + entropy[t]))
+//   dh += dz · w / temperature    (dh f32/bf16 [T, H], overwritten)
+//   dw += dzᵀ · h / temperature   (dw f32 [V, H], accumulates)
+//
+// h: [T, H]; w: [V, H]; targets: i32 [T] in [0, V); logprob, entropy, lse: f32 [T].
+#pragma once
+
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace lockstep {
+
+constexpr int64_t kVocabChunk = 4096;
+
+void lm_head_logprob_forward(Tensor& logprob, Tensor& entropy, Tensor& lse, const Tensor& h,
+                             const Tensor& w, const Tensor& targets, float temperature);
+
+void lm_head_logprob_backward(Tensor& dh, Tensor& dw, const Tensor& dlogprob,
+                              const Tensor& dentropy, const Tensor& h, const Tensor& w,
+                              const Tensor& targets, const Tensor& lse, const Tensor& entropy,
+                              float temperature);
+
+// logits f32 [T, V] = h · wᵀ (not divided by a temperature): for sampling a few rows.
+void lm_head_logits(Tensor& logits, const Tensor& h, const Tensor& w);
+
+// The forward's fold over given logits rows: logprob/entropy of targets under logits / temperature.
+void logits_logprob(Tensor& logprob, Tensor& entropy, const Tensor& logits, const Tensor& targets,
+                    float temperature);
+
+}  // namespace lockstep

@@ -1,0 +1,1 @@
+// ops/swiglu.cpp — argument checks and backend dispatch for ops/swiglu.h (to be written).

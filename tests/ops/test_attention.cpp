@@ -1,0 +1,1 @@
+// tests/ops/test_attention.cpp (to be written)

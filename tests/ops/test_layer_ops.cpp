@@ -1,0 +1,1 @@
+// tests/ops/test_layer_ops.cpp (to be written)

@@ -1,0 +1,1 @@
+// tests/ops/test_lm_head.cpp (to be written)
