@@ -37,7 +37,7 @@ void check_blocks(const Fp8Blocks& q, const char* what, int64_t rows, int64_t co
   check_shape(q.scales, what, {rows / kQuantGroup, round_up(cols / kQuantGroup, 4)});
 }
 
-void check_cuda_bf16(const Tensor& x) {
+[[maybe_unused]] void check_cuda_bf16(const Tensor& x) {
   LOCKSTEP_CHECK(x.dtype() == DType::bf16,
                  "quantize: the CUDA activation quantizers take bf16 input, got ", x.describe());
 }

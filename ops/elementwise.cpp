@@ -1,1 +1,55 @@
-// ops/elementwise.cpp — argument checks and backend dispatch for ops/elementwise.h (to be written).
+// ops/elementwise.cpp — argument checks and backend dispatch for ops/elementwise.h.
+#include "ops/elementwise.h"
+
+#include "ops/act_check.h"
+#include "ops/elementwise_backends.h"
+
+namespace lockstep {
+
+namespace {
+
+// A 2-D activation [T, N] (it sets the device).
+void check_rows(const Tensor& t, const char* what) {
+  check_act(t, what, t.device(), t.shape());
+  LOCKSTEP_CHECK(t.rank() == 2, what, ": expected a 2-D tensor [T, N], got ", t.describe());
+}
+
+}  // namespace
+
+void add_into(Tensor& y, const Tensor& x) {
+  check_act(y, "add_into: y", y.device(), y.shape());
+  check_act(x, "add_into: x", y.device(), y.shape());
+  if (y.is_cuda()) LOCKSTEP_NO_CUDA_OP("add_into");
+  cpu::add_into(y, x);
+}
+
+void add_bias(Tensor& y, const Tensor& b) {
+  check_rows(y, "add_bias: y");
+  check_tensor(b, "add_bias: b", DType::f32, y.device());
+  check_shape(b, "add_bias: b", {y.dim(1)});
+  if (y.is_cuda()) LOCKSTEP_NO_CUDA_OP("add_bias");
+  cpu::add_bias(y, b);
+}
+
+void bias_backward(Tensor& db, const Tensor& dy) {
+  check_rows(dy, "bias_backward: dy");
+  check_tensor(db, "bias_backward: db", DType::f32, dy.device());
+  check_shape(db, "bias_backward: db", {dy.dim(1)});
+  if (dy.is_cuda()) LOCKSTEP_NO_CUDA_OP("bias_backward");
+  cpu::bias_backward(db, dy);
+}
+
+void convert(Tensor& dst, const Tensor& src) {
+  check_act(src, "convert: src", src.device(), src.shape());
+  check_act(dst, "convert: dst", src.device(), src.shape());
+  if (src.is_cuda()) LOCKSTEP_NO_CUDA_OP("convert");
+  cpu::convert(dst, src);
+}
+
+double sum_squares(const Tensor& x) {
+  check_tensor(x, "sum_squares: x", DType::f32, x.device());
+  if (x.is_cuda()) LOCKSTEP_NO_CUDA_OP("sum_squares");
+  return cpu::sum_squares(x);
+}
+
+}  // namespace lockstep

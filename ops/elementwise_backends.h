@@ -1,0 +1,13 @@
+// ops/elementwise_backends.h — per-backend entry points for ops/elementwise.h; arguments are
+// checked by ops/elementwise.cpp.
+#pragma once
+
+#include "core/tensor.h"
+
+namespace lockstep::cpu {
+void add_into(Tensor& y, const Tensor& x);
+void add_bias(Tensor& y, const Tensor& b);
+void bias_backward(Tensor& db, const Tensor& dy);
+void convert(Tensor& dst, const Tensor& src);
+double sum_squares(const Tensor& x);
+}  // namespace lockstep::cpu

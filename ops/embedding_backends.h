@@ -1,0 +1,10 @@
+// ops/embedding_backends.h — per-backend entry points for ops/embedding.h; arguments (token ids
+// included) are checked by ops/embedding.cpp.
+#pragma once
+
+#include "core/tensor.h"
+
+namespace lockstep::cpu {
+void embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& table);
+void embedding_backward(Tensor& dtable, const Tensor& tokens, const Tensor& dout);
+}  // namespace lockstep::cpu
