@@ -1,1 +1,166 @@
-// ops/attention.cpp — argument checks and backend dispatch for ops/attention.h (to be written).
+// ops/attention.cpp — argument checks and backend dispatch for ops/attention.h. The index tensors
+// (cu_seqlens, slots, block tables, context lengths) are checked value by value on the CPU path:
+// an out-of-range index would read or write outside a tensor.
+#include "ops/attention.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/error.h"
+#include "ops/act_check.h"
+#include "ops/attention_backends.h"
+
+namespace lockstep {
+
+namespace {
+
+// The packed rows [T, qkv_width]; returns T.
+int64_t check_qkv(const std::string& op, const Tensor& qkv, const HeadLayout& layout) {
+  check_head_layout(layout);
+  LOCKSTEP_CHECK(qkv.defined(), op, ": qkv: tensor is empty (not allocated)");
+  LOCKSTEP_CHECK(qkv.rank() == 2, op, ": qkv: expected [T, ", layout.qkv_width(), "] rows, got ",
+                 qkv.describe());
+  check_act(qkv, (op + ": qkv").c_str(), qkv.device(), {qkv.dim(0), layout.qkv_width()});
+  return qkv.dim(0);
+}
+
+// An i32 vector on `device`; returns its length.
+int64_t check_index_vector(const Tensor& t, const std::string& what, Device device) {
+  check_tensor(t, what.c_str(), DType::i32, device);
+  LOCKSTEP_CHECK(t.rank() == 1, what, ": expected a 1-D tensor, got ", t.describe());
+  return t.dim(0);
+}
+
+// i32 [S + 1] offsets into T rows; returns S.
+int64_t check_cu_seqlens_shape(const Tensor& cu, const std::string& what, Device device) {
+  const int64_t n = check_index_vector(cu, what, device);
+  LOCKSTEP_CHECK(n >= 1, what, ": expected [S + 1] offsets, got ", cu.describe());
+  return n - 1;
+}
+
+void check_cu_seqlens_values(const Tensor& cu, const std::string& what, int64_t T) {
+  const int32_t* c = cu.data_as<int32_t>();
+  const int64_t S = cu.dim(0) - 1;
+  LOCKSTEP_CHECK(c[0] == 0, what, ": must start at 0, got ", c[0]);
+  for (int64_t s = 0; s < S; ++s)
+    LOCKSTEP_CHECK(c[s + 1] >= c[s], what, ": must not decrease, got ", c[s], " then ", c[s + 1],
+                   " at index ", s + 1);
+  LOCKSTEP_CHECK(c[S] == T, what, ": must end at the number of rows T = ", T, ", got ", c[S]);
+}
+
+// k_cache and v_cache: [num_blocks, block_size, kv_heads, head_dim]; returns the slot count.
+int64_t check_caches(const std::string& op, const Tensor& k_cache, const Tensor& v_cache,
+                     const HeadLayout& layout, Device device) {
+  LOCKSTEP_CHECK(k_cache.defined(), op, ": k_cache: tensor is empty (not allocated)");
+  LOCKSTEP_CHECK(k_cache.rank() == 4, op, ": k_cache: expected [num_blocks, block_size, ",
+                 layout.kv_heads, ", ", layout.head_dim, "], got ", k_cache.describe());
+  const Shape shape{k_cache.dim(0), k_cache.dim(1), layout.kv_heads, layout.head_dim};
+  check_act(k_cache, (op + ": k_cache").c_str(), device, shape);
+  check_act(v_cache, (op + ": v_cache").c_str(), device, shape);
+  return shape[0] * shape[1];
+}
+
+}  // namespace
+
+void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, const Tensor& cu_seqlens,
+                       const HeadLayout& layout) {
+  const std::string op = "attention_forward";
+  const int64_t T = check_qkv(op, qkv, layout);
+  const Device device = qkv.device();
+  check_cu_seqlens_shape(cu_seqlens, op + ": cu_seqlens", device);
+  check_act(out, "attention_forward: out", device, {T, layout.q_width()});
+  check_tensor(lse, "attention_forward: lse", DType::f32, device);
+  check_shape(lse, "attention_forward: lse", {T, layout.q_heads});
+  if (device == Device::cuda) LOCKSTEP_NO_CUDA_OP("attention_forward");
+  check_cu_seqlens_values(cu_seqlens, op + ": cu_seqlens", T);
+  cpu::attention_forward(out, lse, qkv, cu_seqlens, layout);
+}
+
+void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                        const Tensor& lse, const Tensor& cu_seqlens, const HeadLayout& layout) {
+  const std::string op = "attention_backward";
+  const int64_t T = check_qkv(op, qkv, layout);
+  const Device device = qkv.device();
+  check_cu_seqlens_shape(cu_seqlens, op + ": cu_seqlens", device);
+  check_act(dout, "attention_backward: dout", device, {T, layout.q_width()});
+  check_act(out, "attention_backward: out", device, {T, layout.q_width()});
+  check_tensor(lse, "attention_backward: lse", DType::f32, device);
+  check_shape(lse, "attention_backward: lse", {T, layout.q_heads});
+  check_act(dqkv, "attention_backward: dqkv", device, {T, layout.qkv_width()});
+  if (device == Device::cuda) LOCKSTEP_NO_CUDA_OP("attention_backward");
+  check_cu_seqlens_values(cu_seqlens, op + ": cu_seqlens", T);
+  cpu::attention_backward(dqkv, dout, qkv, out, lse, cu_seqlens, layout);
+}
+
+void kv_cache_write(Tensor& k_cache, Tensor& v_cache, const Tensor& qkv, const Tensor& slots,
+                    const HeadLayout& layout) {
+  const std::string op = "kv_cache_write";
+  const int64_t T = check_qkv(op, qkv, layout);
+  const Device device = qkv.device();
+  const int64_t capacity = check_caches(op, k_cache, v_cache, layout, device);
+  check_tensor(slots, "kv_cache_write: slots", DType::i32, device);
+  check_shape(slots, "kv_cache_write: slots", {T});
+  if (device == Device::cuda) LOCKSTEP_NO_CUDA_OP("kv_cache_write");
+  // Two rows writing one slot would race: the cache would depend on the thread schedule.
+  std::vector<std::pair<int32_t, int64_t>> by_slot(static_cast<size_t>(T));
+  const int32_t* s = slots.data_as<int32_t>();
+  for (int64_t t = 0; t < T; ++t) {
+    LOCKSTEP_CHECK(s[t] >= 0 && s[t] < capacity, "kv_cache_write: slots: row ", t, " has slot ",
+                   s[t], ", outside the cache's ", capacity, " slots (num_blocks · block_size)");
+    by_slot[size_t(t)] = {s[t], t};
+  }
+  std::sort(by_slot.begin(), by_slot.end());
+  for (size_t i = 1; i < by_slot.size(); ++i)
+    LOCKSTEP_CHECK(by_slot[i].first != by_slot[i - 1].first, "kv_cache_write: slots: rows ",
+                   by_slot[i - 1].second, " and ", by_slot[i].second, " both write slot ",
+                   by_slot[i].first);
+  cpu::kv_cache_write(k_cache, v_cache, qkv, slots, layout);
+}
+
+void attention_paged(Tensor& out, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
+                     const Tensor& block_tables, const Tensor& cu_seqlens_q,
+                     const Tensor& context_lens, const HeadLayout& layout) {
+  const std::string op = "attention_paged";
+  const int64_t T = check_qkv(op, qkv, layout);
+  const Device device = qkv.device();
+  check_caches(op, k_cache, v_cache, layout, device);
+  const int64_t S = check_index_vector(context_lens, op + ": context_lens", device);
+  LOCKSTEP_CHECK(check_cu_seqlens_shape(cu_seqlens_q, op + ": cu_seqlens_q", device) == S, op,
+                 ": cu_seqlens_q: expected [S + 1] = [", S + 1,
+                 "] offsets (S from context_lens), got ", cu_seqlens_q.describe());
+  check_tensor(block_tables, "attention_paged: block_tables", DType::i32, device);
+  LOCKSTEP_CHECK(block_tables.rank() == 2 && block_tables.dim(0) == S,
+                 "attention_paged: block_tables: expected [S = ", S, ", max_blocks], got ",
+                 block_tables.describe());
+  check_act(out, "attention_paged: out", device, {T, layout.q_width()});
+  if (device == Device::cuda) LOCKSTEP_NO_CUDA_OP("attention_paged");
+
+  check_cu_seqlens_values(cu_seqlens_q, op + ": cu_seqlens_q", T);
+  const int32_t* cu = cu_seqlens_q.data_as<int32_t>();
+  const int32_t* lens = context_lens.data_as<int32_t>();
+  const int32_t* tables = block_tables.data_as<int32_t>();
+  const int64_t num_blocks = k_cache.dim(0), block_size = k_cache.dim(1);
+  const int64_t max_blocks = block_tables.dim(1);
+  for (int64_t s = 0; s < S; ++s) {
+    const int64_t n_q = cu[s + 1] - cu[s], len = lens[s];
+    LOCKSTEP_CHECK(len >= n_q, "attention_paged: context_lens: sequence ", s, " has ", n_q,
+                   " query rows but a context of ", len,
+                   " positions (its queries are its last positions)");
+    const int64_t blocks = (len + block_size - 1) / block_size;
+    LOCKSTEP_CHECK(blocks <= max_blocks, "attention_paged: context_lens: sequence ", s, " has ",
+                   len, " positions, more than block_tables' ", max_blocks, " blocks of ",
+                   block_size, " hold");
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int32_t block = tables[s * max_blocks + b];
+      LOCKSTEP_CHECK(block >= 0 && block < num_blocks, "attention_paged: block_tables: entry [", s,
+                     ", ", b, "] is ", block,
+                     ", not a block of the cache (num_blocks = ", num_blocks, ")");
+    }
+  }
+  cpu::attention_paged(out, qkv, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens,
+                       layout);
+}
+
+}  // namespace lockstep

@@ -1,0 +1,18 @@
+// ops/attention_backends.h — per-backend entry points for ops/attention.h; arguments (shapes,
+// dtypes, cu_seqlens, block tables, slots) are checked by ops/attention.cpp.
+#pragma once
+
+#include "core/tensor.h"
+#include "ops/head_layout.h"
+
+namespace lockstep::cpu {
+void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, const Tensor& cu_seqlens,
+                       const HeadLayout& layout);
+void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                        const Tensor& lse, const Tensor& cu_seqlens, const HeadLayout& layout);
+void kv_cache_write(Tensor& k_cache, Tensor& v_cache, const Tensor& qkv, const Tensor& slots,
+                    const HeadLayout& layout);
+void attention_paged(Tensor& out, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
+                     const Tensor& block_tables, const Tensor& cu_seqlens_q,
+                     const Tensor& context_lens, const HeadLayout& layout);
+}  // namespace lockstep::cpu
