@@ -44,6 +44,18 @@ void check_weight(const Fp8Weight& w, Device device) {
                  w.wt.data.describe());
 }
 
+// Operands of the bf16 recipe: both bf16, or both f32 on the CPU (the fp32 recipe of gradient
+// checks and comparisons with PyTorch).
+void check_operands(const Tensor& a, const char* a_what, const Tensor& b, const char* b_what) {
+  LOCKSTEP_CHECK(a.defined(), a_what, ": tensor is empty (not allocated)");
+  LOCKSTEP_CHECK(a.dtype() == DType::bf16 || a.dtype() == DType::f32, a_what,
+                 ": expected dtype bf16 (or f32 on the CPU), got ", a.describe());
+  LOCKSTEP_CHECK(!(a.dtype() == DType::f32 && a.is_cuda()), a_what,
+                 ": f32 GEMM operands are CPU-only, got ", a.describe());
+  check_matrix(a, a_what, a.dtype(), a.device());
+  check_matrix(b, b_what, a.dtype(), a.device());
+}
+
 void check_k(int64_t a, int64_t b, const char* op, const Tensor& x, const Tensor& y) {
   LOCKSTEP_CHECK(a == b, op, ": inner dimensions differ: ", x.describe(), " and ", y.describe());
 }
@@ -51,37 +63,34 @@ void check_k(int64_t a, int64_t b, const char* op, const Tensor& x, const Tensor
 #if LOCKSTEP_HAS_CUDA
 #define LOCKSTEP_ON_CUDA(call) call
 #else
-#define LOCKSTEP_ON_CUDA(call) fail("this build has no CUDA backend; GEMM on CUDA tensors needs one")
+#define LOCKSTEP_ON_CUDA(call) \
+  fail("this build has no CUDA backend; GEMM on CUDA tensors needs one")
 #endif
 
 }  // namespace
 
 void gemm_fprop(Tensor& y, const Tensor& x, const Tensor& w) {
-  check_matrix(x, "gemm_fprop: x", DType::bf16, x.device());
-  check_matrix(w, "gemm_fprop: w", DType::bf16, x.device());
+  check_operands(x, "gemm_fprop: x", w, "gemm_fprop: w");
   check_k(x.dim(1), w.dim(1), "gemm_fprop", x, w);
   check_output(y, "gemm_fprop: y", x.device(), {x.dim(0), w.dim(0)});
-  if (!x.is_cuda()) return cpu::gemm_tn_bf16(y, x, w, false);
+  if (!x.is_cuda()) return cpu::gemm_tn(y, {x}, {w}, false);
   LOCKSTEP_ON_CUDA(cuda::gemm_fprop_bf16(y, x, w));
 }
 
 void gemm_dgrad(Tensor& dx, const Tensor& dy, const Tensor& w) {
-  check_matrix(dy, "gemm_dgrad: dy", DType::bf16, dy.device());
-  check_matrix(w, "gemm_dgrad: w", DType::bf16, dy.device());
+  check_operands(dy, "gemm_dgrad: dy", w, "gemm_dgrad: w");
   check_k(dy.dim(1), w.dim(0), "gemm_dgrad", dy, w);
   check_output(dx, "gemm_dgrad: dx", dy.device(), {dy.dim(0), w.dim(1)});
-  if (!dy.is_cuda()) return cpu::gemm_tn_bf16(dx, dy, cpu::transpose_bf16(w), false);
+  if (!dy.is_cuda()) return cpu::gemm_tn(dx, {dy}, {w, true}, false);
   LOCKSTEP_ON_CUDA(cuda::gemm_dgrad_bf16(dx, dy, w));
 }
 
 void gemm_wgrad(Tensor& dw, const Tensor& dy, const Tensor& x, bool accumulate) {
-  check_matrix(dy, "gemm_wgrad: dy", DType::bf16, dy.device());
-  check_matrix(x, "gemm_wgrad: x", DType::bf16, dy.device());
+  check_operands(dy, "gemm_wgrad: dy", x, "gemm_wgrad: x");
   check_k(dy.dim(0), x.dim(0), "gemm_wgrad", dy, x);
   check_matrix(dw, "gemm_wgrad: dw", DType::f32, dy.device());
   check_shape(dw, "gemm_wgrad: dw", {dy.dim(1), x.dim(1)});
-  if (!dy.is_cuda())
-    return cpu::gemm_tn_bf16(dw, cpu::transpose_bf16(dy), cpu::transpose_bf16(x), accumulate);
+  if (!dy.is_cuda()) return cpu::gemm_tn(dw, {dy, true}, {x, true}, accumulate);
   LOCKSTEP_ON_CUDA(cuda::gemm_wgrad_bf16(dw, dy, x, accumulate));
 }
 

@@ -7,15 +7,19 @@
 //   entropy[t]  = lse[t] − Σ_v p[t, v] · z[t, v],   p = exp(z − lse)
 //
 // The vocabulary is walked in chunks of kVocabChunk: each chunk's logits are computed by GEMM,
-// folded into a running (max, Σexp, Σexp·z) per row in increasing v, and dropped. logits_logprob
-// applies the same fold to full logits rows (the rollout's sampling logits), so on the CPU both
-// give identical bits for identical logits.
+// folded into a running (m = max z, s = Σexp(z − m), d = Σexp(z − m)·(z − m)) per row in
+// increasing v (rescaled when m grows), and dropped; entropy = log s − d/s adds two non-negative
+// terms. logits_logprob applies the same fold to full logits rows (the rollout's sampling logits),
+// so on the CPU both give identical bits for identical logits, and lm_head_logits' elements equal
+// the logits the forward folds.
 //
 // Backward (recomputes each chunk's logits): with dlogprob[t], dentropy[t] (either may be
 // undefined = zero),
 //   dz[t, v] = dlogprob[t] · (1[v = targets[t]] − p) + dentropy[t] · (−p · (log p + entropy[t]))
 //   dh += dz · w / temperature    (dh f32/bf16 [T, H], overwritten)
 //   dw += dzᵀ · h / temperature   (dw f32 [V, H], accumulates)
+// dz / temperature is rounded to h's dtype before the two GEMMs (bf16 GEMM operands in the bf16
+// recipe; f32 stays f32); dh is summed over the chunks in fp32 and rounded once.
 //
 // h: [T, H]; w: [V, H]; targets: i32 [T] in [0, V); logprob, entropy, lse: f32 [T].
 #pragma once
