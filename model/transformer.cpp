@@ -1,0 +1,322 @@
+// model/transformer.cpp
+#include "model/transformer.h"
+
+#include <cstring>
+
+#include "core/error.h"
+#include "ops/attention.h"
+#include "ops/elementwise.h"
+#include "ops/embedding.h"
+#include "ops/lm_head.h"
+#include "ops/qkv_rope.h"
+#include "ops/rmsnorm.h"
+#include "ops/swiglu.h"
+
+namespace lockstep {
+
+struct Transformer::LayerActivations {
+  Tensor x, input_rstd;      // layer input (residual), its norm's rstd
+  LinearInput qkv_in;        // normed x as the qkv projection keeps it
+  Tensor qkv_raw, qk_rstd;   // projection output before q/k norm + RoPE
+  Tensor qkv, attn, lse;     // attention input, output, log-sum-exp
+  Tensor h, post_rstd;       // residual after attention, its norm's rstd
+  LinearInput gate_up_in;
+  Tensor gate_up;            // SwiGLU input
+  LinearInput down_in;
+};
+
+struct TrainActivations {
+  Tensor tokens, targets, cu_seqlens, positions;
+  float temperature = 1;
+  std::vector<Transformer::LayerActivations> layers;
+  Tensor x_final, final_rstd, h_final, lse;
+};
+
+namespace {
+
+// A host copy of a small i32 tensor, wherever it lives.
+std::vector<int32_t> host_i32(const Tensor& t) {
+  const Tensor c = t.device() == Device::cpu ? t : t.to(Device::cpu);
+  const int32_t* p = c.data_as<int32_t>();
+  return {p, p + c.numel()};
+}
+
+void check_i32_vector(const Tensor& t, const char* what) {
+  check_tensor(t, what, DType::i32, t.device());
+  LOCKSTEP_CHECK(t.rank() == 1, what, ": expected a 1-D tensor, got ", t.describe());
+}
+
+// positions[t] = t − (start of t's sequence), from checked cu_seqlens.
+Tensor positions_of(const Tensor& cu_seqlens, int64_t tokens, Device device) {
+  const std::vector<int32_t> cu = host_i32(cu_seqlens);
+  LOCKSTEP_CHECK(cu.size() >= 2 && cu.front() == 0 && cu.back() == tokens,
+                 "batch: cu_seqlens must run from 0 to the token count ", tokens);
+  Tensor pos = Tensor::empty({tokens}, DType::i32);
+  int32_t* p = pos.data_as<int32_t>();
+  for (size_t s = 0; s + 1 < cu.size(); ++s) {
+    LOCKSTEP_CHECK(cu[s] <= cu[s + 1], "batch: cu_seqlens must not decrease (entry ", s + 1, ")");
+    for (int32_t t = cu[s]; t < cu[s + 1]; ++t) p[t] = t - cu[s];
+  }
+  return device == Device::cpu ? pos : pos.to(device);
+}
+
+std::optional<RopeScaling> rope_scaling_of(const ModelConfig& c) {
+  if (!c.rope_scaling) return std::nullopt;
+  return RopeScaling{c.rope_scaling->factor, c.rope_scaling->low_freq_factor,
+                     c.rope_scaling->high_freq_factor,
+                     double(c.rope_scaling->original_max_position_embeddings)};
+}
+
+}  // namespace
+
+Transformer::Transformer(const ModelConfig& config, ModelParameters params, Recipe recipe)
+    : config_(config),
+      recipe_(recipe),
+      layout_{config.num_attention_heads, config.num_key_value_heads, config.head_dim},
+      eps_(float(config.rms_norm_eps)),
+      params_(std::move(params)) {
+  check_head_layout(layout_);
+  LOCKSTEP_CHECK(params_.layers.size() == size_t(config.num_hidden_layers),
+                 "model: parameters have ", params_.layers.size(), " layers, the config ",
+                 config.num_hidden_layers);
+  LOCKSTEP_CHECK(recipe != Recipe::fp32 || device() == Device::cpu,
+                 "the fp32 recipe runs on the CPU only");
+  grads_ = ModelParameters::zeros(config_, device());
+  for (LayerParameters& l : params_.layers)
+    weights_.push_back({LinearWeight(recipe_, l.qkv), LinearWeight(recipe_, l.o),
+                        LinearWeight(recipe_, l.gate_up), LinearWeight(recipe_, l.down)});
+  const Tensor freq = rope_inv_freq(config_.head_dim, config_.rope_theta, rope_scaling_of(config_));
+  inv_freq_ = device() == Device::cpu ? freq : freq.to(device());
+  refresh_weights();
+}
+
+DType Transformer::activation_dtype() const { return lockstep::activation_dtype(recipe_); }
+Device Transformer::device() const { return params_.embed.device(); }
+
+Tensor Transformer::empty_act(int64_t rows, int64_t cols) const {
+  return Tensor::empty({rows, cols}, activation_dtype(), device());
+}
+
+void Transformer::refresh_weights() {
+  for (LayerWeights& w : weights_)
+    for (LinearWeight* l : {&w.qkv, &w.o, &w.gate_up, &w.down}) l->refresh();
+  if (recipe_ == Recipe::fp32) {
+    embed_ = params_.embed;
+    head_ = params_.lm_head;
+    return;
+  }
+  auto bf16_copy = [&](Tensor& copy, const Tensor& master) {
+    if (!master.defined()) return;
+    if (!copy.defined()) copy = Tensor::empty(master.shape(), DType::bf16, device());
+    convert(copy, master);
+  };
+  bf16_copy(embed_, params_.embed);
+  bf16_copy(head_, params_.lm_head);
+}
+
+Tensor Transformer::layer_forward(size_t i, const Tensor& x, const Tensor& positions,
+                                  const Attend& attend, LayerActivations* save) {
+  const LayerParameters& p = params_.layers[i];
+  const LayerWeights& w = weights_[i];
+  const int64_t t = x.dim(0), hidden = config_.hidden_size;
+  const bool train = save != nullptr;
+
+  Tensor xn = empty_act(t, hidden), input_rstd = Tensor::empty({t}, DType::f32, device());
+  rmsnorm_forward(xn, input_rstd, x, p.input_norm, eps_);
+  LinearInput qkv_in = linear_input(recipe_, xn, train);
+  Tensor qkv_raw = empty_act(t, layout_.qkv_width());
+  linear_forward(qkv_raw, qkv_in, w.qkv, p.qkv_bias);
+
+  Tensor qkv = empty_act(t, layout_.qkv_width()), qk_rstd;
+  if (config_.qk_norm)
+    qk_rstd = Tensor::empty({t, layout_.q_heads + layout_.kv_heads}, DType::f32, device());
+  qkv_rope_forward(qkv, qk_rstd, qkv_raw, positions, inv_freq_, p.q_norm, p.k_norm, layout_, eps_);
+  Tensor attn = empty_act(t, layout_.q_width());
+  attend(i, attn, qkv, save);
+
+  // The attention output is kept for the attention backward anyway; in fp8 the o projection's
+  // columnwise copy is remade from it there rather than stored.
+  Tensor h = empty_act(t, hidden);
+  linear_forward(h, linear_input(recipe_, attn, false), w.o, p.o_bias);
+  add_into(h, x);
+
+  Tensor hn = empty_act(t, hidden), post_rstd = Tensor::empty({t}, DType::f32, device());
+  rmsnorm_forward(hn, post_rstd, h, p.post_norm, eps_);
+  LinearInput gate_up_in = linear_input(recipe_, hn, train);
+  Tensor gate_up = empty_act(t, 2 * config_.intermediate_size);
+  linear_forward(gate_up, gate_up_in, w.gate_up, p.gate_up_bias);
+  Tensor a = empty_act(t, config_.intermediate_size);
+  swiglu_forward(a, gate_up);
+  LinearInput down_in = linear_input(recipe_, a, train);
+  Tensor out = empty_act(t, hidden);
+  linear_forward(out, down_in, w.down, p.down_bias);
+  add_into(out, h);
+
+  if (train) {
+    keep_for_backward(qkv_in);
+    keep_for_backward(gate_up_in);
+    keep_for_backward(down_in);
+    save->x = x;
+    save->input_rstd = input_rstd;
+    save->qkv_in = std::move(qkv_in);
+    save->qkv_raw = qkv_raw;
+    save->qk_rstd = qk_rstd;
+    save->qkv = qkv;
+    save->attn = attn;
+    save->h = h;
+    save->post_rstd = post_rstd;
+    save->gate_up_in = std::move(gate_up_in);
+    save->gate_up = gate_up;
+    save->down_in = std::move(down_in);
+  }
+  return out;
+}
+
+Tensor Transformer::layer_backward(size_t i, LayerActivations& s, const Tensor& dout,
+                                   const Tensor& positions, const Tensor& cu_seqlens) {
+  const LayerParameters& p = params_.layers[i];
+  LayerParameters& g = grads_.layers[i];
+  const LayerWeights& w = weights_[i];
+  const int64_t t = dout.dim(0), hidden = config_.hidden_size;
+
+  // out = h + down(swiglu(gate_up(norm(h))))
+  Tensor da = empty_act(t, config_.intermediate_size);
+  linear_backward(da, g.down, g.down_bias, dout, s.down_in, w.down);
+  Tensor dgate_up = empty_act(t, 2 * config_.intermediate_size);
+  swiglu_backward(dgate_up, da, s.gate_up);
+  Tensor dhn = empty_act(t, hidden);
+  linear_backward(dhn, g.gate_up, g.gate_up_bias, dgate_up, s.gate_up_in, w.gate_up);
+  Tensor dh = empty_act(t, hidden);
+  rmsnorm_backward(dh, g.post_norm, dhn, s.h, p.post_norm, s.post_rstd);
+  add_into(dh, dout);
+
+  // h = x + o(attention(rope(qk_norm(qkv(norm(x))))))
+  Tensor dattn = empty_act(t, layout_.q_width());
+  linear_backward(dattn, g.o, g.o_bias, dh, linear_saved_input(recipe_, s.attn), w.o);
+  Tensor dqkv = empty_act(t, layout_.qkv_width());
+  attention_backward(dqkv, dattn, s.qkv, s.attn, s.lse, cu_seqlens, layout_);
+  Tensor dqkv_raw = empty_act(t, layout_.qkv_width());
+  qkv_rope_backward(dqkv_raw, g.q_norm, g.k_norm, dqkv, s.qkv_raw, positions, inv_freq_, p.q_norm,
+                    p.k_norm, s.qk_rstd, layout_);
+  Tensor dxn = empty_act(t, hidden);
+  linear_backward(dxn, g.qkv, g.qkv_bias, dqkv_raw, s.qkv_in, w.qkv);
+  Tensor dx = empty_act(t, hidden);
+  rmsnorm_backward(dx, g.input_norm, dxn, s.x, p.input_norm, s.input_rstd);
+  add_into(dx, dh);
+  return dx;
+}
+
+Tensor Transformer::trunk(const TrainBatch& batch, TrainActivations* saved) {
+  check_i32_vector(batch.tokens, "batch tokens");
+  check_i32_vector(batch.targets, "batch targets");
+  check_i32_vector(batch.cu_seqlens, "batch cu_seqlens");
+  const int64_t t = batch.tokens.dim(0);
+  LOCKSTEP_CHECK(batch.targets.dim(0) == t, "batch: ", t, " tokens but ", batch.targets.dim(0),
+                 " targets");
+  const Tensor positions = positions_of(batch.cu_seqlens, t, device());
+
+  Tensor x = empty_act(t, config_.hidden_size);
+  embedding_forward(x, batch.tokens, embed_);
+  const Attend attend = [&](size_t, Tensor& out, const Tensor& qkv, LayerActivations* save) {
+    Tensor lse = Tensor::empty({qkv.dim(0), layout_.q_heads}, DType::f32, device());
+    attention_forward(out, lse, qkv, batch.cu_seqlens, layout_);
+    if (save) save->lse = lse;
+  };
+  if (saved) saved->layers.resize(params_.layers.size());
+  for (size_t i = 0; i < params_.layers.size(); ++i)
+    x = layer_forward(i, x, positions, attend, saved ? &saved->layers[i] : nullptr);
+
+  Tensor h = empty_act(t, config_.hidden_size), rstd = Tensor::empty({t}, DType::f32, device());
+  rmsnorm_forward(h, rstd, x, params_.final_norm, eps_);
+  if (saved) {
+    saved->tokens = batch.tokens;
+    saved->targets = batch.targets;
+    saved->cu_seqlens = batch.cu_seqlens;
+    saved->positions = positions;
+    saved->x_final = x;
+    saved->final_rstd = rstd;
+    saved->h_final = h;
+  }
+  return h;
+}
+
+TrainForward Transformer::forward(const TrainBatch& batch, float temperature, bool for_backward) {
+  LOCKSTEP_CHECK(temperature > 0, "temperature must be positive, got ", temperature);
+  auto saved = for_backward ? std::make_shared<TrainActivations>() : nullptr;
+  const Tensor h = trunk(batch, saved.get());
+  const int64_t t = h.dim(0);
+  TrainForward result;
+  result.logprob = Tensor::empty({t}, DType::f32, device());
+  result.entropy = Tensor::empty({t}, DType::f32, device());
+  Tensor lse = Tensor::empty({t}, DType::f32, device());
+  lm_head_logprob_forward(result.logprob, result.entropy, lse, h, head_weight(), batch.targets,
+                          temperature);
+  if (saved) {
+    saved->temperature = temperature;
+    saved->lse = lse;
+    result.saved = std::move(saved);
+  }
+  return result;
+}
+
+Tensor Transformer::hidden_states(const TrainBatch& batch) { return trunk(batch, nullptr); }
+
+void Transformer::backward(TrainForward& forward, const Tensor& dlogprob, const Tensor& dentropy) {
+  LOCKSTEP_CHECK(forward.saved, "backward: the forward was run without for_backward, or its ",
+                 "activations were already used by a backward");
+  const std::shared_ptr<TrainActivations> s = std::move(forward.saved);
+  const int64_t t = s->tokens.dim(0), hidden = config_.hidden_size;
+
+  Tensor dh = empty_act(t, hidden);
+  Tensor& dhead = config_.tie_word_embeddings ? grads_.embed : grads_.lm_head;
+  lm_head_logprob_backward(dh, dhead, dlogprob, dentropy, s->h_final, head_weight(), s->targets,
+                           s->lse, forward.entropy, s->temperature);
+  Tensor dx = empty_act(t, hidden);
+  rmsnorm_backward(dx, grads_.final_norm, dh, s->x_final, params_.final_norm, s->final_rstd);
+  for (size_t i = params_.layers.size(); i-- > 0;) {
+    dx = layer_backward(i, s->layers[i], dx, s->positions, s->cu_seqlens);
+    s->layers[i] = LayerActivations();  // free as we go
+  }
+  embedding_backward(grads_.embed, s->tokens, dx);
+}
+
+Tensor Transformer::forward_infer(const InferBatch& batch, KvCache& cache) {
+  check_i32_vector(batch.tokens, "infer batch tokens");
+  check_i32_vector(batch.cu_seqlens_q, "infer batch cu_seqlens_q");
+  LOCKSTEP_CHECK(cache.k.size() == params_.layers.size(), "KV cache has ", cache.k.size(),
+                 " layers, the model ", params_.layers.size());
+  const int64_t t = batch.tokens.dim(0);
+
+  Tensor x = empty_act(t, config_.hidden_size);
+  embedding_forward(x, batch.tokens, embed_);
+  const Attend attend = [&](size_t i, Tensor& out, const Tensor& qkv, LayerActivations*) {
+    kv_cache_write(cache.k[i], cache.v[i], qkv, batch.slots, layout_);
+    attention_paged(out, qkv, cache.k[i], cache.v[i], batch.block_tables, batch.cu_seqlens_q,
+                    batch.context_lens, layout_);
+  };
+  for (size_t i = 0; i < params_.layers.size(); ++i)
+    x = layer_forward(i, x, batch.positions, attend, nullptr);
+
+  // Only each sequence's last row goes on to the head.
+  const std::vector<int32_t> cu = host_i32(batch.cu_seqlens_q);
+  const int64_t sequences = int64_t(cu.size()) - 1;
+  Tensor last = empty_act(sequences, config_.hidden_size);
+  for (int64_t s = 0; s < sequences; ++s) {
+    LOCKSTEP_CHECK(cu[size_t(s)] < cu[size_t(s) + 1] && cu[size_t(s) + 1] <= t,
+                   "infer batch: sequence ", s, " has no rows in cu_seqlens_q");
+    Tensor row = last.rows(s, s + 1);
+    row.copy_from(x.rows(cu[size_t(s) + 1] - 1, cu[size_t(s) + 1]));
+  }
+  Tensor h = empty_act(sequences, config_.hidden_size);
+  Tensor rstd = Tensor::empty({sequences}, DType::f32, device());
+  rmsnorm_forward(h, rstd, last, params_.final_norm, eps_);
+  return h;
+}
+
+Tensor Transformer::logits(const Tensor& hidden) const {
+  Tensor out = Tensor::empty({hidden.dim(0), config_.vocab_size}, DType::f32, device());
+  lm_head_logits(out, hidden, head_weight());
+  return out;
+}
+
+}  // namespace lockstep

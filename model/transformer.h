@@ -1,0 +1,131 @@
+// model/transformer.h — the decoder-only transformer of Qwen3, Qwen2.5 and Llama 3, written once
+// against ops/ (every op dispatches on where its tensors live).
+//
+// One layer, with the Hugging Face names of model/hf_checkpoint.h:
+//   h   = x + o_proj(attention(rope(qk_norm(qkv_proj(rmsnorm(x))))))
+//   out = h + down_proj(swiglu(gate_up_proj(rmsnorm(h))))
+// then a final RMSNorm and the LM head (tied to the embeddings or not).
+//
+// Two ways through it:
+//   - training: forward() over a packed batch of sequences (TrainBatch) returns each token's
+//     logprob of its target and the entropy of its next-token distribution, keeping what
+//     backward() needs; backward() adds every parameter's gradient into grads().
+//   - generation: forward_infer() runs new tokens (a prompt, or one token per sequence) against a
+//     paged KV cache and returns the last hidden state of each sequence; logits() and
+//     ops/lm_head.h's logits_logprob() turn it into the sampling distribution.
+// On the CPU the two give identical bits for the same token in the same context (every op computes
+// a row independently of the others); model tests check it in every recipe.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "core/tensor.h"
+#include "io/config.h"
+#include "model/kv_cache.h"
+#include "model/linear.h"
+#include "model/parameters.h"
+#include "model/recipe.h"
+#include "ops/head_layout.h"
+
+namespace lockstep {
+
+// Sequences packed back to back: sequence s holds rows [cu_seqlens[s], cu_seqlens[s+1]), its
+// positions start at 0. targets[t] is the token whose logprob row t gives (normally the next token
+// of the sequence; anything in [0, V) for the last row, whose result the caller ignores).
+struct TrainBatch {
+  Tensor tokens;      // i32 [T]
+  Tensor targets;     // i32 [T]
+  Tensor cu_seqlens;  // i32 [S + 1]
+};
+
+// New tokens of S sequences whose earlier tokens are already in the KV cache (ops/attention.h,
+// attention_paged): sequence s owns rows [cu_seqlens_q[s], cu_seqlens_q[s+1]), its last tokens.
+struct InferBatch {
+  Tensor tokens;        // i32 [T]
+  Tensor positions;     // i32 [T]
+  Tensor slots;         // i32 [T]: where each token's k/v go in the cache
+  Tensor cu_seqlens_q;  // i32 [S + 1]
+  Tensor context_lens;  // i32 [S]: tokens in the cache once these are written
+  Tensor block_tables;  // i32 [S, max_blocks]
+};
+
+// What a training forward keeps for the backward (opaque to callers).
+struct TrainActivations;
+
+struct TrainForward {
+  Tensor logprob;  // f32 [T]
+  Tensor entropy;  // f32 [T]
+  std::shared_ptr<TrainActivations> saved;  // null when the forward was run without backward
+};
+
+class Transformer {
+ public:
+  // `params`: fp32 masters of the config's shapes (ModelParameters::initialized, or
+  // load_hf_parameters). Gradients are allocated (zero) alongside.
+  Transformer(const ModelConfig& config, ModelParameters params, Recipe recipe);
+
+  const ModelConfig& config() const { return config_; }
+  Recipe recipe() const { return recipe_; }
+  DType activation_dtype() const;
+  Device device() const;
+  const HeadLayout& head_layout() const { return layout_; }
+
+  // The fp32 masters. Change them in place, then call refresh_weights().
+  ModelParameters& params() { return params_; }
+  const ModelParameters& params() const { return params_; }
+  ModelParameters& grads() { return grads_; }
+  // Rebuilds the copies the recipe's GEMMs read (bf16, or fp8 blocks) from the masters.
+  void refresh_weights();
+
+  // `temperature` divides the logits (the rollout's sampling distribution, ops/lm_head.h).
+  // With `for_backward` false nothing is kept (logprobs of a frozen or old policy).
+  TrainForward forward(const TrainBatch& batch, float temperature = 1.0f, bool for_backward = true);
+  // dlogprob, dentropy: f32 [T] (either may be undefined: zero). Adds into grads(); consumes the
+  // saved activations.
+  void backward(TrainForward& forward, const Tensor& dlogprob, const Tensor& dentropy);
+
+  // The final-normed hidden state of every row, [T, H] (nothing kept): logits() of it gives the
+  // full logits, for checks against other implementations.
+  Tensor hidden_states(const TrainBatch& batch);
+
+  // Writes the new tokens' k/v into `cache` and returns the final-normed hidden state of each
+  // sequence's last row, [S, H] in the activation dtype.
+  Tensor forward_infer(const InferBatch& batch, KvCache& cache);
+  // f32 [rows, V] logits of hidden states (not divided by a temperature).
+  Tensor logits(const Tensor& hidden) const;
+
+  // The LM head weight as the head GEMM reads it (fp32 master or bf16 copy).
+  const Tensor& head_weight() const { return config_.tie_word_embeddings ? embed_ : head_; }
+
+ private:
+  struct LayerWeights {
+    LinearWeight qkv, o, gate_up, down;
+  };
+  struct LayerActivations;
+  // The attention of a layer: the training one (packed sequences) or the paged inference one.
+  using Attend = std::function<void(size_t layer, Tensor& out, const Tensor& qkv,
+                                    LayerActivations* save)>;
+
+  // Embedding, layers and final norm of a training batch; fills `saved` when given.
+  Tensor trunk(const TrainBatch& batch, TrainActivations* saved);
+  Tensor layer_forward(size_t i, const Tensor& x, const Tensor& positions, const Attend& attend,
+                       LayerActivations* save);
+  Tensor layer_backward(size_t i, LayerActivations& saved, const Tensor& dout,
+                        const Tensor& positions, const Tensor& cu_seqlens);
+  Tensor empty_act(int64_t rows, int64_t cols) const;
+
+  ModelConfig config_;
+  Recipe recipe_;
+  HeadLayout layout_;
+  float eps_;
+  ModelParameters params_, grads_;
+  std::vector<LayerWeights> weights_;
+  Tensor embed_, head_;  // activation-dtype copies (fp32: the masters themselves)
+  Tensor inv_freq_;      // RoPE frequencies, f32 [head_dim / 2]
+
+  friend struct TrainActivations;
+};
+
+}  // namespace lockstep

@@ -1,0 +1,98 @@
+// tests/model/model_test_util.h — tiny model configs, random parameters and batches for the model
+// tests.
+#pragma once
+
+#include <algorithm>
+#include <random>
+#include <vector>
+
+#include "io/config.h"
+#include "model/parameters.h"
+#include "model/transformer.h"
+
+namespace lockstep::testing {
+
+using Sequences = std::vector<std::vector<int32_t>>;
+
+struct TinyShape {
+  int64_t hidden = 16, heads = 4, kv_heads = 2, head_dim = 8, intermediate = 24, layers = 2,
+          vocab = 37;
+  bool tied = false;
+};
+
+// A config of `family` with the family's characteristic features: Qwen3 q/k norms, Qwen2 q/k/v
+// biases, Llama 3 rope scaling (plus o and MLP biases, which Llama configs can switch on).
+inline ModelConfig tiny_config(ModelFamily family, const TinyShape& s = {}) {
+  ModelConfig c;
+  c.family = family;
+  c.hidden_size = s.hidden;
+  c.intermediate_size = s.intermediate;
+  c.num_hidden_layers = s.layers;
+  c.num_attention_heads = s.heads;
+  c.num_key_value_heads = s.kv_heads;
+  c.head_dim = s.head_dim;
+  c.vocab_size = s.vocab;
+  c.max_position_embeddings = 4096;
+  c.rms_norm_eps = 1e-6;
+  c.rope_theta = 100.0;  // small, so rotations differ visibly at the short positions tested
+  c.tie_word_embeddings = s.tied;
+  c.qk_norm = family == ModelFamily::qwen3;
+  c.qkv_bias = family == ModelFamily::qwen2;
+  if (family == ModelFamily::llama) {
+    c.qkv_bias = c.o_bias = c.mlp_bias = true;  // Llama's attention_bias covers q, k, v and o
+    c.rope_scaling = Llama3RopeScaling{8.0, 1.0, 4.0, 64};
+  }
+  return c;
+}
+
+// Weights ~ N(0, 1/fan_in) (activations of order 1, so gradients are well above rounding noise),
+// norm weights 1 + N(0, 0.1²), biases N(0, 0.1²).
+inline ModelParameters random_parameters(const ModelConfig& c, uint64_t seed) {
+  ModelParameters p = ModelParameters::zeros(c);
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal;
+  p.for_each([&](const std::string& name, Tensor& t) {
+    float* v = t.data_as<float>();
+    const bool norm = name.ends_with("norm"), bias = name.ends_with("bias");
+    const float scale = norm || bias ? 0.1f : 1.0f / std::sqrt(float(t.dim(t.rank() - 1)));
+    for (int64_t i = 0; i < t.numel(); ++i) v[i] = (norm ? 1.0f : 0.0f) + scale * normal(rng);
+  });
+  return p;
+}
+
+inline Sequences random_sequences(const std::vector<int>& lengths, int64_t vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int32_t> token(0, int32_t(vocab - 1));
+  Sequences seqs;
+  for (int n : lengths) {
+    seqs.emplace_back(size_t(n));
+    for (int32_t& x : seqs.back()) x = token(rng);
+  }
+  return seqs;
+}
+
+inline Tensor i32_tensor(const std::vector<int32_t>& v) {
+  Tensor t = Tensor::empty({int64_t(v.size())}, DType::i32);
+  std::copy(v.begin(), v.end(), t.data_as<int32_t>());
+  return t;
+}
+
+// Packed batch: targets are the next tokens; a sequence's last row targets token 0 (ignored).
+inline TrainBatch pack(const Sequences& seqs) {
+  std::vector<int32_t> tokens, targets, cu{0};
+  for (const auto& s : seqs) {
+    for (size_t i = 0; i < s.size(); ++i) {
+      tokens.push_back(s[i]);
+      targets.push_back(i + 1 < s.size() ? s[i + 1] : 0);
+    }
+    cu.push_back(int32_t(tokens.size()));
+  }
+  return {i32_tensor(tokens), i32_tensor(targets), i32_tensor(cu)};
+}
+
+inline std::vector<float> to_floats(const Tensor& t) {
+  const float* p = t.data_as<float>();
+  return {p, p + t.numel()};
+}
+
+}  // namespace lockstep::testing

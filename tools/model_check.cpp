@@ -1,0 +1,99 @@
+// tools/model_check.cpp — lockstep_model_check: runs a Hugging Face checkpoint through lockstep's
+// model on the CPU and writes what another implementation can be compared with
+// (scripts/compare_hf.py does it against transformers).
+//
+//   lockstep_model_check MODEL_DIR TOKENS_JSON OUT_DIR [--recipe fp32|bf16|fp8]
+//
+// TOKENS_JSON: {"sequences": [[id, ...], ...]}, packed into one batch (each row's target is the next
+// token; a sequence's last row targets token 0). Writes
+//   OUT_DIR/outputs.safetensors  logits f32 [T, V], logprob f32 [T], entropy f32 [T], loss f32 [1]
+//   OUT_DIR/grads/               the gradient of the loss as a checkpoint (Hugging Face names, f32)
+// where loss = mean of −logprob over every row but each sequence's last (the SFT loss).
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "core/error.h"
+#include "io/file_io.h"
+#include "io/safetensors.h"
+#include "model/hf_checkpoint.h"
+#include "model/sft_loss.h"
+#include "model/transformer.h"
+
+using namespace lockstep;
+
+namespace {
+
+Tensor i32_tensor(const std::vector<int32_t>& v) {
+  Tensor t = Tensor::empty({int64_t(v.size())}, DType::i32);
+  std::copy(v.begin(), v.end(), t.data_as<int32_t>());
+  return t;
+}
+
+int run(const std::string& model_dir, const std::string& tokens_path, const std::string& out_dir,
+        Recipe recipe) {
+  const ModelConfig config = load_model_config(model_dir);
+  Transformer model(config, load_hf_parameters(config, model_dir), recipe);
+
+  const auto doc = nlohmann::json::parse(read_file(tokens_path, "tokens"), nullptr, false);
+  LOCKSTEP_CHECK(doc.is_object() && doc.contains("sequences") && doc["sequences"].is_array(),
+                 tokens_path, ": expected {\"sequences\": [[id, ...], ...]}");
+  std::vector<int32_t> tokens, targets, cu{0};
+  std::vector<float> mask;
+  for (const auto& seq : doc["sequences"]) {
+    LOCKSTEP_CHECK(seq.is_array() && !seq.empty(), tokens_path, ": every sequence must be a ",
+                   "non-empty array of token ids");
+    for (size_t i = 0; i < seq.size(); ++i) {
+      LOCKSTEP_CHECK(seq[i].is_number_integer(), tokens_path, ": token ", i, " is not an integer");
+      tokens.push_back(seq[i].get<int32_t>());
+      targets.push_back(i + 1 < seq.size() ? seq[i + 1].get<int32_t>() : 0);
+      mask.push_back(i + 1 < seq.size() ? 1.0f : 0.0f);
+    }
+    cu.push_back(int32_t(tokens.size()));
+  }
+  const TrainBatch batch{i32_tensor(tokens), i32_tensor(targets), i32_tensor(cu)};
+
+  const Tensor logits = model.logits(model.hidden_states(batch));
+  TrainForward forward = model.forward(batch);
+  Tensor mask_tensor = Tensor::empty({int64_t(mask.size())}, DType::f32);
+  std::copy(mask.begin(), mask.end(), mask_tensor.data_as<float>());
+  const SftLoss loss = sft_loss(forward.logprob, mask_tensor);
+  model.backward(forward, loss.dlogprob, Tensor());
+
+  Tensor loss_tensor = Tensor::empty({1}, DType::f32);
+  loss_tensor.data_as<float>()[0] = float(loss.loss);
+  std::filesystem::create_directories(out_dir);
+  write_safetensors(out_dir + "/outputs.safetensors", {{"logits", logits},
+                                                       {"logprob", forward.logprob},
+                                                       {"entropy", forward.entropy},
+                                                       {"loss", loss_tensor}});
+  save_hf_checkpoint(out_dir + "/grads", config, model.grads(), DType::f32);
+  std::cout << "tokens " << tokens.size() << ", loss " << loss.loss << "\n";
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> positional;
+  Recipe recipe = Recipe::fp32;
+  try {
+    for (int i = 1; i < argc; ++i) {
+      const std::string arg = argv[i];
+      if (arg == "--recipe" && i + 1 < argc)
+        recipe = parse_recipe(argv[++i]);
+      else if (arg.starts_with("--"))
+        fail("unknown option " + arg);
+      else
+        positional.push_back(arg);
+    }
+    if (positional.size() != 3) {
+      std::cerr << "usage: lockstep_model_check MODEL_DIR TOKENS_JSON OUT_DIR [--recipe fp32|bf16|fp8]\n";
+      return 2;
+    }
+    return run(positional[0], positional[1], positional[2], recipe);
+  } catch (const Error& e) {
+    std::cerr << "lockstep_model_check: " << e.what() << "\n";
+    return 1;
+  }
+}
