@@ -1,6 +1,8 @@
 // bench/gemm — TFLOP/s of the bf16 and fp8 linear-layer GEMMs (FProp, DGrad, WGrad) at the
 // Qwen3-1.7B and Qwen3-8B shapes with T = 8192 tokens, FProp at decode shapes, and the GB/s of
-// the FP8 quantization kernels against a measured device-to-device copy.
+// the FP8 quantization kernels against a measured device-to-device copy. Every GEMM is timed
+// twice: with the autotuned algorithm (the default) and with cuBLASLt's first heuristic choice
+// (what LOCKSTEP_GEMM_AUTOTUNE=0 selects).
 // Usage: bench_gemm [--json out.json] [--reps N]
 #include <cuda_runtime.h>
 
@@ -9,12 +11,14 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <string>
 #include <vector>
 
 #include "core/cuda_check.h"
 #include "numerics/quantize.h"
 #include "ops/gemm.h"
+#include "ops/gemm_backends.h"
 
 using namespace lockstep;
 
@@ -42,6 +46,21 @@ double time_ms(const std::function<void()>& fn) {
   return ms[ms.size() / 2];
 }
 
+struct Timing {
+  double tuned, heuristic;  // median ms
+};
+
+// fn timed with autotuned plans and with the heuristic's first choice (each makes its own plan
+// in the warm-up calls).
+Timing time_both(const std::function<void()>& fn) {
+  const int previous = cuda::gemm_set_algo_choice(-1);
+  const double tuned = time_ms(fn);
+  cuda::gemm_set_algo_choice(0);
+  const double heuristic = time_ms(fn);
+  cuda::gemm_set_algo_choice(previous);
+  return {tuned, heuristic};
+}
+
 // Random bf16 / f32 on the device without a host round trip: a counter hash, N(0,1)-ish.
 Tensor random_device(Shape shape, DType dtype) {
   Tensor host = Tensor::empty(shape, dtype);
@@ -67,13 +86,26 @@ const Linear kLinears[] = {
 std::string json_rows;
 void add_json(const std::string& row) { json_rows += (json_rows.empty() ? "  " : ",\n  ") + row; }
 
-void bench_training(int64_t T) {
-  std::printf("\nTraining GEMMs, T = %ld tokens (TFLOP/s; fp8 excludes quantization)\n", long(T));
-  std::printf("(wgrad: dW += dyT x into the fp32 gradient, as with micro-batches; wgrad=: dW = dyT x)\n");
+void print_training_table(const char* title, const double (*tf)[8]) {
+  std::printf("\n%s\n", title);
   std::printf("%-11s %-8s %6s %6s | %8s %8s %6s | %8s %8s %6s | %8s %8s %6s | %8s %8s %6s\n", "model",
               "linear", "N", "K", "fprop16", "fprop8", "x", "dgrad16", "dgrad8", "x", "wgrad16", "wgrad8",
               "x", "wgrad=16", "wgrad=8", "x");
-  for (const Linear& l : kLinears) {
+  for (size_t i = 0; i < std::size(kLinears); ++i) {
+    const Linear& l = kLinears[i];
+    const double* t = tf[i];
+    std::printf("%-11s %-8s %6ld %6ld | %8.0f %8.0f %5.2fx | %8.0f %8.0f %5.2fx | %8.0f %8.0f %5.2fx | %8.0f %8.0f %5.2fx\n",
+                l.model, l.name, long(l.n), long(l.k), t[0], t[1], t[1] / t[0], t[2], t[3], t[3] / t[2], t[4],
+                t[5], t[5] / t[4], t[6], t[7], t[7] / t[6]);
+  }
+}
+
+void bench_training(int64_t T) {
+  const char* names[8] = {"fprop_bf16", "fprop_fp8", "dgrad_bf16", "dgrad_fp8",
+                          "wgrad_acc_bf16", "wgrad_acc_fp8", "wgrad_bf16", "wgrad_fp8"};
+  double tuned[std::size(kLinears)][8], heuristic[std::size(kLinears)][8];
+  for (size_t li = 0; li < std::size(kLinears); ++li) {
+    const Linear& l = kLinears[li];
     const int64_t N = l.n, K = l.k;
     const double flops = 2.0 * double(T) * double(N) * double(K);
     Tensor x = random_device({T, K}, DType::bf16), w = random_device({N, K}, DType::bf16);
@@ -87,30 +119,41 @@ void bench_training(int64_t T) {
     quantize_rows_and_columns(qx, qxt, x);
     quantize_rows_and_columns(qdy, qdyt, dy);
     quantize_weight(qw, w);
-    const double t[8] = {
-        time_ms([&] { gemm_fprop(y, x, w); }),        time_ms([&] { gemm_fprop(y, qx, qw); }),
-        time_ms([&] { gemm_dgrad(dx, dy, w); }),      time_ms([&] { gemm_dgrad(dx, qdy, qw); }),
-        time_ms([&] { gemm_wgrad(dw, dy, x, true); }), time_ms([&] { gemm_wgrad(dw, qdyt, qxt, true); }),
-        time_ms([&] { gemm_wgrad(dw, dy, x, false); }), time_ms([&] { gemm_wgrad(dw, qdyt, qxt, false); })};
-    double tf[8];
-    for (int i = 0; i < 8; ++i) tf[i] = flops / (t[i] * 1e-3) / 1e12;
-    std::printf("%-11s %-8s %6ld %6ld | %8.0f %8.0f %5.2fx | %8.0f %8.0f %5.2fx | %8.0f %8.0f %5.2fx | %8.0f %8.0f %5.2fx\n",
-                l.model, l.name, long(N), long(K), tf[0], tf[1], tf[1] / tf[0], tf[2], tf[3],
-                tf[3] / tf[2], tf[4], tf[5], tf[5] / tf[4], tf[6], tf[7], tf[7] / tf[6]);
-    const char* names[8] = {"fprop_bf16", "fprop_fp8", "dgrad_bf16", "dgrad_fp8",
-                            "wgrad_acc_bf16", "wgrad_acc_fp8", "wgrad_bf16", "wgrad_fp8"};
-    for (int i = 0; i < 8; ++i)
+    const std::function<void()> ops[8] = {
+        [&] { gemm_fprop(y, x, w); },        [&] { gemm_fprop(y, qx, qw); },
+        [&] { gemm_dgrad(dx, dy, w); },      [&] { gemm_dgrad(dx, qdy, qw); },
+        [&] { gemm_wgrad(dw, dy, x, true); }, [&] { gemm_wgrad(dw, qdyt, qxt, true); },
+        [&] { gemm_wgrad(dw, dy, x, false); }, [&] { gemm_wgrad(dw, qdyt, qxt, false); }};
+    for (int i = 0; i < 8; ++i) {
+      const Timing t = time_both(ops[i]);
+      tuned[li][i] = flops / (t.tuned * 1e-3) / 1e12;
+      heuristic[li][i] = flops / (t.heuristic * 1e-3) / 1e12;
       add_json("{\"kind\": \"gemm\", \"model\": \"" + std::string(l.model) + "\", \"linear\": \"" + l.name +
                "\", \"op\": \"" + names[i] + "\", \"T\": " + std::to_string(T) + ", \"N\": " + std::to_string(N) +
-               ", \"K\": " + std::to_string(K) + ", \"ms\": " + std::to_string(t[i]) +
-               ", \"tflops\": " + std::to_string(tf[i]) + "}");
+               ", \"K\": " + std::to_string(K) + ", \"ms\": " + std::to_string(t.tuned) +
+               ", \"tflops\": " + std::to_string(tuned[li][i]) + ", \"ms_heuristic\": " +
+               std::to_string(t.heuristic) + ", \"tflops_heuristic\": " + std::to_string(heuristic[li][i]) + "}");
+    }
+  }
+  const std::string shape = "T = " + std::to_string(T) + " tokens (TFLOP/s; fp8 excludes quantization)";
+  std::printf("\n(wgrad: dW += dyT x into the fp32 gradient, as with micro-batches; wgrad=: dW = dyT x)");
+  print_training_table(("Training GEMMs, autotuned, " + shape).c_str(), tuned);
+  print_training_table(("Training GEMMs, heuristic's first choice (LOCKSTEP_GEMM_AUTOTUNE=0), " + shape).c_str(),
+                       heuristic);
+  std::printf("\nAutotuned speedup over the heuristic's first choice (heuristic time / autotuned time)\n");
+  std::printf("%-11s %-8s | %7s %7s %7s %7s %7s %7s %7s %7s\n", "model", "linear", "fprop16", "fprop8",
+              "dgrad16", "dgrad8", "wgrad16", "wgrad8", "wgrad=16", "wgrad=8");
+  for (size_t li = 0; li < std::size(kLinears); ++li) {
+    std::printf("%-11s %-8s |", kLinears[li].model, kLinears[li].name);
+    for (int i = 0; i < 8; ++i) std::printf(" %6.3fx", tuned[li][i] / heuristic[li][i]);
+    std::printf("\n");
   }
 }
 
 void bench_decode() {
-  std::printf("\nDecode-shape FProp (Qwen3-8B linears): microseconds and TFLOP/s\n");
-  std::printf("%-8s %6s | %9s %9s %7s | %8s %8s\n", "linear", "T", "bf16 us", "fp8 us", "fp8/bf16",
-              "bf16 TF", "fp8 TF");
+  std::printf("\nDecode-shape FProp (Qwen3-8B linears): microseconds and TFLOP/s, autotuned; heuristic's first choice\n");
+  std::printf("%-8s %6s | %9s %9s %7s | %8s %8s | %9s %9s\n", "linear", "T", "bf16 us", "fp8 us", "fp8/bf16",
+              "bf16 TF", "fp8 TF", "bf16 heur", "fp8 heur");
   for (const Linear& l : kLinears) {
     if (std::strcmp(l.model, "qwen3-8b") != 0) continue;
     const int64_t N = l.n, K = l.k;
@@ -121,13 +164,15 @@ void bench_decode() {
       Tensor x = random_device({T, K}, DType::bf16), y = Tensor::empty({T, N}, DType::bf16, Device::cuda);
       Fp8Rows qx = Fp8Rows::empty(T, K, Device::cuda);
       quantize_rows(qx, x);
-      const double a = time_ms([&] { gemm_fprop(y, x, w); }), b = time_ms([&] { gemm_fprop(y, qx, qw); });
+      const Timing a = time_both([&] { gemm_fprop(y, x, w); }), b = time_both([&] { gemm_fprop(y, qx, qw); });
       const double flops = 2.0 * double(T) * double(N) * double(K);
-      std::printf("%-8s %6ld | %9.1f %9.1f %7.2fx | %8.1f %8.1f\n", l.name, long(T), a * 1e3, b * 1e3, a / b,
-                  flops / (a * 1e-3) / 1e12, flops / (b * 1e-3) / 1e12);
+      std::printf("%-8s %6ld | %9.1f %9.1f %7.2fx | %8.1f %8.1f | %9.1f %9.1f\n", l.name, long(T), a.tuned * 1e3,
+                  b.tuned * 1e3, a.tuned / b.tuned, flops / (a.tuned * 1e-3) / 1e12, flops / (b.tuned * 1e-3) / 1e12,
+                  a.heuristic * 1e3, b.heuristic * 1e3);
       add_json("{\"kind\": \"decode\", \"linear\": \"" + std::string(l.name) + "\", \"T\": " + std::to_string(T) +
                ", \"N\": " + std::to_string(N) + ", \"K\": " + std::to_string(K) + ", \"bf16_ms\": " +
-               std::to_string(a) + ", \"fp8_ms\": " + std::to_string(b) + "}");
+               std::to_string(a.tuned) + ", \"fp8_ms\": " + std::to_string(b.tuned) + ", \"bf16_ms_heuristic\": " +
+               std::to_string(a.heuristic) + ", \"fp8_ms_heuristic\": " + std::to_string(b.heuristic) + "}");
     }
   }
 }

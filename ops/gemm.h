@@ -4,7 +4,8 @@
 //   DGrad  dx [T, K] = dy · W
 //   WGrad  dW [N, K] = dyᵀ · x      fp32, overwritten or accumulated (micro-batches)
 //
-// bf16 recipe: bf16 operands, fp32 accumulation, bf16 (or f32) output.
+// bf16 recipe: bf16 operands (or f32 operands, CPU only: the fp32 recipe), fp32 accumulation,
+// bf16 (or f32) output.
 // fp8 recipe (DESIGN.md): x, dy quantized 1×128 along the reduction dimension (Fp8Rows), W as
 // 128×128 blocks (Fp8Weight: DGrad reads its transposed copy), WGrad from the columnwise
 // (transposed, token-padded) copies of dy and x. Every 128-wide K block is summed in fp32, scaled
@@ -20,7 +21,7 @@
 
 namespace lockstep {
 
-// bf16 recipe. y/dx: bf16 or f32.
+// bf16 recipe (x, w, dy both bf16, or both f32 on the CPU). y/dx: bf16 or f32.
 void gemm_fprop(Tensor& y, const Tensor& x, const Tensor& w);
 void gemm_dgrad(Tensor& dx, const Tensor& dy, const Tensor& w);
 void gemm_wgrad(Tensor& dw, const Tensor& dy, const Tensor& x, bool accumulate);

@@ -29,4 +29,7 @@ void gemm_fp8(Tensor& out, const Fp8Rows& act, const Fp8Blocks& weight);  // FPr
 void gemm_wgrad_fp8(Tensor& dw, const Fp8Rows& dy_t, const Fp8Rows& x_t, bool accumulate);
 // Tests: take the padded-token path even where cuBLASLt could run the odd token count natively.
 void gemm_force_token_padding(bool on);
+// Tests and benches: how new plans pick their algorithm: −1 autotune (default), i ≥ 0 the
+// heuristic's i-th candidate. Returns the previous setting.
+int gemm_set_algo_choice(int choice);
 }  // namespace lockstep::cuda

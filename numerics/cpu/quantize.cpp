@@ -10,6 +10,9 @@ namespace lockstep::cpu {
 
 namespace {
 
+inline float to_f32(bf16 b) { return bf16_to_float(b); }
+inline float to_f32(float f) { return f; }
+
 float load(const Tensor& x, int64_t i) {
   return x.dtype() == DType::bf16 ? bf16_to_float(static_cast<const bf16*>(x.data())[i])
                                   : static_cast<const float*>(x.data())[i];
@@ -34,9 +37,20 @@ void rows_from(const float* x, int64_t rows, int64_t cols, Fp8Rows& out, bool po
   }
 }
 
-std::vector<float> to_float(const Tensor& x) {
-  std::vector<float> v(size_t(x.numel()));
-  for (int64_t i = 0; i < x.numel(); ++i) v[size_t(i)] = load(x, i);
+// x widened to fp32 (transposed and zero-padded to `padded_rows` when `transpose`).
+std::vector<float> to_float(const Tensor& x, bool transpose = false, int64_t padded_rows = 0) {
+  const int64_t rows = x.dim(0), cols = x.dim(1);
+  std::vector<float> v(size_t(transpose ? cols * padded_rows : rows * cols), 0.0f);
+  auto widen = [&](auto* p) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j) {
+        const float f = to_f32(p[i * cols + j]);
+        v[size_t(transpose ? j * padded_rows + i : i * cols + j)] = f;
+      }
+  };
+  if (x.dtype() == DType::bf16) widen(x.data_as<bf16>());
+  else widen(x.data_as<float>());
   return v;
 }
 
@@ -49,11 +63,8 @@ void quantize_rows(Fp8Rows& out, const Tensor& x, bool pow2) {
 
 // By definition: the rowwise quantization of xᵀ, zero-padded to whole groups of tokens.
 void quantize_columns(Fp8Rows& out_t, const Tensor& x, bool pow2) {
-  const int64_t t = x.dim(0), k = x.dim(1), tp = out_t.cols();
-  std::vector<float> xt(size_t(k * tp), 0.0f);
-  for (int64_t i = 0; i < t; ++i)
-    for (int64_t j = 0; j < k; ++j) xt[size_t(j * tp + i)] = load(x, i * k + j);
-  rows_from(xt.data(), k, tp, out_t, pow2);
+  const std::vector<float> xt = to_float(x, /*transpose=*/true, out_t.cols());
+  rows_from(xt.data(), x.dim(1), out_t.cols(), out_t, pow2);
 }
 
 void quantize_weight(Fp8Weight& out, const Tensor& w, bool pow2) {

@@ -1,5 +1,20 @@
-// numerics/cuda/quantize.cu — FP8 quantization kernels. Memory-bound: each reads its input once
-// with 16-byte loads and writes every output once; bytes and scales equal the CPU reference's.
+// numerics/cuda/quantize.cu — FP8 quantization kernels; bytes and scales equal the CPU reference's.
+//
+// They are memory-bound (each reads its input once and writes every output once), so they are
+// built to keep HBM busy (docs/benchmarks.md has the numbers):
+// - Every kernel works on 128×128 tiles (one group wide both ways). A thread holds 8 rows × 16
+//   bytes of a tile in registers (Fragment), loaded with 16-byte loads; a half-warp (bf16) or a
+//   warp (f32) reads one 256/512-byte tile row.
+// - Blocks are persistent (as many as fit on the device) and walk the tiles in row-major order,
+//   loading the next tile while quantizing the current one, so the loads of each SM never stop
+//   (a block that loads only after it has finished its arithmetic leaves the memory idle).
+// - The transposed outputs go through a shared-memory byte tile whose layout is swizzled so that
+//   the 8-byte column writes and the 16-byte row reads are free of bank conflicts; every global
+//   store is a full 128-byte line per 8 lanes (transposed) or per half-warp (rowwise).
+// - Amax of bf16 data compares two values per instruction on their raw magnitude bits.
+#include <cuda_fp8.h>
+
+#include <algorithm>
 #include <cstdint>
 
 #include "core/cuda_check.h"
@@ -11,211 +26,290 @@ namespace lockstep::cuda {
 
 namespace {
 
-constexpr int kTile = 128;     // = kQuantGroup: a tile is one group wide in both directions
-constexpr int kThreads = 256;
+constexpr int kTile = 128;  // = kQuantGroup
 
 unsigned blocks_for(int64_t n, int threads) { return unsigned((n + threads - 1) / threads); }
 
-__device__ __forceinline__ float bf16_lo(uint32_t packed) { return __uint_as_float(packed << 16); }
-__device__ __forceinline__ float bf16_hi(uint32_t packed) { return __uint_as_float(packed & 0xffff0000u); }
+__device__ __forceinline__ uint32_t component(const uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
 
-__device__ __forceinline__ uint32_t block_max(uint32_t v, uint32_t* scratch /* [kThreads/32] */) {
+// Four values times `inv`, rounded to E4M3 (first value in the lowest byte). The instruction is
+// quantize_value's (cvt.rn.satfinite.e4m3x2.f32), used two lanes at a time: the same bytes.
+__device__ __forceinline__ uint32_t pack4(float a, float b, float c, float d, float inv) {
+  const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(a * inv, b * inv), __NV_SATFINITE, __NV_E4M3);
+  const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(c * inv, d * inv), __NV_SATFINITE, __NV_E4M3);
+  return lo | hi << 16;
+}
+
+// A 4×4 byte transpose: out[j] holds byte j of a, b, c and d (a's in the lowest byte).
+__device__ __forceinline__ void transpose4(uint32_t a, uint32_t b, uint32_t c, uint32_t d, uint32_t (&out)[4]) {
+  const uint32_t ab01 = __byte_perm(a, b, 0x5140), ab23 = __byte_perm(a, b, 0x7362);
+  const uint32_t cd01 = __byte_perm(c, d, 0x5140), cd23 = __byte_perm(c, d, 0x7362);
+  out[0] = __byte_perm(ab01, cd01, 0x5410);
+  out[1] = __byte_perm(ab01, cd01, 0x7632);
+  out[2] = __byte_perm(ab23, cd23, 0x5410);
+  out[3] = __byte_perm(ab23, cd23, 0x7632);
+}
+
+// The transposed byte tile in shared memory: tq[c][r] is the byte of tile row r, column c. Its
+// 8-byte chunks are XOR-swizzled by (c / 8) % 16: the lanes of a warp write 8 bytes each to
+// columns 8 (bf16) or 4 (f32) apart, which without the swizzle would all hit the same banks.
+__device__ __forceinline__ int tq_offset(int c, int r) { return c * kTile + ((r / 8) ^ (c / 8 % 16)) * 8; }
+
+// 16 bytes of row c of tq (tile rows 16·j .. 16·j + 15), undoing the swizzle: an odd swizzle
+// swaps the two 8-byte halves of a 16-byte chunk.
+__device__ __forceinline__ uint4 tq_row16(const uint8_t* tq, int c, int j) {
+  const int s = c / 8 % 16;
+  const uint4 v = *reinterpret_cast<const uint4*>(tq + c * kTile + (j ^ (s >> 1)) * 16);
+  return s & 1 ? make_uint4(v.z, v.w, v.x, v.y) : v;
+}
+
+// tq to dst (row c of tq at dst + c * ld): 8 lanes per 128-byte row, so each warp stores 4 lines.
+template <int kThreads>
+__device__ __forceinline__ void store_transposed(const uint8_t* tq, uint8_t* dst, int64_t ld) {
+#pragma unroll
+  for (int n = 0; n < kTile * kTile / 16 / kThreads; ++n) {
+    const int i = n * kThreads + threadIdx.x, c = i / 8, j = i % 8;
+    *reinterpret_cast<uint4*>(dst + c * ld + j * 16) = tq_row16(tq, c, j);
+  }
+}
+
+// A thread's share of a 128×128 tile: 8 consecutive rows × kVec consecutive columns, one 16-byte
+// load per row. bf16 (uint16_t): 16 lanes per tile row, 256 threads; f32: 32 lanes, 512 threads.
+template <class In>
+struct Fragment {
+  static constexpr int kVec = 16 / sizeof(In);
+  static constexpr int kLanesPerRow = kTile / kVec;
+  static constexpr int kRows = 8;
+  static constexpr int kThreads = kLanesPerRow * kTile / kRows;
+  uint4 raw[kRows];
+
+  __device__ static int row0() { return threadIdx.x / kLanesPerRow * kRows; }
+  __device__ static int col0() { return threadIdx.x % kLanesPerRow * kVec; }
+
+  // Tile (r_begin, c_begin) of src [rows, ld]; rows past `rows` read as zeros.
+  __device__ void load(const In* src, int64_t ld, int64_t rows, int64_t r_begin, int64_t c_begin) {
+#pragma unroll
+    for (int p = 0; p < kRows; ++p) {
+      const int64_t r = r_begin + row0() + p;
+      raw[p] = r < rows ? *reinterpret_cast<const uint4*>(src + r * ld + c_begin + col0())
+                        : make_uint4(0, 0, 0, 0);
+    }
+  }
+
+  // The value at (row p, column c) widened to fp32 (exact: bf16 is the upper half of an fp32).
+  __device__ float at(int p, int c) const {
+    if constexpr (kVec == 4) {
+      return __uint_as_float(component(raw[p], c));
+    } else {
+      const uint32_t w = component(raw[p], c / 2);
+      return __uint_as_float(c % 2 ? w & 0xffff0000u : w << 16);
+    }
+  }
+
+  // Magnitudes: m maxed with the magnitudes of a 32-bit word's values, compared as integers like
+  // abs_bits does (NaN above infinity). A bf16's magnitude bits order like its fp32's, so bf16
+  // values are compared two at a time (max.u16x2) and only widened by unpack_magnitude.
+  __device__ static uint32_t max_magnitude(uint32_t m, uint32_t word) {
+    if constexpr (kVec == 4) return max(m, word & 0x7fffffffu);
+    else return __vmaxu2(m, word & 0x7fff7fffu);
+  }
+  __device__ static uint32_t unpack_magnitude(uint32_t m) {
+    if constexpr (kVec == 4) return m;
+    else return max(m << 16, m & 0xffff0000u);
+  }
+
+  __device__ uint32_t row_amax(int p) const {
+    uint32_t m = 0;
+#pragma unroll
+    for (int w = 0; w < 4; ++w) m = max_magnitude(m, component(raw[p], w));
+    return unpack_magnitude(m);
+  }
+  __device__ uint32_t amax() const {
+    uint32_t m = 0;
+#pragma unroll
+    for (int p = 0; p < kRows; ++p)
+#pragma unroll
+      for (int w = 0; w < 4; ++w) m = max_magnitude(m, component(raw[p], w));
+    return unpack_magnitude(m);
+  }
+
+  // Bytes of row p, columns 4·i .. 4·i + 3, quantized with `inv`.
+  __device__ uint32_t pack(int p, int i, float inv) const {
+    return pack4(at(p, 4 * i), at(p, 4 * i + 1), at(p, 4 * i + 2), at(p, 4 * i + 3), inv);
+  }
+  // Row p quantized, to dst (the row's first column): kVec bytes.
+  __device__ void store_row(uint8_t* dst, int p, float inv) const {
+    if constexpr (kVec == 4) *reinterpret_cast<uint32_t*>(dst) = pack(p, 0, inv);
+    else *reinterpret_cast<uint2*>(dst) = make_uint2(pack(p, 0, inv), pack(p, 1, inv));
+  }
+  // Column c quantized (8 bytes, one per row), into the transposed tile.
+  __device__ void store_column(uint8_t* tq, int c, float inv) const {
+    *reinterpret_cast<uint2*>(tq + tq_offset(col0() + c, row0())) =
+        make_uint2(pack4(at(0, c), at(1, c), at(2, c), at(3, c), inv),
+                   pack4(at(4, c), at(5, c), at(6, c), at(7, c), inv));
+  }
+  // One scale for the whole fragment: each value is quantized once, its bytes stored to the
+  // rows at dst (row p at dst + p * ld) and, transposed in registers, to tq's columns.
+  __device__ void store_rows_and_columns(uint8_t* dst, int64_t ld, uint8_t* tq, float inv) const {
+    uint32_t rows[kRows][kVec / 4];
+#pragma unroll
+    for (int p = 0; p < kRows; ++p) {
+#pragma unroll
+      for (int i = 0; i < kVec / 4; ++i) rows[p][i] = pack(p, i, inv);
+      if constexpr (kVec == 4) *reinterpret_cast<uint32_t*>(dst + p * ld) = rows[p][0];
+      else *reinterpret_cast<uint2*>(dst + p * ld) = make_uint2(rows[p][0], rows[p][1]);
+    }
+#pragma unroll
+    for (int i = 0; i < kVec / 4; ++i) {
+      uint32_t top[4], bottom[4];  // columns 4·i + j: bytes of rows 0–3 and of rows 4–7
+      transpose4(rows[0][i], rows[1][i], rows[2][i], rows[3][i], top);
+      transpose4(rows[4][i], rows[5][i], rows[6][i], rows[7][i], bottom);
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        *reinterpret_cast<uint2*>(tq + tq_offset(col0() + 4 * i + j, row0())) = make_uint2(top[j], bottom[j]);
+    }
+  }
+};
+
+// Calls process(fragment, r_begin, c_begin) on every 128×128 tile of src [rows, cols] that falls to
+// this block (tiles b, b + gridDim.x, ... in row-major order, so the blocks in flight read one
+// contiguous band), with the next tile's loads issued before the current tile is processed.
+template <class In, class Process>
+__device__ __forceinline__ void for_each_tile(const In* src, int64_t rows, int64_t cols, Process&& process) {
+  const int64_t tiles_c = cols / kTile, tiles = (rows + kTile - 1) / kTile * tiles_c;
+  int64_t tile = blockIdx.x;
+  if (tile >= tiles) return;  // the whole block
+  Fragment<In> cur, next;
+  cur.load(src, cols, rows, tile / tiles_c * kTile, tile % tiles_c * kTile);
+  for (; tile < tiles; tile += gridDim.x) {
+    const int64_t following = tile + gridDim.x;
+    if (following < tiles) next.load(src, cols, rows, following / tiles_c * kTile, following % tiles_c * kTile);
+    process(cur, tile / tiles_c * kTile, tile % tiles_c * kTile);
+    cur = next;
+  }
+}
+
+// Enough persistent blocks to fill the device (capped by the work): occupancy × SMs, queried once.
+// (One device per process: the SM count is that of the device current at the first call.)
+template <auto kKernel>
+unsigned persistent_grid(int threads, int64_t tiles) {
+  static const int64_t resident = [threads] {
+    int device = 0, sms = 0, per_sm = 0;
+    LOCKSTEP_CUDA_CHECK(cudaGetDevice(&device));
+    LOCKSTEP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    LOCKSTEP_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kKernel, threads, 0));
+    return int64_t(sms) * std::max(per_sm, 1);
+  }();
+  return unsigned(std::min(tiles, resident));
+}
+
+using Bf16 = Fragment<uint16_t>;
+
+// x bf16 [T, K]. Rowwise: each token's 128-feature groups -> q [T, K], s [K/128, T]. Columnwise:
+// each feature's groups of 128 tokens -> qt [K, Tp], st [Tp/128, K], tokens past T read as zeros
+// (the columnwise padding).
+template <bool kRowwise, bool kColumnwise>
+__global__ void __launch_bounds__(Bf16::kThreads, 2) quantize_activation_kernel(
+    const uint16_t* __restrict__ x, int64_t T, int64_t K, uint8_t* __restrict__ q,
+    float* __restrict__ s, uint8_t* __restrict__ qt, float* __restrict__ st, int64_t Tp,
+    bool pow2) {
+  constexpr int kWarps = Bf16::kThreads / 32;
+  __shared__ alignas(16) uint8_t tq[kTile * kTile];
+  __shared__ alignas(16) uint32_t col_partial[kWarps][kTile / 2];  // magnitudes, 2 features a word
+  __shared__ alignas(16) float col_inv[kTile];
+  const int tid = threadIdx.x, r0 = Bf16::row0(), c0 = Bf16::col0();
+
+  for_each_tile<uint16_t>(x, T, K, [&](const Bf16& f, int64_t t0, int64_t k0) {
+    if constexpr (kRowwise) {
+      // A token's group is one half-warp's 16 lanes, which share 8 tokens. Lane j < 8 of the
+      // half-warp computes the scale of token j (two divisions a lane, not two per token) and
+      // passes the inverse around; tokens past T (zeros) are quantized but not stored.
+      const int lane = tid % 16, first = tid & 16;
+      const unsigned half = 0xffffu << first;
+      uint32_t amax = 0;
+#pragma unroll
+      for (int p = 0; p < Bf16::kRows; ++p) {
+        const uint32_t m = __reduce_max_sync(half, f.row_amax(p));
+        if (p == lane % Bf16::kRows) amax = m;
+      }
+      const float scale = group_scale(amax, pow2), inv = inverse_scale(scale);
+#pragma unroll
+      for (int p = 0; p < Bf16::kRows; ++p) {
+        const float row_inv = __shfl_sync(half, inv, first + p);
+        if (t0 + r0 + p < T) f.store_row(q + (t0 + r0 + p) * K + k0 + c0, p, row_inv);
+      }
+      if (lane < Bf16::kRows && t0 + r0 + lane < T) s[k0 / kTile * T + t0 + r0 + lane] = scale;
+    }
+    if constexpr (kColumnwise) {
+      // Column magnitudes: the thread's 8 rows, its partner half-warp's (lane ^ 16), then the
+      // warps through shared memory; 128 threads turn the 128 column maxima into scales.
+      uint32_t m[4] = {0, 0, 0, 0};
+#pragma unroll
+      for (int p = 0; p < Bf16::kRows; ++p)
+#pragma unroll
+        for (int w = 0; w < 4; ++w) m[w] = Bf16::max_magnitude(m[w], component(f.raw[p], w));
+#pragma unroll
+      for (int w = 0; w < 4; ++w) m[w] = __vmaxu2(m[w], __shfl_xor_sync(0xffffffffu, m[w], 16));
+      if (tid % 32 < 16)
+        *reinterpret_cast<uint4*>(&col_partial[tid / 32][c0 / 2]) = make_uint4(m[0], m[1], m[2], m[3]);
+      __syncthreads();
+      if (tid < kTile) {
+        uint32_t pair = 0;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) pair = __vmaxu2(pair, col_partial[w][tid / 2]);
+        const float scale = group_scale(tid % 2 ? pair & 0xffff0000u : pair << 16, pow2);
+        col_inv[tid] = inverse_scale(scale);
+        st[t0 / kTile * K + k0 + tid] = scale;
+      }
+      __syncthreads();
+#pragma unroll
+      for (int c = 0; c < Bf16::kVec; ++c) f.store_column(tq, c, col_inv[c0 + c]);
+      __syncthreads();
+      store_transposed<Bf16::kThreads>(tq, qt + k0 * Tp + t0, Tp);
+    }
+  });
+}
+
+template <int kWarps>
+__device__ __forceinline__ uint32_t block_max(uint32_t v, uint32_t* scratch /* [kWarps] */) {
   v = __reduce_max_sync(0xffffffffu, v);
   if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = v;
   __syncthreads();
   uint32_t m = 0;
 #pragma unroll
-  for (int i = 0; i < kThreads / 32; ++i) m = max(m, scratch[i]);
+  for (int i = 0; i < kWarps; ++i) m = max(m, scratch[i]);
   return m;
 }
 
-// One 128×128 tile of x (bf16 [T, K]) per block: 128 tokens × one 128-wide feature group.
-// Rowwise: each token's group -> q [T, K], s [K/128, T]. Columnwise: each feature's 128 tokens ->
-// qt [K, Tp], st [Tp/128, K]. Tokens past T read as zeros (the columnwise padding).
-template <bool kRows, bool kCols>
-__global__ void __launch_bounds__(kThreads) quantize_tile_kernel(
-    const uint16_t* __restrict__ x, int64_t T, int64_t K, uint8_t* __restrict__ q,
-    float* __restrict__ s, uint8_t* __restrict__ qt, float* __restrict__ st, int64_t Tp,
-    bool pow2) {
-  constexpr int kPad = 8;  // 16 bytes per row: keeps rows 16-byte aligned, shifts banks
-  __shared__ alignas(16) uint16_t tile[kTile][kTile + kPad];
-  __shared__ uint32_t col_amax[2][kTile];
-  const int64_t t0 = int64_t(blockIdx.x) * kTile, k0 = int64_t(blockIdx.y) * kTile;
-  const int tid = threadIdx.x;
-
-  // Load: 16 threads per 256-byte row, 16 rows per pass; all loads issued before any store.
-  constexpr int kPasses = kTile * kTile * 2 / 16 / kThreads;  // 8
-  uint4 v[kPasses];
-#pragma unroll
-  for (int p = 0; p < kPasses; ++p) {
-    const int r = p * 16 + tid / 16, c = (tid % 16) * 8;
-    v[p] = t0 + r < T ? *reinterpret_cast<const uint4*>(x + (t0 + r) * K + k0 + c)
-                      : make_uint4(0, 0, 0, 0);
-  }
-#pragma unroll
-  for (int p = 0; p < kPasses; ++p)
-    *reinterpret_cast<uint4*>(&tile[p * 16 + tid / 16][(tid % 16) * 8]) = v[p];
-  __syncthreads();
-
-  if constexpr (kRows) {
-    // A warp per 16 tokens; a lane holds 4 of the token's 128 values.
-    const int warp = tid / 32, lane = tid % 32;
-    for (int i = 0; i < 16; ++i) {
-      const int r = warp * 16 + i;
-      if (t0 + r >= T) break;
-      const uint2 raw = *reinterpret_cast<const uint2*>(&tile[r][lane * 4]);
-      const float f[4] = {bf16_lo(raw.x), bf16_hi(raw.x), bf16_lo(raw.y), bf16_hi(raw.y)};
-      uint32_t amax = max(max(abs_bits(f[0]), abs_bits(f[1])), max(abs_bits(f[2]), abs_bits(f[3])));
-      amax = __reduce_max_sync(0xffffffffu, amax);
-      const float scale = group_scale(amax, pow2), inv = inverse_scale(scale);
-      const uint32_t packed = uint32_t(quantize_value(f[0], inv)) |
-                              uint32_t(quantize_value(f[1], inv)) << 8 |
-                              uint32_t(quantize_value(f[2], inv)) << 16 |
-                              uint32_t(quantize_value(f[3], inv)) << 24;
-      *reinterpret_cast<uint32_t*>(q + (t0 + r) * K + k0 + lane * 4) = packed;
-      if (lane == 0) s[int64_t(blockIdx.y) * T + t0 + r] = scale;
-    }
-  }
-
-  if constexpr (kCols) {
-    // A thread per (feature, half of the tokens); a warp reads 32 neighbouring features of one
-    // token row, so shared-memory reads are conflict-free.
-    const int c = tid % kTile, h = tid / kTile;
-    uint32_t amax = 0;
-    for (int i = 0; i < 64; ++i)
-      amax = max(amax, abs_bits(__uint_as_float(uint32_t(tile[h * 64 + i][c]) << 16)));
-    col_amax[h][c] = amax;
-    __syncthreads();
-    const float scale = group_scale(max(col_amax[0][c], col_amax[1][c]), pow2);
-    const float inv = inverse_scale(scale);
-    uint8_t* dst = qt + (k0 + c) * Tp + t0 + h * 64;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      uint32_t w[4];
-#pragma unroll
-      for (int m = 0; m < 4; ++m) {
-        const int r = h * 64 + j * 16 + m * 4;
-        w[m] = 0;
-#pragma unroll
-        for (int b = 0; b < 4; ++b)
-          w[m] |= uint32_t(quantize_value(__uint_as_float(uint32_t(tile[r + b][c]) << 16), inv))
-                  << (8 * b);
-      }
-      *reinterpret_cast<uint4*>(dst + j * 16) = make_uint4(w[0], w[1], w[2], w[3]);
-    }
-    if (h == 0) st[int64_t(blockIdx.x) * K + k0 + c] = scale;
-  }
-}
-
-// Rowwise only: no shared memory, a half-warp per (token, group), 16 bytes per lane. Items are
-// ordered group-major, so item i writes scale i (the VEC128 layout) and the stores coalesce.
-__global__ void __launch_bounds__(kThreads) quantize_rows_kernel(
-    const uint16_t* __restrict__ x, int64_t T, int64_t K, uint8_t* __restrict__ q,
-    float* __restrict__ s, bool pow2) {
-  const int64_t item = (int64_t(blockIdx.x) * kThreads + threadIdx.x) / 16;
-  if (item >= T * (K / kTile)) return;  // uniform across the half-warp
-  const int64_t g = item / T, r = item % T;
-  const int lane = threadIdx.x % 16;
-  const uint4 v = *reinterpret_cast<const uint4*>(x + r * K + g * kTile + lane * 8);
-  const float f[8] = {bf16_lo(v.x), bf16_hi(v.x), bf16_lo(v.y), bf16_hi(v.y),
-                      bf16_lo(v.z), bf16_hi(v.z), bf16_lo(v.w), bf16_hi(v.w)};
-  uint32_t amax = 0;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) amax = max(amax, abs_bits(f[i]));
-  amax = __reduce_max_sync(0xffffu << (threadIdx.x & 16), amax);
-  const float scale = group_scale(amax, pow2), inv = inverse_scale(scale);
-  uint2 packed;
-  packed.x = uint32_t(quantize_value(f[0], inv)) | uint32_t(quantize_value(f[1], inv)) << 8 |
-             uint32_t(quantize_value(f[2], inv)) << 16 | uint32_t(quantize_value(f[3], inv)) << 24;
-  packed.y = uint32_t(quantize_value(f[4], inv)) | uint32_t(quantize_value(f[5], inv)) << 8 |
-             uint32_t(quantize_value(f[6], inv)) << 16 | uint32_t(quantize_value(f[7], inv)) << 24;
-  *reinterpret_cast<uint2*>(q + r * K + g * kTile + lane * 8) = packed;
-  if (lane == 0) s[item] = scale;
-}
-
-template <class In> struct Vec16;
-template <> struct Vec16<float> {
-  static constexpr int n = 4;
-  __device__ static void unpack(uint4 v, float* f) {
-    f[0] = __uint_as_float(v.x); f[1] = __uint_as_float(v.y);
-    f[2] = __uint_as_float(v.z); f[3] = __uint_as_float(v.w);
-  }
-};
-template <> struct Vec16<uint16_t> {  // bf16
-  static constexpr int n = 8;
-  __device__ static void unpack(uint4 v, float* f) {
-    f[0] = bf16_lo(v.x); f[1] = bf16_hi(v.x); f[2] = bf16_lo(v.y); f[3] = bf16_hi(v.y);
-    f[4] = bf16_lo(v.z); f[5] = bf16_hi(v.z); f[6] = bf16_lo(v.w); f[7] = bf16_hi(v.w);
-  }
-};
-
-// One 128×128 block of W [N, K] per CUDA block: amax, then the block's bytes to q (row-major) and,
-// through shared memory, to qt [K, N] (the transposed copy DGrad reads).
+// W [N, K] (f32 or bf16) in 128×128 blocks: q [N, K] row-major and, through shared memory, the
+// transposed copy qt [K, N] that DGrad reads; one scale per block in s and (transposed) st.
 template <class In>
-__global__ void __launch_bounds__(kThreads) quantize_weight_kernel(
+__global__ void __launch_bounds__(Fragment<In>::kThreads, 512 / Fragment<In>::kThreads) quantize_weight_kernel(
     const In* __restrict__ w, int64_t N, int64_t K, uint8_t* __restrict__ q, float* __restrict__ s,
     int64_t ld_s, uint8_t* __restrict__ qt, float* __restrict__ st, int64_t ld_st, bool pow2) {
-  constexpr int kVec = Vec16<In>::n;
-  constexpr int kLanesPerRow = kTile / kVec;
-  constexpr int kRowsPerPass = kThreads / kLanesPerRow;
-  constexpr int kPasses = kTile / kRowsPerPass;
-  __shared__ alignas(16) uint8_t tq[kTile][kTile + 16];
-  __shared__ uint32_t scratch[kThreads / 32];
-  const int64_t r0 = int64_t(blockIdx.y) * kTile, c0 = int64_t(blockIdx.x) * kTile;
-  const int tid = threadIdx.x, lr = tid / kLanesPerRow, lc = (tid % kLanesPerRow) * kVec;
+  using Frag = Fragment<In>;
+  __shared__ alignas(16) uint8_t tq[kTile * kTile];
+  __shared__ uint32_t warp_max[Frag::kThreads / 32];
+  const int r0 = Frag::row0(), c0 = Frag::col0();
 
-  float f[kPasses][kVec];
-  uint4 raw[kPasses];
-#pragma unroll
-  for (int p = 0; p < kPasses; ++p)
-    raw[p] = *reinterpret_cast<const uint4*>(w + (r0 + p * kRowsPerPass + lr) * K + c0 + lc);
-  uint32_t amax = 0;
-#pragma unroll
-  for (int p = 0; p < kPasses; ++p) {
-    Vec16<In>::unpack(raw[p], f[p]);
-#pragma unroll
-    for (int i = 0; i < kVec; ++i) amax = max(amax, abs_bits(f[p][i]));
-  }
-  const float scale = group_scale(block_max(amax, scratch), pow2), inv = inverse_scale(scale);
-
-#pragma unroll
-  for (int p = 0; p < kPasses; ++p) {
-    uint8_t b[kVec];
-#pragma unroll
-    for (int i = 0; i < kVec; ++i) b[i] = quantize_value(f[p][i], inv);
-    const int r = p * kRowsPerPass + lr;
-    if constexpr (kVec == 4) {
-      const uint32_t packed = uint32_t(b[0]) | uint32_t(b[1]) << 8 | uint32_t(b[2]) << 16 | uint32_t(b[3]) << 24;
-      *reinterpret_cast<uint32_t*>(q + (r0 + r) * K + c0 + lc) = packed;
-      *reinterpret_cast<uint32_t*>(&tq[r][lc]) = packed;
-    } else {
-      uint2 packed;
-      packed.x = uint32_t(b[0]) | uint32_t(b[1]) << 8 | uint32_t(b[2]) << 16 | uint32_t(b[3]) << 24;
-      packed.y = uint32_t(b[4]) | uint32_t(b[5]) << 8 | uint32_t(b[6]) << 16 | uint32_t(b[7]) << 24;
-      *reinterpret_cast<uint2*>(q + (r0 + r) * K + c0 + lc) = packed;
-      *reinterpret_cast<uint2*>(&tq[r][lc]) = packed;
+  for_each_tile<In>(w, N, K, [&](const Frag& f, int64_t n0, int64_t k0) {
+    const float scale = group_scale(block_max<Frag::kThreads / 32>(f.amax(), warp_max), pow2);
+    const float inv = inverse_scale(scale);
+    f.store_rows_and_columns(q + (n0 + r0) * K + k0 + c0, K, tq, inv);
+    if (threadIdx.x == 0) {
+      s[n0 / kTile * ld_s + k0 / kTile] = scale;
+      st[k0 / kTile * ld_st + n0 / kTile] = scale;
+      // Scale rows are padded to 4 blocks with zeros; a row's last block writes them.
+      if (k0 + kTile == K)
+        for (int64_t b = K / kTile; b < ld_s; ++b) s[n0 / kTile * ld_s + b] = 0;
+      if (n0 + kTile == N)
+        for (int64_t b = N / kTile; b < ld_st; ++b) st[k0 / kTile * ld_st + b] = 0;
     }
-  }
-  __syncthreads();
-
-  // Transposed: a thread per (column, half of the rows) writes 64 bytes of one row of qt.
-  const int c = tid % kTile, h = tid / kTile;
-  uint8_t* dst = qt + (c0 + c) * N + r0 + h * 64;
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    uint32_t v[4];
-#pragma unroll
-    for (int m = 0; m < 4; ++m) {
-      const int r = h * 64 + j * 16 + m * 4;
-      v[m] = uint32_t(tq[r][c]) | uint32_t(tq[r + 1][c]) << 8 | uint32_t(tq[r + 2][c]) << 16 |
-             uint32_t(tq[r + 3][c]) << 24;
-    }
-    *reinterpret_cast<uint4*>(dst + j * 16) = make_uint4(v[0], v[1], v[2], v[3]);
-  }
-  if (tid == 0) {
-    s[blockIdx.y * ld_s + blockIdx.x] = scale;
-    st[blockIdx.x * ld_st + blockIdx.y] = scale;
-  }
+    __syncthreads();
+    store_transposed<Frag::kThreads>(tq, qt + k0 * N + n0, N);
+  });
 }
 
 __global__ void dequantize_rows_kernel(const uint8_t* q, const float* s, int64_t rows, int64_t cols,
@@ -245,6 +339,28 @@ void check_aligned(const Tensor& t, const char* what) {
                  t.data());
 }
 
+template <bool kRowwise, bool kColumnwise>
+void launch_activation(int64_t tiles, const uint16_t* x, int64_t T, int64_t K, uint8_t* q, float* s,
+                       uint8_t* qt, float* st, int64_t Tp, bool pow2) {
+  constexpr auto kernel = quantize_activation_kernel<kRowwise, kColumnwise>;
+  kernel<<<persistent_grid<kernel>(Bf16::kThreads, tiles), Bf16::kThreads, 0, current_stream()>>>(
+      x, T, K, q, s, qt, st, Tp, pow2);
+  LOCKSTEP_CUDA_CHECK_LAUNCH();
+}
+
+template <class In>
+void launch_weight(const Tensor& w, Fp8Weight& out, bool pow2) {
+  using Frag = Fragment<In>;
+  constexpr auto kernel = quantize_weight_kernel<In>;
+  const int64_t N = w.dim(0), K = w.dim(1), tiles = (N / kTile) * (K / kTile);
+  if (tiles == 0) return;
+  kernel<<<persistent_grid<kernel>(Frag::kThreads, tiles), Frag::kThreads, 0, current_stream()>>>(
+      static_cast<const In*>(w.data()), N, K, static_cast<uint8_t*>(out.w.data.data()),
+      out.w.scales.data_as<float>(), out.w.scales.dim(1), static_cast<uint8_t*>(out.wt.data.data()),
+      out.wt.scales.data_as<float>(), out.wt.scales.dim(1), pow2);
+  LOCKSTEP_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
 void quantize_rows_and_columns(Fp8Rows* out, Fp8Rows* out_t, const Tensor& x, bool pow2) {
@@ -252,44 +368,24 @@ void quantize_rows_and_columns(Fp8Rows* out, Fp8Rows* out_t, const Tensor& x, bo
   if (out) check_aligned(out->data, "quantize: out");
   if (out_t) check_aligned(out_t->data, "quantize: out_t");
   const int64_t T = x.dim(0), K = x.dim(1), Tp = round_up(T, kTile);
-  if (T == 0) return;
-  const dim3 grid(unsigned(Tp / kTile), unsigned(K / kTile));
+  const int64_t tiles = (Tp / kTile) * (K / kTile);
+  if (tiles == 0) return;
   const auto* xp = static_cast<const uint16_t*>(x.data());
   auto* q = out ? static_cast<uint8_t*>(out->data.data()) : nullptr;
   auto* s = out ? out->scales.data_as<float>() : nullptr;
   auto* qt = out_t ? static_cast<uint8_t*>(out_t->data.data()) : nullptr;
   auto* st = out_t ? out_t->scales.data_as<float>() : nullptr;
-  cudaStream_t stream = current_stream();
-  if (out && out_t)
-    quantize_tile_kernel<true, true><<<grid, kThreads, 0, stream>>>(xp, T, K, q, s, qt, st, Tp, pow2);
-  else if (out)
-    quantize_rows_kernel<<<blocks_for(T * (K / kTile) * 16, kThreads), kThreads, 0, stream>>>(
-        xp, T, K, q, s, pow2);
-  else
-    quantize_tile_kernel<false, true><<<grid, kThreads, 0, stream>>>(xp, T, K, q, s, qt, st, Tp, pow2);
-  LOCKSTEP_CUDA_CHECK_LAUNCH();
+  if (out && out_t) launch_activation<true, true>(tiles, xp, T, K, q, s, qt, st, Tp, pow2);
+  else if (out) launch_activation<true, false>(tiles, xp, T, K, q, s, qt, st, Tp, pow2);
+  else launch_activation<false, true>(tiles, xp, T, K, q, s, qt, st, Tp, pow2);
 }
 
 void quantize_weight(Fp8Weight& out, const Tensor& w, bool pow2) {
   check_aligned(w, "quantize_weight: w");
-  const int64_t N = w.dim(0), K = w.dim(1);
-  cudaStream_t stream = current_stream();
-  // The scale rows are padded to 4 blocks; the padding must read as 0.
-  LOCKSTEP_CUDA_CHECK(cudaMemsetAsync(out.w.scales.data(), 0, out.w.scales.nbytes(), stream));
-  LOCKSTEP_CUDA_CHECK(cudaMemsetAsync(out.wt.scales.data(), 0, out.wt.scales.nbytes(), stream));
-  const dim3 grid(unsigned(K / kTile), unsigned(N / kTile));
-  auto* q = static_cast<uint8_t*>(out.w.data.data());
-  auto* qt = static_cast<uint8_t*>(out.wt.data.data());
-  float* s = out.w.scales.data_as<float>();
-  float* st = out.wt.scales.data_as<float>();
-  const int64_t ld_s = out.w.scales.dim(1), ld_st = out.wt.scales.dim(1);
-  if (w.dtype() == DType::f32)
-    quantize_weight_kernel<float><<<grid, kThreads, 0, stream>>>(
-        w.data_as<float>(), N, K, q, s, ld_s, qt, st, ld_st, pow2);
-  else
-    quantize_weight_kernel<uint16_t><<<grid, kThreads, 0, stream>>>(
-        static_cast<const uint16_t*>(w.data()), N, K, q, s, ld_s, qt, st, ld_st, pow2);
-  LOCKSTEP_CUDA_CHECK_LAUNCH();
+  check_aligned(out.w.data, "quantize_weight: out.w");
+  check_aligned(out.wt.data, "quantize_weight: out.wt");
+  if (w.dtype() == DType::f32) launch_weight<float>(w, out, pow2);
+  else launch_weight<uint16_t>(w, out, pow2);
 }
 
 void dequantize_rows(Tensor& out, const Fp8Rows& q) {

@@ -6,16 +6,32 @@
 //   D bf16/f32 m×n (= row-major [n, m]). Scales: A BLK128x128_32F or VEC128_32F, B VEC128_32F
 //   (layouts in numerics/quantize.h). bf16 also allows NN (DGrad) and NT (WGrad).
 //
-// Every distinct call shape gets a Plan (descriptors, layouts, algorithm from the heuristic),
-// made once and cached; the hot path only sets the scale pointers and calls cublasLtMatmul.
-// Each stream has its own workspace. When cuBLASLt has no algorithm for an odd token count, the
-// activation is padded to a multiple of 16 tokens in a per-stream scratch buffer.
+// Every distinct call shape gets a Plan (descriptors, layouts, algorithm), made once and cached;
+// the hot path only sets the scale pointers and calls cublasLtMatmul. Each stream has its own
+// workspace. When cuBLASLt has no algorithm for an odd token count, the activation is padded to a
+// multiple of 16 tokens in a per-stream scratch buffer.
+//
+// Autotuning: the heuristic's first choice is often not the fastest kernel (block-scaled FP8
+// WGrad in particular), so a plan times up to 17 candidates on its first call's operands and keeps
+// the fastest (a one-time cost per shape, ~0.1–0.5 s at the largest training shapes).
+// LOCKSTEP_GEMM_AUTOTUNE=0 takes the heuristic's first choice instead (deterministic across runs;
+// an autotuned pick may differ between runs when candidates time within noise of each other);
+// LOCKSTEP_GEMM_AUTOTUNE=verbose prints each tuned plan's timings. Make every shape's plan before
+// capturing a CUDA graph: a plan first made during capture is not tuned.
 #include <cublasLt.h>
 
+#include <algorithm>
+#include <cmath>
 #include <compare>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <map>
-#include <memory>
 #include <mutex>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "core/cuda_check.h"
 #include "core/cuda_stream.h"
@@ -50,9 +66,14 @@ const char* cublas_status_name(cublasStatus_t s) {
   }
 }
 
-constexpr size_t kWorkspaceBytes = 32u << 20;
+constexpr size_t kWorkspaceBytes = 32u << 20;       // cuBLAS's recommendation for Hopper
+constexpr size_t kTuneWorkspaceBytes = 128u << 20;  // what autotune candidates may ask for
+constexpr int kTuneCandidates = 16;
+constexpr int kTuneReps = 5;
+constexpr double kTuneMargin = 0.98;  // another candidate must beat the heuristic's by 2%
 constexpr int64_t kTokenPad = 16;
 constexpr int kNoScale = -1;
+constexpr int kAutotune = -1;
 
 struct MatmulShape {
   cublasOperation_t op_a, op_b;
@@ -61,6 +82,7 @@ struct MatmulShape {
   int scale_a, scale_b;  // cublasLtMatmulMatrixScale_t, or kNoScale
   bool accumulate;
   int alignment;         // bytes every pointer is aligned to: 256 or 16
+  int choice = kAutotune;  // how the algorithm was picked (set by plan_for, see gemm_set_algo_choice)
   auto operator<=>(const MatmulShape&) const = default;
 };
 
@@ -68,11 +90,13 @@ struct Plan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
   cublasLtMatmulAlgo_t algo{};
-  bool found = false;  // false: cuBLASLt has no algorithm for this shape
+  size_t workspace_bytes = 0;  // what algo needs
+  bool found = false;          // false: cuBLASLt has no algorithm for this shape
 };
 
 struct StreamBuffers {
   void* workspace = nullptr;
+  size_t workspace_bytes = 0;
   void* scratch = nullptr;
   size_t scratch_bytes = 0;
 };
@@ -83,12 +107,18 @@ struct Context {
   std::map<MatmulShape, Plan> plans;
   std::map<cudaStream_t, StreamBuffers> buffers;
   bool force_padding = false;
+  int choice = kAutotune;
+  bool verbose = false;  // LOCKSTEP_GEMM_AUTOTUNE=verbose: one line per tuned plan on stderr
 };
 
 Context& context() {
   static Context* ctx = [] {
     auto* c = new Context;  // never freed: outlives every static that might run a GEMM
     LOCKSTEP_CUBLAS_CHECK(cublasLtCreate(&c->handle));
+    const char* env = std::getenv("LOCKSTEP_GEMM_AUTOTUNE");
+    const std::string_view mode = env ? env : "";
+    if (mode == "0") c->choice = 0;
+    c->verbose = mode == "verbose";
     return c;
   }();
   return *ctx;
@@ -99,10 +129,155 @@ void set_attr(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, co
   LOCKSTEP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof(value)));
 }
 
+size_t element_bytes(cudaDataType_t t) { return t == CUDA_R_32F ? 4 : t == CUDA_R_16BF ? 2 : 1; }
+
+// The operands of one call: what autotuning runs the candidates on (its output goes to scratch).
+struct Operands {
+  const void* a;
+  const void* b;
+  const float* scale_a;
+  const float* scale_b;
+};
+
+cublasStatus_t matmul(cublasLtHandle_t handle, const Plan& p, const cublasLtMatmulAlgo_t& algo,
+                      const MatmulShape& s, const void* a, const void* b, void* d, void* workspace,
+                      size_t workspace_bytes, cudaStream_t stream) {
+  const float alpha = 1.0f, beta = s.accumulate ? 1.0f : 0.0f;
+  return cublasLtMatmul(handle, p.desc, &alpha, a, p.a, b, p.b, &beta, d, p.d, d, p.d, &algo, workspace,
+                        workspace_bytes, stream);
+}
+
+// An algorithm and the workspace it needs. (A named type: nvcc 13.0 crashes on a std::vector of
+// cuBLASLt's anonymous typedef structs under C++20.)
+struct Candidate {
+  cublasLtMatmulAlgo_t algo;
+  size_t workspace_bytes;
+};
+
+// Split-K partial sums kept in fp32 in the workspace and reduced in a fixed order (COMPUTE_TYPE)
+// are what we ask for: in-place reduction (INPLACE) accumulates in the output type in arrival
+// order, and OUTPUT_TYPE rounds every partial sum to the output type (bf16) — less precise, and
+// INPLACE not reproducible. Algorithms without split-K pass any mask.
+constexpr uint32_t kReductions = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+
+// Up to `count` algorithms of the heuristic, best estimate first, needing at most `workspace` bytes.
+// (FAST_ACCUM is left off: with 1×128/128×128 scales the kernels promote every 128-deep K block
+// anyway, and PyTorch rejects fast accumulation with block scaling.)
+std::vector<Candidate> heuristic(cublasLtHandle_t handle, const Plan& p, const MatmulShape& s,
+                                 size_t workspace, int count, uint32_t reductions = kReductions) {
+  cublasLtMatmulPreference_t pref;
+  LOCKSTEP_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  const uint64_t ws = workspace;
+  const uint32_t align = uint32_t(s.alignment);
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reductions,
+                                       sizeof(reductions));
+  for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+    cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align));
+  cublasLtMatmulHeuristicResult_t results[kTuneCandidates];
+  count = std::min(count, kTuneCandidates);
+  int found = 0;
+  const cublasStatus_t st =
+      cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.a, p.b, p.d, p.d, pref, count, results, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED) LOCKSTEP_CUBLAS_CHECK(st);
+  std::vector<Candidate> list;
+  for (int i = 0; st == CUBLAS_STATUS_SUCCESS && i < found; ++i)
+    if (results[i].state == CUBLAS_STATUS_SUCCESS) list.push_back({results[i].algo, results[i].workspaceSize});
+  return list;
+}
+
+// Candidate 0 is the heuristic's first choice within the default workspace (what a plan took
+// before autotuning, with any reduction scheme if there is no other); unless only that one is
+// wanted, the heuristic's next best follow, with a larger workspace allowed, without repeats.
+std::vector<Candidate> candidates(cublasLtHandle_t handle, const Plan& p, const MatmulShape& s) {
+  auto list = heuristic(handle, p, s, kWorkspaceBytes, 1);
+  if (list.empty()) list = heuristic(handle, p, s, kWorkspaceBytes, 1, CUBLASLT_REDUCTION_SCHEME_MASK);
+  if (s.choice == 0) return list;
+  for (const auto& r : heuristic(handle, p, s, kTuneWorkspaceBytes, kTuneCandidates)) {
+    const bool seen = std::any_of(list.begin(), list.end(), [&](const Candidate& c) {
+      return std::memcmp(&c.algo, &r.algo, sizeof(r.algo)) == 0;
+    });
+    if (!seen) list.push_back(r);
+  }
+  return list;
+}
+
+std::string describe(const Candidate& c) {
+  auto config = [&](cublasLtMatmulAlgoConfigAttributes_t attr) {
+    size_t size = 0;  // cuBLASLt wants the attribute's exact size (2 or 4 bytes here)
+    uint64_t v = 0;
+    cublasLtMatmulAlgoConfigGetAttribute(&c.algo, attr, nullptr, 0, &size);
+    if (size <= sizeof(v)) cublasLtMatmulAlgoConfigGetAttribute(&c.algo, attr, &v, size, &size);
+    return v;  // little-endian: the low bytes hold the value
+  };
+  return detail::concat("id ", config(CUBLASLT_ALGO_CONFIG_ID), " tile ", config(CUBLASLT_ALGO_CONFIG_TILE_ID),
+                        " stages ", config(CUBLASLT_ALGO_CONFIG_STAGES_ID), " cluster ",
+                        config(CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID), " splitk ",
+                        config(CUBLASLT_ALGO_CONFIG_SPLITK_NUM), " ws ", c.workspace_bytes >> 20, " MiB");
+}
+
+// Index of the fastest candidate on the call's own operands: each runs twice kTuneReps times
+// (after a warm-up) on the current stream into a scratch output — never the caller's, which
+// WGrad accumulates into — and keeps its best mean. The heuristic's first choice stays unless
+// another beats it by the margin, so timing noise does not flip the choice from run to run.
+// Not while the stream is being captured into a graph (timing needs synchronization), nor when
+// the scratch does not fit in memory: then candidate 0.
+size_t fastest(cublasLtHandle_t handle, const Plan& p, const MatmulShape& s,
+               const std::vector<Candidate>& list, const Operands& in, bool verbose) {
+  if (list.size() < 2) return 0;
+  cudaStream_t stream = current_stream();
+  cudaStreamCaptureStatus capture;
+  LOCKSTEP_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  if (capture != cudaStreamCaptureStatusNone) return 0;
+  const size_t out_bytes = size_t(s.ldd) * size_t(s.n) * element_bytes(s.type_d);
+  char* scratch = nullptr;
+  if (cudaMalloc(&scratch, kTuneWorkspaceBytes + out_bytes) != cudaSuccess) {
+    (void)cudaGetLastError();  // out of memory is not sticky: clear it
+    return 0;
+  }
+  void* out = scratch + kTuneWorkspaceBytes;
+  cudaEvent_t start, stop;
+  LOCKSTEP_CUDA_CHECK(cudaEventCreate(&start));
+  LOCKSTEP_CUDA_CHECK(cudaEventCreate(&stop));
+  LOCKSTEP_CUDA_CHECK(cudaMemsetAsync(out, 0, out_bytes, stream));  // accumulating GEMMs read it
+  // Milliseconds per call of candidate i, or infinity when cuBLASLt cannot run it after all.
+  auto per_call_ms = [&](size_t i) {
+    auto call = [&] {
+      return matmul(handle, p, list[i].algo, s, in.a, in.b, out, scratch, kTuneWorkspaceBytes, stream) ==
+             CUBLAS_STATUS_SUCCESS;
+    };
+    bool ok = call();
+    LOCKSTEP_CUDA_CHECK(cudaEventRecord(start, stream));
+    for (int r = 0; r < kTuneReps && ok; ++r) ok = call();
+    LOCKSTEP_CUDA_CHECK(cudaEventRecord(stop, stream));
+    LOCKSTEP_CUDA_CHECK(cudaEventSynchronize(stop));
+    float total = 0;
+    LOCKSTEP_CUDA_CHECK(cudaEventElapsedTime(&total, start, stop));
+    if (!ok) (void)cudaGetLastError();  // a launch error cuBLASLt reported is not sticky: clear it
+    return ok ? total / kTuneReps : INFINITY;
+  };
+  std::vector<float> ms(list.size(), INFINITY);
+  for (int round = 0; round < 2; ++round)
+    for (size_t i = 0; i < list.size(); ++i) ms[i] = std::min(ms[i], per_call_ms(i));
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  LOCKSTEP_CUDA_CHECK(cudaFree(scratch));
+  const size_t best = size_t(std::min_element(ms.begin(), ms.end()) - ms.begin());
+  const size_t pick = ms[best] < kTuneMargin * ms[0] ? best : 0;
+  if (verbose)
+    std::fprintf(stderr,
+                 "gemm autotune m=%ld n=%ld k=%ld%s: %zu candidates, heuristic %.4f ms (%s), "
+                 "pick #%zu %.4f ms (%s)\n",
+                 long(s.m), long(s.n), long(s.k), s.accumulate ? " accumulate" : "", list.size(), ms[0],
+                 describe(list[0]).c_str(), pick, ms[pick], describe(list[pick]).c_str());
+  return pick;
+}
+
 // The scale pointers must be set before the heuristic query (cuBLASLt rejects block-scaled
 // descriptors without them); each call sets its own afterwards.
-Plan make_plan(cublasLtHandle_t handle, const MatmulShape& s, const float* scale_a,
-               const float* scale_b) {
+Plan make_plan(cublasLtHandle_t handle, const MatmulShape& s, const Operands& in, bool verbose) {
   Plan p;
   LOCKSTEP_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   set_attr(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, s.op_a);
@@ -110,32 +285,20 @@ Plan make_plan(cublasLtHandle_t handle, const MatmulShape& s, const float* scale
   if (s.scale_a != kNoScale) {
     set_attr(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, int32_t(s.scale_a));
     set_attr(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, int32_t(s.scale_b));
-    set_attr(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, scale_a);
-    set_attr(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, scale_b);
+    set_attr(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, in.scale_a);
+    set_attr(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, in.scale_b);
   }
   const bool ta = s.op_a == CUBLAS_OP_T, tb = s.op_b == CUBLAS_OP_T;
   LOCKSTEP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, s.type_a, ta ? s.k : s.m, ta ? s.m : s.k, s.lda));
   LOCKSTEP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, s.type_b, tb ? s.n : s.k, tb ? s.k : s.n, s.ldb));
   LOCKSTEP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.d, s.type_d, s.m, s.n, s.ldd));
 
-  cublasLtMatmulPreference_t pref;
-  LOCKSTEP_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-  const uint64_t ws = kWorkspaceBytes;
-  const uint32_t align = uint32_t(s.alignment);
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
-  for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
-    cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align));
-  cublasLtMatmulHeuristicResult_t result{};
-  int count = 0;
-  const cublasStatus_t st =
-      cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.a, p.b, p.d, p.d, pref, 1, &result, &count);
-  cublasLtMatmulPreferenceDestroy(pref);
-  if (st == CUBLAS_STATUS_SUCCESS && count > 0) {
-    p.algo = result.algo;
+  const auto list = candidates(handle, p, s);
+  const size_t pick = s.choice == kAutotune ? fastest(handle, p, s, list, in, verbose) : size_t(s.choice);
+  if (pick < list.size()) {
+    p.algo = list[pick].algo;
+    p.workspace_bytes = list[pick].workspace_bytes;
     p.found = true;
-  } else if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED) {
-    LOCKSTEP_CUBLAS_CHECK(st);
   }
   return p;
 }
@@ -160,48 +323,57 @@ cudaDataType_t cuda_type(DType t) {
   }
 }
 
-// Finds (or makes) the plan; nullptr when cuBLASLt has no algorithm for the shape.
-const Plan* plan_for(const MatmulShape& s, const float* scale_a = nullptr,
-                     const float* scale_b = nullptr) {
+// Finds (or makes) the plan; nullptr when cuBLASLt has no algorithm for the shape. `in` is only
+// read when the plan is made (heuristic query, autotuning).
+const Plan* plan_for(MatmulShape s, const Operands& in) {
   Context& ctx = context();
   std::lock_guard lock(ctx.mutex);
   if (ctx.force_padding && s.n % kTokenPad) return nullptr;
+  s.choice = ctx.choice;
   auto it = ctx.plans.find(s);
-  if (it == ctx.plans.end()) it = ctx.plans.emplace(s, make_plan(ctx.handle, s, scale_a, scale_b)).first;
+  if (it == ctx.plans.end()) it = ctx.plans.emplace(s, make_plan(ctx.handle, s, in, ctx.verbose)).first;
   return it->second.found ? &it->second : nullptr;
 }
 
-StreamBuffers& buffers_for(cudaStream_t stream) {
+// Grow-only device buffer of a stream; the old one may still be in use by queued work.
+void grow(void*& buffer, size_t& bytes, size_t need, cudaStream_t stream) {
+  if (bytes >= need) return;
+  if (buffer) {
+    LOCKSTEP_CUDA_CHECK(cudaStreamSynchronize(stream));
+    cudaFree(buffer);
+    buffer = nullptr;
+  }
+  LOCKSTEP_CUDA_CHECK(cudaMalloc(&buffer, need));
+  bytes = need;
+}
+
+// The stream's cuBLASLt workspace: at least the default size, more if a tuned plan needs it.
+std::pair<void*, size_t> workspace_for(cudaStream_t stream, size_t need) {
   Context& ctx = context();
   std::lock_guard lock(ctx.mutex);
   StreamBuffers& b = ctx.buffers[stream];
-  if (!b.workspace) LOCKSTEP_CUDA_CHECK(cudaMalloc(&b.workspace, kWorkspaceBytes));
-  return b;
+  grow(b.workspace, b.workspace_bytes, std::max(need, kWorkspaceBytes), stream);
+  return {b.workspace, b.workspace_bytes};
 }
 
-// Grow-only scratch of the stream (for token padding).
+// The stream's scratch (for token padding).
 char* scratch_for(cudaStream_t stream, size_t bytes) {
-  StreamBuffers& b = buffers_for(stream);
-  if (b.scratch_bytes < bytes) {
-    LOCKSTEP_CUDA_CHECK(cudaStreamSynchronize(stream));  // the old buffer may still be in use
-    cudaFree(b.scratch);
-    LOCKSTEP_CUDA_CHECK(cudaMalloc(&b.scratch, bytes));
-    b.scratch_bytes = bytes;
-  }
+  Context& ctx = context();
+  std::lock_guard lock(ctx.mutex);
+  StreamBuffers& b = ctx.buffers[stream];
+  grow(b.scratch, b.scratch_bytes, bytes, stream);
   return static_cast<char*>(b.scratch);
 }
 
-void run(const Plan& p, const MatmulShape& s, const void* a, const void* b, void* d,
-         const float* scale_a, const float* scale_b) {
+void run(const Plan& p, const MatmulShape& s, const Operands& in, void* d) {
   cudaStream_t stream = current_stream();
   if (s.scale_a != kNoScale) {
-    set_attr(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, scale_a);
-    set_attr(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, scale_b);
+    set_attr(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, in.scale_a);
+    set_attr(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, in.scale_b);
   }
-  const float alpha = 1.0f, beta = s.accumulate ? 1.0f : 0.0f;
-  LOCKSTEP_CUBLAS_CHECK(cublasLtMatmul(context().handle, p.desc, &alpha, a, p.a, b, p.b, &beta, d,
-                                       p.d, d, p.d, &p.algo, buffers_for(stream).workspace,
-                                       kWorkspaceBytes, stream));
+  const auto [workspace, workspace_bytes] = workspace_for(stream, p.workspace_bytes);
+  LOCKSTEP_CUBLAS_CHECK(
+      matmul(context().handle, p, p.algo, s, in.a, in.b, d, workspace, workspace_bytes, stream));
 }
 
 [[noreturn]] void no_algorithm(const MatmulShape& s) {
@@ -217,9 +389,8 @@ void run_token_gemm(MatmulShape s, const void* weight, const float* weight_scale
   if (T == 0) return;
   s.alignment = alignment_of({weight, act.data(), out.data()});
   const float* act_scale_ptr = act_scales ? act_scales->data_as<float>() : nullptr;
-  if (const Plan* p = plan_for(s, weight_scales, act_scale_ptr)) {
-    return run(*p, s, weight, act.data(), out.data(), weight_scales, act_scale_ptr);
-  }
+  const Operands native{weight, act.data(), weight_scales, act_scale_ptr};
+  if (const Plan* p = plan_for(s, native)) return run(*p, s, native, out.data());
   const int64_t Tp = round_up(T, kTokenPad), k = s.k, m = s.m;
   const size_t act_bytes = size_t(round_up(Tp * k * int64_t(dtype_size(act.dtype())), 256));
   const size_t scale_bytes = size_t(round_up((k / 128) * Tp * 4, 256));
@@ -234,15 +405,27 @@ void run_token_gemm(MatmulShape s, const void* weight, const float* weight_scale
                                           size_t(T) * 4, size_t(k / 128), cudaMemcpyDeviceToDevice, stream));
   s.n = Tp;
   s.alignment = alignment_of({weight, pout});
-  const Plan* p = plan_for(s, weight_scales, reinterpret_cast<const float*>(pscale));
+  const Operands padded{weight, pact, weight_scales, reinterpret_cast<const float*>(pscale)};
+  const Plan* p = plan_for(s, padded);
   if (!p) no_algorithm(s);
-  run(*p, s, weight, pact, pout, weight_scales, reinterpret_cast<const float*>(pscale));
+  run(*p, s, padded, pout);
   LOCKSTEP_CUDA_CHECK(cudaMemcpyAsync(out.data(), pout, out.nbytes(), cudaMemcpyDeviceToDevice, stream));
 }
 
 }  // namespace
 
 void gemm_force_token_padding(bool on) { context().force_padding = on; }
+
+// Tests and benchmarks (ops/gemm_backends.h): how plans made from now on pick
+// their algorithm. kAutotune (-1, the default): the fastest candidate; i >= 0: candidate i, 0
+// being the heuristic's first choice (the default under LOCKSTEP_GEMM_AUTOTUNE=0); past the last
+// candidate a shape has no algorithm. The choice is part of a plan's key, so plans of different
+// choices coexist. Returns the previous choice.
+int gemm_set_algo_choice(int choice) {
+  Context& ctx = context();
+  std::lock_guard lock(ctx.mutex);
+  return std::exchange(ctx.choice, choice);
+}
 
 void gemm_fprop_bf16(Tensor& y, const Tensor& x, const Tensor& w) {
   check_aligned16(x, "gemm_fprop: x");
@@ -273,9 +456,10 @@ void gemm_wgrad_bf16(Tensor& dw, const Tensor& dy, const Tensor& x, bool accumul
   MatmulShape s{CUBLAS_OP_N, CUBLAS_OP_T, CUDA_R_16BF, CUDA_R_16BF, CUDA_R_32F,
                 K, N, T, K, N, K, kNoScale, kNoScale, accumulate,
                 alignment_of({dy.data(), x.data(), dw.data()})};
-  const Plan* p = plan_for(s);
+  const Operands in{x.data(), dy.data(), nullptr, nullptr};
+  const Plan* p = plan_for(s, in);
   if (!p) no_algorithm(s);
-  run(*p, s, x.data(), dy.data(), dw.data(), nullptr, nullptr);
+  run(*p, s, in, dw.data());
 }
 
 void gemm_fp8(Tensor& out, const Fp8Rows& act, const Fp8Blocks& weight) {
@@ -296,10 +480,10 @@ void gemm_wgrad_fp8(Tensor& dw, const Fp8Rows& dy_t, const Fp8Rows& x_t, bool ac
                 K, N, Tp, Tp, Tp, K, CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F,
                 CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F, accumulate,
                 alignment_of({dy_t.data.data(), x_t.data.data(), dw.data()})};
-  const Plan* p = plan_for(s, x_t.scales.data_as<float>(), dy_t.scales.data_as<float>());
+  const Operands in{x_t.data.data(), dy_t.data.data(), x_t.scales.data_as<float>(), dy_t.scales.data_as<float>()};
+  const Plan* p = plan_for(s, in);
   if (!p) no_algorithm(s);
-  run(*p, s, x_t.data.data(), dy_t.data.data(), dw.data(), x_t.scales.data_as<float>(),
-      dy_t.scales.data_as<float>());
+  run(*p, s, in, dw.data());
 }
 
 }  // namespace lockstep::cuda

@@ -2,7 +2,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <string>
 
+#include "core/error.h"
 #include "ops/gemm.h"
 #include "ops/gemm_backends.h"
 #include "tests/test_util.h"
@@ -19,6 +23,15 @@ void force_token_padding(bool on) {
   cuda::gemm_force_token_padding(on);
 #else
   (void)on;
+#endif
+}
+
+int set_algo_choice(int choice) {
+#if LOCKSTEP_HAS_CUDA
+  return cuda::gemm_set_algo_choice(choice);
+#else
+  (void)choice;
+  return -1;
 #endif
 }
 
@@ -39,6 +52,12 @@ struct GemmCase {
   DType out;
   bool force_padding;
 };
+
+std::string case_name(const ::testing::TestParamInfo<GemmCase>& info) {
+  const GemmCase& c = info.param;
+  return "T" + std::to_string(c.T) + "_N" + std::to_string(c.N) + "_K" + std::to_string(c.K) + "_" +
+         std::string(dtype_name(c.out)) + (c.force_padding ? "_padded" : "");
+}
 
 class GemmGpu : public ::testing::TestWithParam<GemmCase> {
  protected:
@@ -116,11 +135,104 @@ INSTANTIATE_TEST_SUITE_P(
                       GemmCase{77, 384, 512, DType::bf16, false}, GemmCase{77, 384, 512, DType::f32, true},
                       GemmCase{256, 1024, 768, DType::bf16, false},
                       GemmCase{1000, 768, 1024, DType::bf16, false}),
-    [](const ::testing::TestParamInfo<GemmCase>& info) {
-      const GemmCase& c = info.param;
-      return "T" + std::to_string(c.T) + "_N" + std::to_string(c.N) + "_K" + std::to_string(c.K) +
-             "_" + std::string(dtype_name(c.out)) + (c.force_padding ? "_padded" : "");
-    });
+    case_name);
+
+// Autotuning picks whichever of cuBLASLt's candidates is fastest, so every candidate must compute
+// the same GEMM. `gpu` runs the op into a fresh poisoned output and returns it; it is run with
+// candidate 0, 1, ... until a shape has no candidate with that index. A candidate cuBLASLt
+// declines to run is skipped (autotuning skips it too), except the heuristic's first (0).
+constexpr int kMaxCandidates = 17;  // the heuristic's first choice + 16 (ops/cuda/gemm.cu)
+
+void expect_every_candidate(const std::function<Tensor()>& gpu, const Tensor& ref, double tol,
+                            const char* what) {
+  int checked = 0;
+  for (int i = 0; i < kMaxCandidates; ++i) {
+    set_algo_choice(i);
+    try {
+      const Tensor out = gpu();
+      EXPECT_LE(rel_error(to_double(out), to_double(ref)), tol) << what << ", candidate " << i;
+      ++checked;
+    } catch (const Error& e) {
+      const std::string message = e.what();
+      if (message.find("no algorithm") != std::string::npos) break;  // past the last candidate
+      EXPECT_NE(i, 0) << what << ": the heuristic's first choice failed: " << message;
+    }
+  }
+  EXPECT_GE(checked, 1) << what;
+  std::printf("%s: %d candidates checked\n", what, checked);
+}
+
+class GemmCandidatesGpu : public ::testing::TestWithParam<GemmCase> {
+ protected:
+  void SetUp() override {
+    if (cuda_device_available()) previous_ = set_algo_choice(-1);
+  }
+  void TearDown() override {
+    if (cuda_device_available()) set_algo_choice(previous_);
+  }
+  int previous_ = -1;
+};
+
+TEST_P(GemmCandidatesGpu, EveryCandidateMatchesCpu) {
+  LOCKSTEP_REQUIRE_GPU();
+  const auto [T, N, K, out, pad] = GetParam();
+  Tensor x = random_tensor({T, K}, DType::bf16, 7, true), w = random_tensor({N, K}, DType::bf16, 8);
+  Tensor dy = random_tensor({T, N}, DType::bf16, 9, true);
+  const Tensor xg = x.to(Device::cuda), wg = w.to(Device::cuda), dyg = dy.to(Device::cuda);
+  Fp8Rows qx = Fp8Rows::empty(T, K, Device::cuda), qxt = Fp8Rows::empty_columnwise(T, K, Device::cuda);
+  Fp8Rows qdy = Fp8Rows::empty(T, N, Device::cuda), qdyt = Fp8Rows::empty_columnwise(T, N, Device::cuda);
+  Fp8Weight qw = Fp8Weight::empty(N, K, Device::cuda);
+  quantize_rows_and_columns(qx, qxt, xg);
+  quantize_rows_and_columns(qdy, qdyt, dyg);
+  quantize_weight(qw, wg);
+  auto host = [](const Fp8Rows& q) { return Fp8Rows{q.data.to(Device::cpu), q.scales.to(Device::cpu)}; };
+  auto host_blocks = [](const Fp8Blocks& q) { return Fp8Blocks{q.data.to(Device::cpu), q.scales.to(Device::cpu)}; };
+  const Fp8Rows cx = host(qx), cxt = host(qxt), cdy = host(qdy), cdyt = host(qdyt);
+  const Fp8Weight cw{host_blocks(qw.w), host_blocks(qw.wt)};
+  const double tol = tolerance(out), tol8 = std::max(tolerance(out), kFp8F32Tol);
+
+  Tensor y = poisoned({T, N}, out, Device::cpu), dx = poisoned({T, K}, out, Device::cpu);
+  Tensor dw = poisoned({N, K}, DType::f32, Device::cpu);
+  gemm_fprop(y, x, w);
+  expect_every_candidate([&] { Tensor r = poisoned({T, N}, out, Device::cuda); gemm_fprop(r, xg, wg); return r; },
+                         y, tol, "bf16 fprop");
+  gemm_dgrad(dx, dy, w);
+  expect_every_candidate([&] { Tensor r = poisoned({T, K}, out, Device::cuda); gemm_dgrad(r, dyg, wg); return r; },
+                         dx, tol, "bf16 dgrad");
+  gemm_wgrad(dw, dy, x, false);
+  gemm_wgrad(dw, dy, x, true);
+  expect_every_candidate(
+      [&] {
+        Tensor r = poisoned({N, K}, DType::f32, Device::cuda);
+        gemm_wgrad(r, dyg, xg, false);
+        gemm_wgrad(r, dyg, xg, true);
+        return r;
+      },
+      dw, 1e-5, "bf16 wgrad (accumulated twice)");
+
+  gemm_fprop(y, cx, cw);
+  expect_every_candidate([&] { Tensor r = poisoned({T, N}, out, Device::cuda); gemm_fprop(r, qx, qw); return r; },
+                         y, tol8, "fp8 fprop");
+  gemm_dgrad(dx, cdy, cw);
+  expect_every_candidate([&] { Tensor r = poisoned({T, K}, out, Device::cuda); gemm_dgrad(r, qdy, qw); return r; },
+                         dx, tol8, "fp8 dgrad");
+  gemm_wgrad(dw, cdyt, cxt, false);
+  gemm_wgrad(dw, cdyt, cxt, true);
+  expect_every_candidate(
+      [&] {
+        Tensor r = poisoned({N, K}, DType::f32, Device::cuda);
+        gemm_wgrad(r, qdyt, qxt, false);
+        gemm_wgrad(r, qdyt, qxt, true);
+        return r;
+      },
+      dw, kFp8F32Tol, "fp8 wgrad (accumulated twice)");
+}
+
+// A token count cuBLASLt runs natively and an odd one (which may go through the padded copies).
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, GemmCandidatesGpu,
+    ::testing::Values(GemmCase{256, 384, 512, DType::bf16, false}, GemmCase{77, 384, 512, DType::f32, false}),
+    case_name);
 
 }  // namespace
 }  // namespace lockstep

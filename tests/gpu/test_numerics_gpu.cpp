@@ -74,13 +74,17 @@ INSTANTIATE_TEST_SUITE_P(
     Shapes, ActivationQuantGpu,
     ::testing::Combine(::testing::Values(1, 5, 128, 300, 1000), ::testing::Values(128, 640, 2048),
                        ::testing::Values(ScaleFormat::fp32, ScaleFormat::pow2)));
+// More 128×128 tiles (20 × 32 = 640) than the device holds persistent blocks (2 per SM), so
+// blocks quantize several tiles each, the later ones loaded while the earlier are processed;
+// the last tile row is partial.
+INSTANTIATE_TEST_SUITE_P(ManyTiles, ActivationQuantGpu,
+                         ::testing::Values(std::make_tuple(int64_t(2500), int64_t(4096), ScaleFormat::fp32)));
 
-class WeightQuantGpu : public ::testing::TestWithParam<std::tuple<DType, ScaleFormat>> {};
+class WeightQuantGpu : public ::testing::TestWithParam<std::tuple<DType, ScaleFormat, int64_t, int64_t>> {};
 
 TEST_P(WeightQuantGpu, SameBytesAsCpu) {
   LOCKSTEP_REQUIRE_GPU();
-  const auto [dtype, format] = GetParam();
-  const int64_t N = 384, K = 640;
+  const auto [dtype, format, N, K] = GetParam();
   Tensor w = random_tensor({N, K}, dtype, 99, true);
   Fp8Weight cpu = Fp8Weight::empty(N, K, Device::cpu);
   quantize_weight(cpu, w, format);
@@ -99,7 +103,13 @@ TEST_P(WeightQuantGpu, SameBytesAsCpu) {
 
 INSTANTIATE_TEST_SUITE_P(Formats, WeightQuantGpu,
                          ::testing::Combine(::testing::Values(DType::f32, DType::bf16),
-                                            ::testing::Values(ScaleFormat::fp32, ScaleFormat::pow2)));
+                                            ::testing::Values(ScaleFormat::fp32, ScaleFormat::pow2),
+                                            ::testing::Values(int64_t(384)), ::testing::Values(int64_t(640))));
+// 16 × 32 = 512 blocks: more than the persistent blocks (1 or 2 per SM), as above.
+INSTANTIATE_TEST_SUITE_P(ManyTiles, WeightQuantGpu,
+                         ::testing::Combine(::testing::Values(DType::f32, DType::bf16),
+                                            ::testing::Values(ScaleFormat::fp32),
+                                            ::testing::Values(int64_t(2048)), ::testing::Values(int64_t(4096))));
 
 }  // namespace
 }  // namespace lockstep
