@@ -1,7 +1,7 @@
 // model/transformer.cpp
 #include "model/transformer.h"
 
-#include <cstring>
+#include <optional>
 
 #include "core/error.h"
 #include "ops/attention.h"
