@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "ops/cpu/act.h"
+#include "ops/cpu/rms_row.h"
 #include "ops/qkv_rope_backends.h"
 
 namespace lockstep::cpu {
@@ -29,15 +30,6 @@ void rotate(float* x, const float* c, const float* s, int64_t half) {
     x[i] = a * c[i] - b * s[i];
     x[i + half] = b * c[i] + a * s[i];
   }
-}
-
-// x ← x · rstd · w over one head (ops/rmsnorm.h's math); returns rstd.
-float rms_normalize(float* x, const float* w, int64_t d, float eps) {
-  float sum_sq = 0.0f;
-  for (int64_t c = 0; c < d; ++c) sum_sq += x[c] * x[c];
-  const float rstd = 1.0f / std::sqrt(sum_sq / float(d) + eps);
-  for (int64_t c = 0; c < d; ++c) x[c] = x[c] * rstd * w[c];
-  return rstd;
 }
 
 }  // namespace
@@ -104,18 +96,9 @@ void qkv_rope_backward(Tensor& dqkv, Tensor& dq_norm, Tensor& dk_norm, const Ten
         rotate(g.data(), c.data(), minus_s.data(), half);  // g: gradient of the normalized head
         if (norm) {
           const bool is_q = k < layout.q_heads;
-          const float* w = is_q ? qw : kw;
-          const float r = rs[t * qk_heads + k];
-          float* dw = &dw_rows[size_t((2 * t + (is_q ? 0 : 1)) * d)];
           read_f32(qkv, offset, d, x.data());
-          float sum = 0.0f;
-          for (int64_t i = 0; i < d; ++i) {
-            x[i] = x[i] * r;  // x̂
-            sum += x[i] * w[i] * g[i];
-            dw[i] += g[i] * x[i];
-          }
-          const float mean = sum / float(d);
-          for (int64_t i = 0; i < d; ++i) g[i] = r * (w[i] * g[i] - x[i] * mean);
+          rms_normalize_backward(x.data(), g.data(), is_q ? qw : kw, d, rs[t * qk_heads + k],
+                                 &dw_rows[size_t((2 * t + (is_q ? 0 : 1)) * d)]);
         }
         write_f32(dqkv, offset, d, g.data());
       }
