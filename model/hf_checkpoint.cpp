@@ -118,8 +118,7 @@ void save_hf_checkpoint(const std::string& folder, const ModelConfig& config,
                         const ModelParameters& params, DType dtype) {
   LOCKSTEP_CHECK(dtype == DType::bf16 || dtype == DType::f32, "save_hf_checkpoint: dtype must be ",
                  "bf16 or f32, got ", dtype_name(dtype));
-  ModelParameters cpu;  // the masters on the CPU (a no-op view when they are there already)
-  cpu = params;
+  ModelParameters cpu = params;  // shares the tensors; CUDA ones are replaced by host copies
   cpu.for_each([](const std::string&, Tensor& t) {
     if (t.is_cuda()) t = t.to(Device::cpu);
   });

@@ -13,11 +13,6 @@ namespace {
 inline float to_f32(bf16 b) { return bf16_to_float(b); }
 inline float to_f32(float f) { return f; }
 
-float load(const Tensor& x, int64_t i) {
-  return x.dtype() == DType::bf16 ? bf16_to_float(static_cast<const bf16*>(x.data())[i])
-                                  : static_cast<const float*>(x.data())[i];
-}
-
 // x (rows × cols, row-major) -> 1×128 groups along cols, scales at g * rows + r.
 void rows_from(const float* x, int64_t rows, int64_t cols, Fp8Rows& out, bool pow2) {
   uint8_t* q = static_cast<uint8_t*>(out.data.data());
@@ -71,6 +66,7 @@ void quantize_weight(Fp8Weight& out, const Tensor& w, bool pow2) {
   const int64_t n = w.dim(0), k = w.dim(1);
   const int64_t nb = n / kQuantGroup, kb = k / kQuantGroup;
   const int64_t ld = out.w.scales.dim(1), ld_t = out.wt.scales.dim(1);
+  const std::vector<float> v = to_float(w);
   uint8_t* q = static_cast<uint8_t*>(out.w.data.data());
   uint8_t* qt = static_cast<uint8_t*>(out.wt.data.data());
   float* s = out.w.scales.data_as<float>();
@@ -83,14 +79,14 @@ void quantize_weight(Fp8Weight& out, const Tensor& w, bool pow2) {
       uint32_t amax = 0;
       for (int64_t i = bi * kQuantGroup; i < (bi + 1) * kQuantGroup; ++i)
         for (int64_t j = bj * kQuantGroup; j < (bj + 1) * kQuantGroup; ++j)
-          amax = std::max(amax, abs_bits(load(w, i * k + j)));
+          amax = std::max(amax, abs_bits(v[size_t(i * k + j)]));
       const float scale = group_scale(amax, pow2);
       s[bi * ld + bj] = scale;
       st[bj * ld_t + bi] = scale;
       const float inv = inverse_scale(scale);
       for (int64_t i = bi * kQuantGroup; i < (bi + 1) * kQuantGroup; ++i)
         for (int64_t j = bj * kQuantGroup; j < (bj + 1) * kQuantGroup; ++j)
-          qt[j * n + i] = q[i * k + j] = quantize_value(load(w, i * k + j), inv);
+          qt[j * n + i] = q[i * k + j] = quantize_value(v[size_t(i * k + j)], inv);
     }
   }
 }
