@@ -8,12 +8,35 @@
 #include "core/error.h"
 
 #if LOCKSTEP_HAS_CUDA
+#include <cstdint>
+#include <mutex>
+
 #include "core/cuda_check.h"
+#include "core/cuda_stream.h"
 #endif
 
 namespace lockstep {
 
-#if !LOCKSTEP_HAS_CUDA
+#if LOCKSTEP_HAS_CUDA
+namespace {
+// CUDA memory comes from the device's stream-ordered pool (cudaMallocAsync), told to keep what
+// is freed instead of returning it to the driver: after the first training step every tensor of a
+// step reuses pooled memory, so a steady-state step makes no cudaMalloc. The pool also counts the
+// bytes in use and their high-water mark (device_memory_stats).
+cudaMemPool_t memory_pool() {
+  static cudaMemPool_t pool = [] {
+    int device = 0;
+    LOCKSTEP_CUDA_CHECK(cudaGetDevice(&device));
+    cudaMemPool_t p = nullptr;
+    LOCKSTEP_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&p, device));
+    uint64_t keep_all = UINT64_MAX;
+    LOCKSTEP_CUDA_CHECK(cudaMemPoolSetAttribute(p, cudaMemPoolAttrReleaseThreshold, &keep_all));
+    return p;
+  }();
+  return pool;
+}
+}  // namespace
+#else
 namespace {
 [[noreturn]] void no_cuda() {
   fail("lockstep was built without CUDA (no nvcc at configure time); this operation needs a GPU");
@@ -21,13 +44,13 @@ namespace {
 }  // namespace
 #endif
 
-bool built_with_cuda() { 
+bool built_with_cuda() {
 #if LOCKSTEP_HAS_CUDA
   return true;
 #else
   return false;
 #endif
- }
+}
 
 bool cuda_device_available() {
 #if LOCKSTEP_HAS_CUDA
@@ -52,7 +75,7 @@ void* device_alloc(Device d, size_t bytes) {
   }
 #if LOCKSTEP_HAS_CUDA
   void* p = nullptr;
-  LOCKSTEP_CUDA_CHECK(cudaMalloc(&p, bytes));
+  LOCKSTEP_CUDA_CHECK(cudaMallocFromPoolAsync(&p, bytes, memory_pool(), current_stream()));
   return p;
 #else
   no_cuda();
@@ -63,7 +86,9 @@ void device_free(Device d, void* p) {
   if (!p) return;
   if (d == Device::cpu) return std::free(p);
 #if LOCKSTEP_HAS_CUDA
-  cudaFree(p);  // not checked: runs in destructors, possibly during unwinding
+  // Not checked: runs in destructors, possibly during unwinding. Freed in the order of the current
+  // stream: work queued before on this stream may still read p.
+  cudaFreeAsync(p, current_stream());
 #endif
 }
 
@@ -89,6 +114,26 @@ void device_fill_bytes(Device d, void* p, unsigned char value, size_t bytes) {
   LOCKSTEP_CUDA_CHECK(cudaMemset(p, value, bytes));
 #else
   no_cuda();
+#endif
+}
+
+DeviceMemoryStats device_memory_stats() {
+  DeviceMemoryStats stats;
+#if LOCKSTEP_HAS_CUDA
+  uint64_t used = 0, peak = 0;
+  LOCKSTEP_CUDA_CHECK(cudaMemPoolGetAttribute(memory_pool(), cudaMemPoolAttrUsedMemCurrent, &used));
+  LOCKSTEP_CUDA_CHECK(cudaMemPoolGetAttribute(memory_pool(), cudaMemPoolAttrUsedMemHigh, &peak));
+  size_t free = 0, total = 0;
+  LOCKSTEP_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  stats = {size_t(used), size_t(peak), free, total};
+#endif
+  return stats;
+}
+
+void reset_peak_device_memory() {
+#if LOCKSTEP_HAS_CUDA
+  uint64_t zero = 0;
+  LOCKSTEP_CUDA_CHECK(cudaMemPoolSetAttribute(memory_pool(), cudaMemPoolAttrUsedMemHigh, &zero));
 #endif
 }
 

@@ -15,11 +15,23 @@ bool built_with_cuda();
 // True when built with CUDA and a GPU is visible (GPU tests skip otherwise).
 bool cuda_device_available();
 
+// CUDA memory is stream-ordered (allocated and freed in the order of the current stream,
+// core/cuda_stream.h) and pooled: see device.cpp.
 void* device_alloc(Device d, size_t bytes);
 void device_free(Device d, void* p);
 // Copies between any two places; synchronous with respect to the host.
 void device_copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);
 void device_fill_bytes(Device d, void* p, unsigned char value, size_t bytes);
 void device_synchronize();
+
+// CUDA memory (zeros without CUDA): bytes held by live tensors now and at most since the last
+// reset_peak_device_memory(), and the device's free and total memory (the pool keeps freed tensor
+// memory for reuse, so `free` does not grow back when tensors die).
+struct DeviceMemoryStats {
+  size_t in_use = 0, peak = 0;
+  size_t free = 0, total = 0;
+};
+DeviceMemoryStats device_memory_stats();
+void reset_peak_device_memory();
 
 }  // namespace lockstep

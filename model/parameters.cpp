@@ -83,7 +83,9 @@ ModelParameters ModelParameters::initialized(const ModelConfig& config, uint64_t
     if (is_norm(name) || is_bias(name)) {
       for (int64_t i = 0; i < n; ++i) v[i] = is_norm(name) ? 1.0f : 0.0f;
     } else {
-      // Box-Muller on Philox uniforms: 4 words give 2 normals.
+      // Box-Muller on Philox uniforms: 4 words give 2 normals. Counter-based, so the threads'
+      // split does not change the values (billions of them for the benchmark models).
+#pragma omp parallel for schedule(static)
       for (int64_t i = 0; i < n; i += 2) {
         const Philox4 r = philox_at(seed, stream, uint64_t(i / 2));
         const double radius = std::sqrt(-2.0 * std::log(double(philox_uniform(r.v[0]))));

@@ -5,6 +5,11 @@ SFT loss for every weight tensor.
 
   cmake --build build --target lockstep_model_check
   python3 scripts/compare_hf.py [--bin build/tools/lockstep_model_check] [--json results.json]
+  python3 scripts/compare_hf.py --large [...]    # on a GPU machine
+
+--large instead compares a randomly initialized Qwen3-1.7B-shaped model (all 28 layers, full
+vocabulary; weights rounded to bf16 and saved as bf16) on the GPU: transformers in fp32 (SDPA) vs
+lockstep's bf16 recipe on CUDA (gradients written as bf16).
 
 For each family the script builds the model with transformers (weights ~ N(0, 1/fan_in), norms
 near 1, biases small, so activations are of order one), saves it with save_pretrained (fp32
@@ -53,6 +58,15 @@ TOLERANCE = {"fp32": {"logits": 1e-5, "logprob": 1e-5, "grads": 2e-5},
              "fp8": {"logits": 2e-1, "logprob": 5e-2, "grads": 4e-1}}
 
 
+QWEN3_1_7B = dict(vocab_size=151936, hidden_size=2048, intermediate_size=6144,
+                  num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8, head_dim=128,
+                  max_position_embeddings=40960, rms_norm_eps=1e-6, tie_word_embeddings=True,
+                  rope_parameters={"rope_type": "default", "rope_theta": 1e6})
+LARGE_LENGTHS = [300, 129, 57]
+# bf16 through 28 layers: the same sources of error as the small bf16 models, compounded by depth.
+LARGE_TOLERANCE = {"logits": 5e-2, "logprob": 1e-2, "grads": 1e-1}
+
+
 def randomize(model, seed):
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
@@ -69,12 +83,13 @@ def randomize(model, seed):
 def reference(model, sequences):
     """transformers' logits, logprobs, entropies and SFT-loss gradients (each sequence alone)."""
     model.zero_grad()
+    device = next(model.parameters()).device
     logits, logprob, entropy, nll = [], [], [], []
     for seq in sequences:
-        ids = torch.tensor([seq])
+        ids = torch.tensor([seq], device=device)
         z = model(input_ids=ids).logits[0].float()
         lsm = torch.log_softmax(z, dim=-1)
-        targets = torch.tensor(seq[1:] + [0])
+        targets = torch.tensor(seq[1:] + [0], device=device)
         lp = lsm.gather(1, targets[:, None])[:, 0]
         logits.append(z.detach())
         logprob.append(lp.detach())
@@ -87,14 +102,80 @@ def reference(model, sequences):
 
 
 def rel(a, b):
-    return ((a.double() - b.double()).norm() / b.double().norm()).item()
+    a, b = a.double().cpu(), b.double().cpu()
+    return ((a - b).norm() / b.norm()).item()
+
+
+def run_lockstep(args, model_dir, tokens, out, recipe, extra=()):
+    proc = subprocess.run([str(args.bin), str(model_dir), str(tokens), str(out), "--recipe", recipe,
+                           *extra], capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"{model_dir.name} {recipe}: lockstep_model_check failed: {proc.stderr}")
+    return load_file(out / "outputs.safetensors"), load_file(out / "grads" / "model.safetensors")
+
+
+def compare(ours, our_grads, ref_logits, ref_lp, ref_ent, ref_loss, ref_grads, label):
+    grad_errors = {}
+    for name, g in ref_grads.items():
+        if name not in our_grads:
+            sys.exit(f"{label}: lockstep wrote no gradient for {name}")
+        grad_errors[name] = rel(our_grads[name], g)
+    worst = max(grad_errors, key=grad_errors.get)
+    return {"logits": rel(ours["logits"], ref_logits), "logprob": rel(ours["logprob"], ref_lp),
+            "entropy": rel(ours["entropy"], ref_ent),
+            "loss": abs(ours["loss"].item() - ref_loss) / abs(ref_loss),
+            "grads": grad_errors[worst], "worst_grad": worst}
+
+
+def print_row(name, recipe, row):
+    print(f"{name:6s} {recipe:5s} logits {row['logits']:.2e}  logprob {row['logprob']:.2e}  "
+          f"entropy {row['entropy']:.2e}  loss {row['loss']:.2e}  grads {row['grads']:.2e} "
+          f"({row['worst_grad']})  {'ok' if row['ok'] else 'FAIL'}")
+
+
+def main_large(args):
+    """Qwen3-1.7B shape on the GPU: transformers fp32 vs lockstep bf16."""
+    torch.manual_seed(0)
+    config = transformers.Qwen3Config(**QWEN3_1_7B)
+    model = transformers.Qwen3ForCausalLM(config).float()
+    randomize(model, seed=0)
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = pathlib.Path(tmp)
+        model_dir = tmp / "qwen3-1.7b"
+        model.to(torch.bfloat16).save_pretrained(model_dir, safe_serialization=True)
+        model = model.float().cuda()  # the reference sees exactly the saved (bf16) weights
+        model.config._attn_implementation = "sdpa"
+        gen = torch.Generator().manual_seed(1)
+        sequences = [torch.randint(0, config.vocab_size, (n,), generator=gen).tolist()
+                     for n in LARGE_LENGTHS]
+        (tmp / "tokens.json").write_text(json.dumps({"sequences": sequences}))
+        ref = reference(model, sequences)
+        del model
+        torch.cuda.empty_cache()
+        ours, our_grads = run_lockstep(args, model_dir, tmp / "tokens.json", tmp / "out", "bf16",
+                                       ("--device", "cuda", "--grads-dtype", "bf16"))
+        row = compare(ours, our_grads, *ref, "qwen3-1.7b bf16")
+    row.update(family="qwen3-1.7b", recipe="bf16", device="cuda",
+               gpu=torch.cuda.get_device_name())
+    row["ok"] = all(row[k] <= LARGE_TOLERANCE[k] for k in LARGE_TOLERANCE)
+    print_row("qwen3-1.7b", "bf16", row)
+    print(f"torch {torch.__version__}, transformers {transformers.__version__}, {row['gpu']}")
+    if args.json:
+        pathlib.Path(args.json).write_text(json.dumps(
+            {"torch": torch.__version__, "transformers": transformers.__version__,
+             "tolerance": LARGE_TOLERANCE, "results": [row]}, indent=2))
+    sys.exit(0 if row["ok"] else 1)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--bin", default=REPO / "build/tools/lockstep_model_check")
     parser.add_argument("--json", help="write the results here")
+    parser.add_argument("--large", action="store_true",
+                        help="Qwen3-1.7B shape on the GPU, bf16 (see above)")
     args = parser.parse_args()
+    if args.large:
+        main_large(args)
     torch.manual_seed(0)
     results, failed = [], False
     with tempfile.TemporaryDirectory() as tmp:
@@ -112,32 +193,15 @@ def main():
             (tmp / "tokens.json").write_text(json.dumps({"sequences": sequences}))
             ref_logits, ref_lp, ref_ent, ref_loss, ref_grads = reference(model, sequences)
             for recipe in ("fp32", "bf16", "fp8"):
-                out = tmp / f"{family}-{recipe}"
-                proc = subprocess.run([str(args.bin), str(model_dir), str(tmp / "tokens.json"),
-                                       str(out), "--recipe", recipe], capture_output=True, text=True)
-                if proc.returncode != 0:
-                    sys.exit(f"{family} {recipe}: lockstep_model_check failed: {proc.stderr}")
-                ours = load_file(out / "outputs.safetensors")
-                our_grads = load_file(out / "grads" / "model.safetensors")
-                grad_errors = {}
-                for name, g in ref_grads.items():
-                    if name not in our_grads:
-                        sys.exit(f"{family} {recipe}: lockstep wrote no gradient for {name}")
-                    grad_errors[name] = rel(our_grads[name], g)
-                worst = max(grad_errors, key=grad_errors.get)
+                ours, our_grads = run_lockstep(args, model_dir, tmp / "tokens.json",
+                                               tmp / f"{family}-{recipe}", recipe)
                 row = {"family": family, "recipe": recipe,
-                       "logits": rel(ours["logits"], ref_logits),
-                       "logprob": rel(ours["logprob"], ref_lp),
-                       "entropy": rel(ours["entropy"], ref_ent),
-                       "loss": abs(ours["loss"].item() - ref_loss) / abs(ref_loss),
-                       "grads": grad_errors[worst], "worst_grad": worst}
-                ok = all(row[k] <= TOLERANCE[recipe][k] for k in TOLERANCE[recipe])
-                failed |= not ok
-                row["ok"] = ok
+                       **compare(ours, our_grads, ref_logits, ref_lp, ref_ent, ref_loss, ref_grads,
+                                 f"{family} {recipe}")}
+                row["ok"] = all(row[k] <= TOLERANCE[recipe][k] for k in TOLERANCE[recipe])
+                failed |= not row["ok"]
                 results.append(row)
-                print(f"{family:6s} {recipe:5s} logits {row['logits']:.2e}  logprob "
-                      f"{row['logprob']:.2e}  entropy {row['entropy']:.2e}  loss {row['loss']:.2e}  "
-                      f"grads {row['grads']:.2e} ({worst})  {'ok' if ok else 'FAIL'}")
+                print_row(family, recipe, row)
     print(f"torch {torch.__version__}, transformers {transformers.__version__}")
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(

@@ -1,13 +1,15 @@
 // tools/model_check.cpp — lockstep_model_check: runs a Hugging Face checkpoint through lockstep's
-// model on the CPU and writes what another implementation can be compared with
+// model (on the CPU, or on the GPU with --device cuda) and writes what another implementation can be compared with
 // (scripts/compare_hf.py does it against transformers).
 //
-//   lockstep_model_check MODEL_DIR TOKENS_JSON OUT_DIR [--recipe fp32|bf16|fp8]
+//   lockstep_model_check MODEL_DIR TOKENS_JSON OUT_DIR [--recipe fp32|bf16|fp8] [--device cpu|cuda]
+//                        [--grads-dtype f32|bf16]
 //
 // TOKENS_JSON: {"sequences": [[id, ...], ...]}, packed into one batch (each row's target is the next
 // token; a sequence's last row targets token 0). Writes
 //   OUT_DIR/outputs.safetensors  logits f32 [T, V], logprob f32 [T], entropy f32 [T], loss f32 [1]
-//   OUT_DIR/grads/               the gradient of the loss as a checkpoint (Hugging Face names, f32)
+//   OUT_DIR/grads/               the gradient of the loss as a checkpoint (Hugging Face names, f32
+//                                or bf16 for large models)
 // where loss = mean of −logprob over every row but each sequence's last (the SFT loss).
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -24,16 +26,24 @@ using namespace lockstep;
 
 namespace {
 
-Tensor i32_tensor(const std::vector<int32_t>& v) {
+Tensor i32_tensor(const std::vector<int32_t>& v, Device device) {
   Tensor t = Tensor::empty({int64_t(v.size())}, DType::i32);
   std::copy(v.begin(), v.end(), t.data_as<int32_t>());
-  return t;
+  return t.to(device);
 }
 
+struct Options {
+  Recipe recipe = Recipe::fp32;
+  Device device = Device::cpu;
+  DType grads_dtype = DType::f32;
+};
+
 int run(const std::string& model_dir, const std::string& tokens_path, const std::string& out_dir,
-        Recipe recipe) {
+        const Options& o) {
   const ModelConfig config = load_model_config(model_dir);
-  Transformer model(config, load_hf_parameters(config, model_dir), recipe);
+  ModelParameters params = load_hf_parameters(config, model_dir);
+  params.for_each([&](const std::string&, Tensor& t) { t = t.to(o.device); });
+  Transformer model(config, std::move(params), o.recipe);
 
   const auto doc = nlohmann::json::parse(read_file(tokens_path, "tokens"), nullptr, false);
   LOCKSTEP_CHECK(doc.is_object() && doc.contains("sequences") && doc["sequences"].is_array(),
@@ -51,23 +61,25 @@ int run(const std::string& model_dir, const std::string& tokens_path, const std:
     }
     cu.push_back(int32_t(tokens.size()));
   }
-  const TrainBatch batch{i32_tensor(tokens), i32_tensor(targets), i32_tensor(cu)};
+  const TrainBatch batch{i32_tensor(tokens, o.device), i32_tensor(targets, o.device),
+                         i32_tensor(cu, o.device)};
 
-  const Tensor logits = model.logits(model.hidden_states(batch));
+  const Tensor logits = model.logits(model.hidden_states(batch)).to(Device::cpu);
   TrainForward forward = model.forward(batch);
+  const Tensor logprob = forward.logprob.to(Device::cpu), entropy = forward.entropy.to(Device::cpu);
   Tensor mask_tensor = Tensor::empty({int64_t(mask.size())}, DType::f32);
   std::copy(mask.begin(), mask.end(), mask_tensor.data_as<float>());
-  const SftLoss loss = sft_loss(forward.logprob, mask_tensor);
-  model.backward(forward, loss.dlogprob, Tensor());
+  const SftLoss loss = sft_loss(logprob, mask_tensor);
+  model.backward(forward, loss.dlogprob.to(o.device), Tensor());
 
   Tensor loss_tensor = Tensor::empty({1}, DType::f32);
   loss_tensor.data_as<float>()[0] = float(loss.loss);
   std::filesystem::create_directories(out_dir);
   write_safetensors(out_dir + "/outputs.safetensors", {{"logits", logits},
-                                                       {"logprob", forward.logprob},
-                                                       {"entropy", forward.entropy},
+                                                       {"logprob", logprob},
+                                                       {"entropy", entropy},
                                                        {"loss", loss_tensor}});
-  save_hf_checkpoint(out_dir + "/grads", config, model.grads(), DType::f32);
+  save_hf_checkpoint(out_dir + "/grads", config, model.grads(), o.grads_dtype);
   std::cout << "tokens " << tokens.size() << ", loss " << loss.loss << "\n";
   return 0;
 }
@@ -76,22 +88,34 @@ int run(const std::string& model_dir, const std::string& tokens_path, const std:
 
 int main(int argc, char** argv) {
   std::vector<std::string> positional;
-  Recipe recipe = Recipe::fp32;
+  Options o;
   try {
     for (int i = 1; i < argc; ++i) {
       const std::string arg = argv[i];
-      if (arg == "--recipe" && i + 1 < argc)
-        recipe = parse_recipe(argv[++i]);
-      else if (arg.starts_with("--"))
+      const bool has_value = i + 1 < argc;
+      if (arg == "--recipe" && has_value) {
+        o.recipe = parse_recipe(argv[++i]);
+      } else if (arg == "--device" && has_value) {
+        const std::string d = argv[++i];
+        LOCKSTEP_CHECK(d == "cpu" || d == "cuda", "--device: expected cpu or cuda, got '", d, "'");
+        o.device = d == "cpu" ? Device::cpu : Device::cuda;
+      } else if (arg == "--grads-dtype" && has_value) {
+        const std::string d = argv[++i];
+        LOCKSTEP_CHECK(d == "f32" || d == "bf16", "--grads-dtype: expected f32 or bf16, got '", d,
+                       "'");
+        o.grads_dtype = d == "f32" ? DType::f32 : DType::bf16;
+      } else if (arg.starts_with("--")) {
         fail("unknown option " + arg);
-      else
+      } else {
         positional.push_back(arg);
+      }
     }
     if (positional.size() != 3) {
-      std::cerr << "usage: lockstep_model_check MODEL_DIR TOKENS_JSON OUT_DIR [--recipe fp32|bf16|fp8]\n";
+      std::cerr << "usage: lockstep_model_check MODEL_DIR TOKENS_JSON OUT_DIR [--recipe fp32|bf16|fp8] "
+                   "[--device cpu|cuda] [--grads-dtype f32|bf16]\n";
       return 2;
     }
-    return run(positional[0], positional[1], positional[2], recipe);
+    return run(positional[0], positional[1], positional[2], o);
   } catch (const Error& e) {
     std::cerr << "lockstep_model_check: " << e.what() << "\n";
     return 1;

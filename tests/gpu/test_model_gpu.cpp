@@ -1,0 +1,160 @@
+// tests/gpu/test_model_gpu.cpp — one full training step of a small Qwen3-style model on the GPU
+// against the CPU backend (same parameters, same tokens, same recipe): logprobs, entropies, loss,
+// every parameter's gradient and the weights after an AdamW step. Also micro-batching: two
+// micro-batches accumulate the same gradients as one batch.
+//
+// The two backends sum in different orders (cuBLASLt tiles, attention tiles, reductions), so
+// bf16 intermediates round differently and, in fp8, some E4M3 codes flip by one step; tolerances
+// below are relative L2 errors per tensor.
+#include <gtest/gtest.h>
+
+#include "../model/model_test_util.h"
+#include "../test_util.h"
+#include "ops/adamw.h"
+
+namespace lockstep::testing {
+namespace {
+
+struct Tolerance {
+  double logprob, grads, weights;
+};
+
+// bf16: a few bf16 roundings of differently ordered sums per op [logprob/grads ~1e-3–1e-2].
+// fp8: an E4M3 step is 6–12% of a value, and a flipped code moves a product by that much.
+Tolerance tolerance(Recipe r) {
+  return r == Recipe::bf16 ? Tolerance{1e-2, 4e-2, 1e-2} : Tolerance{4e-2, 1.5e-1, 3e-2};
+}
+
+// Dimensions that fp8 accepts (multiples of 128) and that the CUDA attention kernels take
+// (head_dim 128, GQA 4/2).
+ModelConfig gpu_config() {
+  TinyShape s;
+  s.hidden = 256;
+  s.heads = 4;
+  s.kv_heads = 2;
+  s.head_dim = 128;
+  s.intermediate = 384;
+  s.layers = 2;
+  s.vocab = 1000;
+  s.tied = false;
+  return tiny_config(ModelFamily::qwen3, s);
+}
+
+ModelParameters on(Device d, const ModelParameters& p) {
+  ModelParameters out = p;
+  out.for_each([&](const std::string&, Tensor& t) { t = t.to(d); });
+  return out;
+}
+
+struct StepResult {
+  Tensor logprob, entropy;
+  double loss = 0;
+  ModelParameters grads, weights;
+};
+
+// forward + SFT loss + backward over `seqs` split at `split` (sequences [0, split) and
+// [split, end) as two micro-batches; split = size: one batch), then one AdamW step.
+StepResult run_step(Device d, Recipe recipe, const ModelConfig& c, const ModelParameters& init,
+                    const Sequences& seqs, size_t split) {
+  Transformer model(c, on(d, init), recipe);
+  StepResult r;
+  int64_t counted = 0;
+  for (const auto& s : seqs) counted += int64_t(s.size()) - 1;
+  std::vector<float> logprob, entropy;
+  for (auto [first, last] : {std::pair{size_t(0), split}, std::pair{split, seqs.size()}}) {
+    if (first == last) continue;
+    const TrainBatch host = pack(Sequences(seqs.begin() + first, seqs.begin() + last));
+    const TrainBatch b{host.tokens.to(d), host.targets.to(d), host.cu_seqlens.to(d)};
+    TrainForward f = model.forward(b);
+    const Tensor lp = f.logprob.to(Device::cpu), ent = f.entropy.to(Device::cpu);
+    // SFT loss over every row but each sequence's last, normalized over the whole step.
+    Tensor dlogprob = Tensor::zeros({lp.numel()}, DType::f32);
+    int64_t row = 0;
+    for (size_t s = first; s < last; ++s) {
+      for (size_t i = 0; i + 1 < seqs[s].size(); ++i, ++row) {
+        r.loss -= lp.data_as<float>()[row] / double(counted);
+        dlogprob.data_as<float>()[row] = -1.0f / float(counted);
+      }
+      ++row;
+    }
+    model.backward(f, dlogprob.to(d), Tensor());
+    logprob.insert(logprob.end(), lp.data_as<float>(), lp.data_as<float>() + lp.numel());
+    entropy.insert(entropy.end(), ent.data_as<float>(), ent.data_as<float>() + ent.numel());
+  }
+  r.logprob = Tensor::empty({int64_t(logprob.size())}, DType::f32);
+  std::copy(logprob.begin(), logprob.end(), r.logprob.data_as<float>());
+  r.entropy = Tensor::empty({int64_t(entropy.size())}, DType::f32);
+  std::copy(entropy.begin(), entropy.end(), r.entropy.data_as<float>());
+  r.grads = on(Device::cpu, model.grads());
+
+  ModelParameters m = ModelParameters::zeros(c, d), v = ModelParameters::zeros(c, d);
+  std::vector<Tensor*> ps, gs, ms, vs;
+  model.params().for_each([&](const std::string&, Tensor& t) { ps.push_back(&t); });
+  model.grads().for_each([&](const std::string&, Tensor& t) { gs.push_back(&t); });
+  m.for_each([&](const std::string&, Tensor& t) { ms.push_back(&t); });
+  v.for_each([&](const std::string&, Tensor& t) { vs.push_back(&t); });
+  AdamWHyper hyper;
+  hyper.weight_decay = 0.1f;
+  for (size_t i = 0; i < ps.size(); ++i) adamw_step(*ps[i], *ms[i], *vs[i], *gs[i], hyper, 1, 1.0f);
+  r.weights = on(Device::cpu, model.params());
+  return r;
+}
+
+// Worst relative error over the tensors of two parameter sets, and its name.
+std::pair<double, std::string> worst(const ModelParameters& out, const ModelParameters& ref) {
+  std::vector<std::pair<std::string, Tensor>> refs;
+  ref.for_each([&](const std::string& n, const Tensor& t) { refs.emplace_back(n, t); });
+  std::pair<double, std::string> w{0.0, ""};
+  size_t i = 0;
+  out.for_each([&](const std::string& n, const Tensor& t) {
+    const double e = rel_error(to_double(t), to_double(refs.at(i++).second));
+    if (!(e <= w.first)) w = {e, n};  // NaN wins
+  });
+  return w;
+}
+
+class ModelStepGpu : public ::testing::TestWithParam<Recipe> {};
+
+TEST_P(ModelStepGpu, MatchesCpu) {
+  LOCKSTEP_REQUIRE_GPU();
+  const Recipe recipe = GetParam();
+  const ModelConfig c = gpu_config();
+  const ModelParameters init = random_parameters(c, 3);
+  const Sequences seqs = random_sequences({130, 1, 77, 256}, c.vocab_size, 5);
+  const StepResult cpu = run_step(Device::cpu, recipe, c, init, seqs, seqs.size());
+  const StepResult gpu = run_step(Device::cuda, recipe, c, init, seqs, seqs.size());
+  const Tolerance tol = tolerance(recipe);
+
+  EXPECT_LE(rel_error(to_double(gpu.logprob), to_double(cpu.logprob)), tol.logprob);
+  EXPECT_LE(rel_error(to_double(gpu.entropy), to_double(cpu.entropy)), tol.logprob);
+  EXPECT_NEAR(gpu.loss, cpu.loss, tol.logprob * std::abs(cpu.loss));
+  const auto [grad_error, grad_name] = worst(gpu.grads, cpu.grads);
+  EXPECT_LE(grad_error, tol.grads) << "worst gradient: " << grad_name;
+  const auto [weight_error, weight_name] = worst(gpu.weights, cpu.weights);
+  EXPECT_LE(weight_error, tol.weights) << "worst weight: " << weight_name;
+  // The step moved the weights by far more than the tolerance allows them to differ.
+  const auto [moved, moved_name] = worst(cpu.weights, init);
+  EXPECT_GT(moved, 3 * tol.weights) << moved_name;
+}
+
+TEST_P(ModelStepGpu, MicroBatchesAccumulateTheSameGradients) {
+  LOCKSTEP_REQUIRE_GPU();
+  const Recipe recipe = GetParam();
+  const ModelConfig c = gpu_config();
+  const ModelParameters init = random_parameters(c, 4);
+  const Sequences seqs = random_sequences({200, 64, 9, 300}, c.vocab_size, 6);
+  const StepResult one = run_step(Device::cuda, recipe, c, init, seqs, seqs.size());
+  const StepResult two = run_step(Device::cuda, recipe, c, init, seqs, 2);
+  // Rows do not depend on the batch in the forward (same logprobs up to reduction order); the
+  // gradients differ only by the order of the two accumulations and, in fp8, by the WGrad
+  // operands' columnwise scales (groups of 128 tokens that now fall differently).
+  EXPECT_LE(rel_error(to_double(two.logprob), to_double(one.logprob)), 1e-3);
+  const auto [e, name] = worst(two.grads, one.grads);
+  EXPECT_LE(e, recipe == Recipe::bf16 ? 1e-2 : 1e-1) << name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Recipes, ModelStepGpu, ::testing::Values(Recipe::bf16, Recipe::fp8),
+                         [](const auto& info) { return std::string(recipe_name(info.param)); });
+
+}  // namespace
+}  // namespace lockstep::testing
