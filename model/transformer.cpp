@@ -17,8 +17,10 @@ namespace lockstep {
 struct Transformer::LayerActivations {
   Tensor x, input_rstd;      // layer input (residual), its norm's rstd
   LinearInput qkv_in;        // normed x as the qkv projection keeps it
-  Tensor qkv_raw, qk_rstd;   // projection output before q/k norm + RoPE
-  Tensor qkv, attn, lse;     // attention input, output, log-sum-exp
+  Tensor qkv_raw;            // projection output before q/k norm + RoPE (the attention input
+                             // and q/k rstd are remade from it in the backward: cheaper than
+                             // keeping them)
+  Tensor attn, lse;          // attention output, log-sum-exp
   Tensor h, post_rstd;       // residual after attention, its norm's rstd
   LinearInput gate_up_in;
   Tensor gate_up;            // SwiGLU input
@@ -153,23 +155,39 @@ Tensor Transformer::layer_forward(size_t i, const Tensor& x, const Tensor& posit
   add_into(out, h);
 
   if (train) {
-    keep_for_backward(qkv_in);
-    keep_for_backward(gate_up_in);
-    keep_for_backward(down_in);
     save->x = x;
     save->input_rstd = input_rstd;
-    save->qkv_in = std::move(qkv_in);
     save->qkv_raw = qkv_raw;
-    save->qk_rstd = qk_rstd;
-    save->qkv = qkv;
     save->attn = attn;
     save->h = h;
     save->post_rstd = post_rstd;
-    save->gate_up_in = std::move(gate_up_in);
     save->gate_up = gate_up;
-    save->down_in = std::move(down_in);
+    if (!recompute_) {  // otherwise remade by recompute_inputs
+      keep_for_backward(qkv_in);
+      keep_for_backward(gate_up_in);
+      keep_for_backward(down_in);
+      save->qkv_in = std::move(qkv_in);
+      save->gate_up_in = std::move(gate_up_in);
+      save->down_in = std::move(down_in);
+    }
   }
   return out;
+}
+
+// The same bits the forward made (every op is deterministic), from what it kept.
+void Transformer::recompute_inputs(size_t i, LayerActivations& s) const {
+  const LayerParameters& p = params_.layers[i];
+  const int64_t t = s.x.dim(0);
+  auto normed = [&](const Tensor& x, const Tensor& w) {
+    Tensor xn = empty_act(t, config_.hidden_size), rstd = Tensor::empty({t}, DType::f32, device());
+    rmsnorm_forward(xn, rstd, x, w, eps_);
+    return linear_saved_input(recipe_, xn);
+  };
+  s.qkv_in = normed(s.x, p.input_norm);
+  s.gate_up_in = normed(s.h, p.post_norm);
+  Tensor a = empty_act(t, config_.intermediate_size);
+  swiglu_forward(a, s.gate_up);
+  s.down_in = linear_saved_input(recipe_, a);
 }
 
 Tensor Transformer::layer_backward(size_t i, LayerActivations& s, const Tensor& dout,
@@ -178,6 +196,7 @@ Tensor Transformer::layer_backward(size_t i, LayerActivations& s, const Tensor& 
   LayerParameters& g = grads_.layers[i];
   const LayerWeights& w = weights_[i];
   const int64_t t = dout.dim(0), hidden = config_.hidden_size;
+  if (recompute_) recompute_inputs(i, s);
 
   // out = h + down(swiglu(gate_up(norm(h))))
   Tensor da = empty_act(t, config_.intermediate_size);
@@ -193,11 +212,15 @@ Tensor Transformer::layer_backward(size_t i, LayerActivations& s, const Tensor& 
   // h = x + o(attention(rope(qk_norm(qkv(norm(x))))))
   Tensor dattn = empty_act(t, layout_.q_width());
   linear_backward(dattn, g.o, g.o_bias, dh, linear_saved_input(recipe_, s.attn), w.o);
+  Tensor qkv = empty_act(t, layout_.qkv_width()), qk_rstd;
+  if (config_.qk_norm)
+    qk_rstd = Tensor::empty({t, layout_.q_heads + layout_.kv_heads}, DType::f32, device());
+  qkv_rope_forward(qkv, qk_rstd, s.qkv_raw, positions, inv_freq_, p.q_norm, p.k_norm, layout_, eps_);
   Tensor dqkv = empty_act(t, layout_.qkv_width());
-  attention_backward(dqkv, dattn, s.qkv, s.attn, s.lse, cu_seqlens, layout_);
+  attention_backward(dqkv, dattn, qkv, s.attn, s.lse, cu_seqlens, layout_);
   Tensor dqkv_raw = empty_act(t, layout_.qkv_width());
   qkv_rope_backward(dqkv_raw, g.q_norm, g.k_norm, dqkv, s.qkv_raw, positions, inv_freq_, p.q_norm,
-                    p.k_norm, s.qk_rstd, layout_);
+                    p.k_norm, qk_rstd, layout_);
   Tensor dxn = empty_act(t, hidden);
   linear_backward(dxn, g.qkv, g.qkv_bias, dqkv_raw, s.qkv_in, w.qkv);
   Tensor dx = empty_act(t, hidden);

@@ -79,6 +79,12 @@ class Transformer {
   // Rebuilds the copies the recipe's GEMMs read (bf16, or fp8 blocks) from the masters.
   void refresh_weights();
 
+  // With recompute on, the training forward does not keep the inputs of the linear layers that
+  // cheap ops make (the two normed residuals, the SwiGLU output; in fp8 their columnwise copies):
+  // the backward remakes them. Same gradients, bit for bit; less activation memory.
+  void set_recompute(bool on) { recompute_ = on; }
+  bool recompute() const { return recompute_; }
+
   // `temperature` divides the logits (the rollout's sampling distribution, ops/lm_head.h).
   // With `for_backward` false nothing is kept (logprobs of a frozen or old policy).
   TrainForward forward(const TrainBatch& batch, float temperature = 1.0f, bool for_backward = true);
@@ -114,12 +120,14 @@ class Transformer {
                        LayerActivations* save);
   Tensor layer_backward(size_t i, LayerActivations& saved, const Tensor& dout,
                         const Tensor& positions, const Tensor& cu_seqlens);
+  void recompute_inputs(size_t i, LayerActivations& saved) const;
   Tensor empty_act(int64_t rows, int64_t cols) const;
 
   ModelConfig config_;
   Recipe recipe_;
   HeadLayout layout_;
   float eps_;
+  bool recompute_ = false;
   ModelParameters params_, grads_;
   std::vector<LayerWeights> weights_;
   Tensor embed_, head_;  // activation-dtype copies (fp32: the masters themselves)
