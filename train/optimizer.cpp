@@ -1,0 +1,96 @@
+// train/optimizer.cpp
+#include "train/optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "core/error.h"
+#include "ops/adamw.h"
+#include "ops/elementwise.h"
+
+namespace lockstep {
+
+namespace {
+
+struct Named {
+  std::string name;
+  Tensor* tensor;
+};
+
+std::vector<Named> tensors_of(ModelParameters& p) {
+  std::vector<Named> out;
+  p.for_each([&](const std::string& name, Tensor& t) { out.push_back({name, &t}); });
+  return out;
+}
+
+ModelParameters zeros_like(const ModelParameters& params) {
+  ModelParameters z = params;
+  z.for_each([](const std::string&, Tensor& t) {
+    t = Tensor::zeros(t.shape(), DType::f32, t.device());
+  });
+  return z;
+}
+
+// `what` must hold the tensors of `reference` (the moments, built from the first params).
+void check_matches(const std::vector<Named>& what, const std::vector<Named>& reference,
+                   const char* what_name) {
+  LOCKSTEP_CHECK(what.size() == reference.size(), "AdamW::step: ", what_name, " has ",
+                 what.size(), " tensors, the optimizer was built for ", reference.size());
+  for (size_t i = 0; i < what.size(); ++i) {
+    LOCKSTEP_CHECK(what[i].name == reference[i].name, "AdamW::step: ", what_name, " tensor ", i,
+                   " is ", what[i].name, ", expected ", reference[i].name);
+    LOCKSTEP_CHECK(what[i].tensor->shape() == reference[i].tensor->shape(), "AdamW::step: ",
+                   what_name, " ", what[i].name, " is ", what[i].tensor->describe(),
+                   ", expected shape ", shape_string(reference[i].tensor->shape()));
+  }
+}
+
+}  // namespace
+
+AdamW::AdamW(const ModelParameters& params, const OptimizerConfig& config)
+    : config_(config), m_(zeros_like(params)), v_(zeros_like(params)) {
+  LOCKSTEP_CHECK(std::isfinite(config.max_grad_norm) && config.max_grad_norm >= 0,
+                 "AdamW: max_grad_norm = ", config.max_grad_norm,
+                 " (must be finite and non-negative; 0 turns clipping off)");
+}
+
+OptimizerStep AdamW::step(ModelParameters& params, ModelParameters& grads) {
+  const std::vector<Named> p = tensors_of(params), g = tensors_of(grads), m = tensors_of(m_),
+                           v = tensors_of(v_);
+  check_matches(p, m, "params");
+  check_matches(g, m, "grads");
+
+  OptimizerStep out;
+  double sum = 0;
+  for (const Named& t : g) {
+    const double s = sum_squares(*t.tensor);
+    // Squares of finite floats cannot overflow a double: non-finite means a non-finite element.
+    if (!std::isfinite(s)) {
+      out.grad_norm = s;
+      out.nonfinite_grad = t.name;
+      grads.zero();
+      return out;
+    }
+    sum += s;
+  }
+  out.grad_norm = std::sqrt(sum);
+  if (config_.max_grad_norm > 0)
+    out.clip_scale = float(std::min(1.0, config_.max_grad_norm / (out.grad_norm + 1e-6)));
+  out.step = steps_ + 1;
+  out.lr = config_.schedule.lr(out.step);
+  const AdamWHyper hyper{.lr = out.lr,
+                         .beta1 = config_.beta1,
+                         .beta2 = config_.beta2,
+                         .eps = config_.eps,
+                         .weight_decay = config_.weight_decay};
+  for (size_t i = 0; i < p.size(); ++i)
+    adamw_step(*p[i].tensor, *m[i].tensor, *v[i].tensor, *g[i].tensor, hyper, out.step,
+               out.clip_scale);
+  steps_ = out.step;
+  out.applied = true;
+  grads.zero();
+  return out;
+}
+
+}  // namespace lockstep

@@ -1,0 +1,64 @@
+// train/optimizer.h — AdamW over a whole model: fp32 first and second moments for every parameter
+// tensor, global gradient-norm clipping, a skipped step on a non-finite gradient, and the learning
+// rate from a schedule. step(params, grads):
+//
+//   1. ‖g‖ = sqrt(Σ over the gradient tensors of ops/elementwise.h's sum_squares), in double.
+//   2. A non-finite ‖g‖ skips the step: parameters, moments and the step count stay as they were,
+//      and the result names the first tensor (ModelParameters::for_each order) whose gradient holds
+//      a non-finite value.
+//   3. clip = min(1, max_grad_norm / (‖g‖ + 1e-6)) (torch.nn.utils.clip_grad_norm_'s factor), or 1
+//      when max_grad_norm is 0.
+//   4. Every tensor takes ops/adamw.h's adamw_step with grad_scale = clip, step = the number of
+//      applied steps including this one, lr = schedule.lr(step).
+//   5. The gradients are zeroed, after a skipped step too (they are the next step's accumulator).
+//
+// The caller then rebuilds the weight copies the recipe reads (Transformer::refresh_weights). Works
+// wherever the tensors live: it only calls ops (on CUDA each sum_squares returns one double, so
+// step 1 synchronizes once per tensor).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "model/parameters.h"
+#include "train/schedule.h"
+
+namespace lockstep {
+
+struct OptimizerConfig {
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.01f;  // verl's default; applied to every tensor
+  float max_grad_norm = 1.0f;  // 0: no clipping
+  LrSchedule schedule;
+};
+
+struct OptimizerStep {
+  bool applied = false;
+  int64_t step = 0;            // the applied step's number (0 when skipped)
+  float lr = 0;                // its learning rate (0 when skipped)
+  double grad_norm = 0;        // ‖g‖ before clipping; non-finite when skipped
+  float clip_scale = 1;        // the factor the gradients were multiplied by
+  std::string nonfinite_grad;  // the first tensor with a non-finite gradient, when skipped
+};
+
+class AdamW {
+ public:
+  // Zero moments of the shapes and devices of `params` (f32 masters).
+  AdamW(const ModelParameters& params, const OptimizerConfig& config);
+
+  // `params` and `grads` have the tensors (names and shapes) of the constructor's `params`.
+  OptimizerStep step(ModelParameters& params, ModelParameters& grads);
+
+  int64_t steps() const { return steps_; }  // applied steps so far
+  const ModelParameters& first_moment() const { return m_; }
+  const ModelParameters& second_moment() const { return v_; }
+
+ private:
+  OptimizerConfig config_;
+  ModelParameters m_, v_;
+  int64_t steps_ = 0;
+};
+
+}  // namespace lockstep

@@ -1,0 +1,31 @@
+// train/rollout_mismatch.h — how far the training forward's logprobs are from the rollout
+// engine's on the same sampled tokens (for logging; in the unified fp8 flow they should agree).
+//
+// Per counted token, Δ = logp_train − logp_rollout, weighted by mask m ≥ 0 (response tokens):
+//   mean_abs_diff    Σ m·|Δ| / Σ m
+//   max_abs_diff     max |Δ| over tokens with m > 0
+//   mult_prob_error  Σ m·exp(|Δ|) / Σ m: NeMo-RL's token multiplicative probability error
+//                    (docs/adding-new-models.md; 1 when the two agree)
+//   kl_k3            Σ m·(exp(Δ) − 1 − Δ) / Σ m: the k3 estimate of KL(π_rollout ‖ π_train) — the
+//                    tokens are samples of the rollout policy, r = π_train / π_rollout
+// Sums run in double. Non-finite logprobs of counted tokens propagate into the results.
+#pragma once
+
+#include <span>
+
+namespace lockstep {
+
+struct RolloutMismatch {
+  double mean_abs_diff = 0;
+  double max_abs_diff = 0;
+  double mult_prob_error = 0;
+  double kl_k3 = 0;
+  double tokens = 0;  // Σ m
+};
+
+// All three of one length T; the mask selects at least one token.
+RolloutMismatch rollout_mismatch(std::span<const float> train_logprob,
+                                 std::span<const float> rollout_logprob,
+                                 std::span<const float> mask);
+
+}  // namespace lockstep
