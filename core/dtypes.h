@@ -107,33 +107,23 @@ LOCKSTEP_HD float f16_to_float(f16 h) {
 
 constexpr float kE4M3Max = 448.0f;
 
+// Branch-free (every path computed, then selected) so that loops of it vectorize on the CPU.
 LOCKSTEP_HD e4m3 float_to_e4m3(float f) {
   const uint32_t x = float_bits(f);
-  const uint8_t sign = static_cast<uint8_t>((x >> 24) & 0x80u);
+  const uint32_t sign = (x >> 24) & 0x80u;
   const uint32_t a = x & 0x7fffffffu;
-  if (a > 0x7f800000u) return e4m3{0x7f};                      // NaN stays NaN
-  if (a >= 0x43e00000u) return e4m3{uint8_t(sign | 0x7eu)};   // |f| >= 448 (and inf): saturate
-  if (a < 0x3c800000u) {
-    // |f| < 2^-6: subnormal codes m * 2^-9, m in [0, 8]; m == 8 is the smallest normal, code 0x08.
-    // a * 2^9 is exact; round it to an integer, nearest even, with integer arithmetic.
-    const float scaled = bits_float(a) * 512.0f;
-    const uint32_t s = float_bits(scaled);
-    if (s < 0x3f000000u) return e4m3{sign};                    // < 0.5 rounds to zero
-    const int exp = int(s >> 23) - 127;                         // -1 .. 2
-    const uint32_t mant = (s & 0x7fffffu) | 0x800000u;          // 1.m with 23 fraction bits
-    const int shift = 23 - exp;                                 // bits below the integer point
-    uint32_t m = mant >> shift;
-    const uint32_t rem = mant & ((1u << shift) - 1u), half = 1u << (shift - 1);
-    if (rem > half || (rem == half && (m & 1u))) ++m;
-    return e4m3{uint8_t(sign | m)};
-  }
-  // Normal: 2^-6 <= |f| < 448. Keep 3 of 23 mantissa bits, round to nearest even; a carry
-  // propagates into the exponent, and the largest result is 0x7E (448).
-  const uint32_t exp = (a >> 23) - 127 + 7;
-  uint32_t code = (exp << 3) | ((a >> 20) & 7u);
+  // Normal (2^-6 <= |f| < 448): keep 3 of 23 mantissa bits, round to nearest even; a carry
+  // propagates into the exponent (the largest result is 0x7E, 448).
+  uint32_t normal = (((a >> 23) - 120u) << 3) | ((a >> 20) & 7u);  // exponent bias 127 -> 7
   const uint32_t rem = a & 0xfffffu;
-  if (rem > 0x80000u || (rem == 0x80000u && (code & 1u))) ++code;
-  return e4m3{uint8_t(sign | code)};
+  normal += uint32_t(rem > 0x80000u || (rem == 0x80000u && (normal & 1u)));
+  // Subnormal (|f| < 2^-6): codes m · 2^-9, m in [0, 8] (8 is the smallest normal, code 0x08).
+  // |f| · 2^9 is exact, and adding then subtracting 2^23 rounds it to an integer, nearest even.
+  const float scaled = bits_float(a) * 512.0f;
+  const uint32_t subnormal = uint32_t((scaled + 8388608.0f) - 8388608.0f);
+  uint32_t code = a < 0x3c800000u ? subnormal : normal;
+  code = a >= 0x43e00000u ? 0x7eu : code;                  // |f| >= 448 (and inf): saturate
+  return e4m3{uint8_t(a > 0x7f800000u ? 0x7fu : (sign | code))};  // NaN stays NaN
 }
 
 LOCKSTEP_HD float e4m3_to_float(e4m3 v) {
