@@ -112,7 +112,9 @@ StepPlan Scheduler::schedule() {
       tokens = fitting_tokens(seqs_[size_t(seq)], want);
     }
     if (tokens == 0) {
-      // Only older sequences hold blocks now; the oldest alone always fits (checked on entry).
+      // Only older sequences hold blocks now, so this one waits for them. The oldest holds the
+      // whole cache by now: it fails only for a sequence longer than the cache (which callers
+      // refuse up front, as the engine does).
       LOCKSTEP_CHECK(i > 0, "scheduler: sequence ", seq, " does not fit in the cache's ",
                      num_blocks(), " blocks even alone");
       preempt_last_running();

@@ -74,6 +74,7 @@ class Scheduler {
 
   bool idle() const { return running_.empty() && waiting_.empty(); }
   const std::vector<int32_t>& blocks(int64_t seq) const { return seqs_.at(size_t(seq)).blocks; }
+  int64_t free_blocks() const { return allocator_.free_blocks(); }
   int64_t preemptions() const { return preemptions_; }
 
  private:

@@ -2,6 +2,10 @@
 // partially filled block and preemption of the newest sequence.
 #include <gtest/gtest.h>
 
+#include <map>
+#include <random>
+#include <set>
+
 #include "core/error.h"
 #include "rollout/block_allocator.h"
 #include "rollout/scheduler.h"
@@ -122,6 +126,70 @@ TEST(Scheduler, PreemptsTheNewestAndResumesItFromScratch) {
   EXPECT_EQ(plan.chunks[0].end, 3);
   s.finish(b);
   EXPECT_TRUE(s.idle());
+}
+
+// Random sequences, some forked into samples once their prompt is computed, grow to random
+// lengths through a cache far too small for all of them. After every step: no chunk writes into a
+// block another sequence holds, tables hold exactly the computed positions, the free count matches
+// the blocks held; every sequence reaches its length, and all blocks come back.
+TEST(Scheduler, KeepsItsInvariantsUnderRandomLoad) {
+  constexpr int64_t kBlocks = 10, kBlockSize = 3;
+  Scheduler s(kBlocks, kBlockSize, 7, 4);
+  std::mt19937_64 rng(1);
+  auto uniform = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  std::map<int64_t, int64_t> length, target, forks;  // by sequence id
+  for (int i = 0; i < 12; ++i) {
+    const int64_t prompt = uniform(1, 9), id = s.add(prompt);
+    length[id] = prompt;
+    target[id] = prompt + uniform(1, 8);  // at most 25 ≤ 30 slots: fits alone
+    forks[id] = uniform(0, 1) * uniform(1, 3);
+  }
+  int64_t finished = 0, steps = 0;
+  while (!s.idle()) {
+    ASSERT_LT(++steps, 5000) << "no progress";
+    const StepPlan plan = s.schedule();
+    ASSERT_FALSE(plan.chunks.empty());
+    std::map<int32_t, int> holders;
+    for (const auto& [id, len] : length)
+      for (int32_t b : s.blocks(id)) ++holders[b];
+    EXPECT_EQ(s.free_blocks(), kBlocks - int64_t(holders.size()));
+    for (const BlockCopy& c : plan.copies) EXPECT_GE(holders[c.src], 1);
+    for (const ScheduledChunk& c : plan.chunks) {
+      const std::vector<int32_t>& table = s.blocks(c.seq);
+      EXPECT_EQ(int64_t(table.size()), (c.end + kBlockSize - 1) / kBlockSize);
+      EXPECT_LT(c.begin, c.end);
+      EXPECT_LE(c.end, length[c.seq]);
+      for (int64_t p = c.begin; p < c.end; ++p)
+        EXPECT_EQ(holders[table[size_t(p / kBlockSize)]], 1)
+            << "sequence " << c.seq << " writes position " << p << " into a shared block";
+    }
+    for (const ScheduledChunk& c : plan.chunks) {
+      if (c.end < length[c.seq]) continue;
+      std::vector<int64_t> done = {c.seq};
+      if (forks[c.seq] > 0) {
+        const int64_t first = s.fork(c.seq, forks[c.seq]);
+        for (int64_t i = first; i < first + forks[c.seq]; ++i) {
+          length[i] = length[c.seq];
+          target[i] = length[c.seq] + uniform(1, 8);
+          done.push_back(i);
+        }
+        forks[c.seq] = 0;
+      }
+      for (int64_t id : done) {
+        if (++length[id] == target[id]) {
+          s.finish(id);
+          ++finished;
+        } else {
+          s.append(id);
+        }
+      }
+    }
+  }
+  EXPECT_EQ(finished, int64_t(target.size()));
+  EXPECT_EQ(s.free_blocks(), kBlocks);
+  EXPECT_GT(s.preemptions(), 0);
 }
 
 }  // namespace
