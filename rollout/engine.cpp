@@ -1,0 +1,259 @@
+// rollout/engine.cpp
+#include "rollout/engine.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cmath>
+#include <cstring>
+#include <optional>
+#include <string>
+
+#include "core/error.h"
+#include "ops/lm_head.h"
+#include "rollout/scheduler.h"
+
+namespace lockstep {
+
+namespace {
+
+// The engine's side of a scheduler sequence (same index as the scheduler's id).
+struct Sequence {
+  size_t request = 0;
+  uint64_t sample = 0;          // the Philox stream
+  int64_t forks = 0;            // samples to fork off once the shared prompt is prefilled
+  std::vector<int32_t> tokens;  // prompt, then generated
+  std::vector<float> logprobs;
+  std::string text;  // the generated text, kept for stop strings only
+};
+
+// A token drawn this step: from logits row `row` for sequence `seq`.
+struct Draw {
+  int64_t seq = 0, row = 0;
+  int32_t token = 0;
+  float temperature = 1;  // of its logprob: the request's, 1 for greedy
+};
+
+EngineOptions checked(const EngineOptions& o) {
+  LOCKSTEP_CHECK(o.num_blocks > 0 && o.block_size > 0,
+                 "engine: num_blocks and block_size must be positive, got ", o.num_blocks, " and ",
+                 o.block_size);
+  LOCKSTEP_CHECK(o.num_blocks <= INT32_MAX / o.block_size,
+                 "engine: num_blocks · block_size = ", o.num_blocks, " · ", o.block_size,
+                 " slots do not fit the i32 slot indices");
+  LOCKSTEP_CHECK(o.max_step_tokens > 0 && o.max_step_sequences > 0,
+                 "engine: max_step_tokens and max_step_sequences must be positive, got ",
+                 o.max_step_tokens, " and ", o.max_step_sequences);
+  return o;
+}
+
+// Copy-on-write: every layer's k and v rows of each source block into its fresh block.
+void copy_blocks(KvCache& cache, const std::vector<BlockCopy>& copies) {
+  for (const BlockCopy& c : copies)
+    for (std::vector<Tensor>* kv : {&cache.k, &cache.v})
+      for (Tensor& layer : *kv)
+        layer.rows(c.dst, c.dst + 1).copy_from(layer.rows(c.src, c.src + 1));
+}
+
+// The step's InferBatch, built in one host buffer (each part 16-byte aligned) that goes to the
+// device in one copy. Block table rows are padded with block 0, never read.
+InferBatch build_batch(const StepPlan& plan, const Scheduler& scheduler,
+                       const std::vector<Sequence>& seqs, Device device) {
+  const int64_t block = scheduler.block_size(), s_count = int64_t(plan.chunks.size());
+  int64_t t_count = 0, width = 0;
+  for (const ScheduledChunk& c : plan.chunks) {
+    t_count += c.end - c.begin;
+    width = std::max(width, int64_t(scheduler.blocks(c.seq).size()));
+  }
+  // tokens, positions, slots, cu_seqlens_q, context_lens, block_tables
+  const int64_t sizes[6] = {t_count, t_count, t_count, s_count + 1, s_count, s_count * width};
+  int64_t offsets[7] = {0};
+  for (int i = 0; i < 6; ++i) offsets[i + 1] = offsets[i] + (sizes[i] + 3) / 4 * 4;
+  Tensor host = Tensor::zeros({offsets[6]}, DType::i32);
+  int32_t* part[6];
+  for (int i = 0; i < 6; ++i) part[i] = host.data_as<int32_t>() + offsets[i];
+
+  int64_t t = 0;
+  for (int64_t s = 0; s < s_count; ++s) {
+    const ScheduledChunk& c = plan.chunks[size_t(s)];
+    const std::vector<int32_t>& blocks = scheduler.blocks(c.seq);
+    for (int64_t p = c.begin; p < c.end; ++p, ++t) {
+      part[0][t] = seqs[size_t(c.seq)].tokens[size_t(p)];
+      part[1][t] = int32_t(p);
+      part[2][t] = int32_t(blocks[size_t(p / block)] * block + p % block);
+    }
+    part[3][s + 1] = int32_t(t);
+    part[4][s] = int32_t(c.end);
+    std::copy(blocks.begin(), blocks.end(), part[5] + s * width);
+  }
+
+  const Tensor all = device == Device::cpu ? host : host.to(device);
+  auto view = [&](int i) { return all.rows(offsets[i], offsets[i] + sizes[i]); };
+  return {view(0), view(1), view(2), view(3), view(4), view(5).reshape({s_count, width})};
+}
+
+// logits_logprob of each draw's token in its row, one call per distinct temperature.
+std::vector<float> logprobs_of(const Tensor& logits, const std::vector<Draw>& draws) {
+  const int64_t vocab = logits.dim(1);
+  std::vector<float> out(draws.size());
+  std::vector<bool> done(draws.size(), false);
+  for (size_t first = 0; first < draws.size(); ++first) {
+    if (done[first]) continue;
+    const float temperature = draws[first].temperature;
+    std::vector<size_t> group;
+    for (size_t d = first; d < draws.size(); ++d)
+      if (!done[d] && draws[d].temperature == temperature) {
+        group.push_back(d);
+        done[d] = true;
+      }
+    const int64_t n = int64_t(group.size());
+    Tensor rows = Tensor::empty({n, vocab}, DType::f32), targets = Tensor::empty({n}, DType::i32);
+    Tensor logprob = Tensor::empty({n}, DType::f32), entropy = Tensor::empty({n}, DType::f32);
+    for (int64_t i = 0; i < n; ++i) {
+      const Draw& d = draws[group[size_t(i)]];
+      std::memcpy(rows.data_as<float>() + i * vocab, logits.data_as<float>() + d.row * vocab,
+                  size_t(vocab) * sizeof(float));
+      targets.data_as<int32_t>()[i] = d.token;
+    }
+    logits_logprob(logprob, entropy, rows, targets, temperature);
+    for (int64_t i = 0; i < n; ++i) out[group[size_t(i)]] = logprob.data_as<float>()[i];
+  }
+  return out;
+}
+
+// The stop rules of rollout/engine.h after `s` got its latest token.
+std::optional<FinishReason> finish_reason(Sequence& s, const GenerationRequest& request,
+                                          const Tokenizer* tokenizer) {
+  const SamplingParams& p = request.sampling;
+  const int32_t token = s.tokens.back();
+  if (std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) != p.stop_token_ids.end())
+    return FinishReason::stop;
+  if (!p.stop_strings.empty()) {
+    const size_t before = s.text.size();
+    s.text += tokenizer->decode(std::span<const int32_t>(&token, 1));
+    for (const std::string& stop : p.stop_strings) {
+      // The text before held no stop string, so a new match ends in the new piece.
+      const size_t from = before >= stop.size() ? before - stop.size() + 1 : 0;
+      if (s.text.find(stop, from) != std::string::npos) return FinishReason::stop;
+    }
+  }
+  if (s.tokens.size() - request.prompt.size() == size_t(p.max_new_tokens))
+    return FinishReason::length;
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::string_view finish_reason_name(FinishReason reason) {
+  return reason == FinishReason::stop ? "stop" : "length";
+}
+
+Engine::Engine(Transformer& model, const EngineOptions& options, const Tokenizer* tokenizer)
+    : model_(model),
+      options_(checked(options)),
+      tokenizer_(tokenizer),
+      cache_(model.config(), model.activation_dtype(), options.num_blocks, options.block_size,
+             model.device()) {}
+
+void Engine::check_request(const GenerationRequest& request, size_t index) const {
+  const std::string what = "request " + std::to_string(index);
+  const SamplingParams& p = request.sampling;
+  const int64_t vocab = model_.config().vocab_size, length = int64_t(request.prompt.size());
+  LOCKSTEP_CHECK(length > 0, what, ": the prompt is empty");
+  for (size_t i = 0; i < request.prompt.size(); ++i)
+    LOCKSTEP_CHECK(request.prompt[i] >= 0 && request.prompt[i] < vocab, what, ": prompt[", i,
+                   "] = ", request.prompt[i], " is outside the vocabulary [0, ", vocab, ")");
+  LOCKSTEP_CHECK(p.n >= 1, what, ": n must be at least 1, got ", p.n);
+  LOCKSTEP_CHECK(std::isfinite(p.temperature) && p.temperature >= 0, what,
+                 ": temperature must be finite and >= 0, got ", p.temperature);
+  LOCKSTEP_CHECK(p.top_p > 0 && p.top_p <= 1, what, ": top_p must be in (0, 1], got ", p.top_p);
+  LOCKSTEP_CHECK(p.top_k >= 0, what, ": top_k must be >= 0 (0: no limit), got ", p.top_k);
+  LOCKSTEP_CHECK(p.max_new_tokens >= 1, what, ": max_new_tokens must be at least 1, got ",
+                 p.max_new_tokens);
+  for (size_t i = 0; i < p.stop_strings.size(); ++i)
+    LOCKSTEP_CHECK(!p.stop_strings[i].empty(), what, ": stop_strings[", i, "] is empty");
+  LOCKSTEP_CHECK(p.stop_strings.empty() || tokenizer_ != nullptr, what,
+                 ": stop_strings need a tokenizer, and the engine was given none");
+  const int64_t capacity = options_.num_blocks * options_.block_size;
+  LOCKSTEP_CHECK(p.max_new_tokens - 1 <= capacity - length, what, ": the prompt (", length,
+                 " tokens) and max_new_tokens (", p.max_new_tokens, ") need more than the KV ",
+                 "cache's ", capacity, " token slots (num_blocks · block_size)");
+}
+
+std::vector<std::vector<GeneratedSample>> Engine::generate(
+    const std::vector<GenerationRequest>& requests) {
+  for (size_t r = 0; r < requests.size(); ++r) check_request(requests[r], r);
+  std::vector<std::vector<GeneratedSample>> results(requests.size());
+  Scheduler scheduler(options_.num_blocks, options_.block_size, options_.max_step_tokens,
+                      options_.max_step_sequences);
+  std::vector<Sequence> seqs;  // by scheduler id
+  for (size_t r = 0; r < requests.size(); ++r) {
+    const int64_t n = requests[r].sampling.n;
+    results[r].resize(size_t(n));
+    for (int64_t j = 0; j < (options_.share_prompts ? 1 : n); ++j) {
+      scheduler.add(int64_t(requests[r].prompt.size()));
+      seqs.push_back(
+          {r, uint64_t(j), options_.share_prompts ? n - 1 : 0, requests[r].prompt, {}, {}});
+    }
+  }
+
+  while (!scheduler.idle()) {
+    const StepPlan plan = scheduler.schedule();
+    copy_blocks(cache_, plan.copies);
+    const Tensor out = model_.logits(
+        model_.forward_infer(build_batch(plan, scheduler, seqs, model_.device()), cache_));
+    const Tensor logits = out.is_cuda() ? out.to(Device::cpu) : out;
+    ++stats_.steps;
+    stats_.block_copies += int64_t(plan.copies.size());
+    for (const ScheduledChunk& c : plan.chunks) stats_.tokens_computed += c.end - c.begin;
+
+    // A token for each sequence whose chunk reached its last token (a prompt whose prefill
+    // continues next step gets none); a shared prompt first forks its other samples.
+    std::vector<Draw> draws;
+    for (size_t row = 0; row < plan.chunks.size(); ++row) {
+      const int64_t seq = plan.chunks[row].seq;
+      if (plan.chunks[row].end < int64_t(seqs[size_t(seq)].tokens.size())) continue;
+      draws.push_back({seq, int64_t(row)});
+      if (const int64_t forks = seqs[size_t(seq)].forks; forks > 0) {
+        seqs[size_t(seq)].forks = 0;
+        const int64_t first = scheduler.fork(seq, forks);
+        for (int64_t i = 0; i < forks; ++i) {
+          Sequence child = seqs[size_t(seq)];
+          child.sample = uint64_t(i + 1);
+          seqs.push_back(std::move(child));
+          draws.push_back({first + i, int64_t(row)});
+        }
+      }
+    }
+    const int64_t vocab = logits.dim(1);
+    for (Draw& d : draws) {
+      const Sequence& s = seqs[size_t(d.seq)];
+      const SamplingParams& p = requests[s.request].sampling;
+      d.token = sample_token({logits.data_as<float>() + d.row * vocab, size_t(vocab)}, p, s.sample,
+                             s.tokens.size());
+      d.temperature = p.temperature > 0 ? p.temperature : 1.0f;
+    }
+    const std::vector<float> logprobs = logprobs_of(logits, draws);
+
+    for (size_t i = 0; i < draws.size(); ++i) {
+      Sequence& s = seqs[size_t(draws[i].seq)];
+      s.tokens.push_back(draws[i].token);
+      s.logprobs.push_back(logprobs[i]);
+      const std::optional<FinishReason> reason = finish_reason(s, requests[s.request], tokenizer_);
+      if (!reason) {
+        scheduler.append(draws[i].seq);
+        continue;
+      }
+      scheduler.finish(draws[i].seq);
+      GeneratedSample& out_sample = results[s.request][s.sample];
+      out_sample.tokens.assign(s.tokens.begin() + ptrdiff_t(requests[s.request].prompt.size()),
+                               s.tokens.end());
+      out_sample.logprobs = std::move(s.logprobs);
+      out_sample.finish_reason = *reason;
+      s = Sequence();  // free its memory
+    }
+  }
+  stats_.preemptions += scheduler.preemptions();
+  return results;
+}
+
+}  // namespace lockstep

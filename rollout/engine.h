@@ -1,0 +1,102 @@
+// rollout/engine.h — the generation engine: requests of n samples each, generated with continuous
+// batching over a paged KV cache, on the device the Transformer is on.
+//
+// generate() returns, for sample j of request r, the generated tokens, the logprob of each and why
+// generation stopped.
+//
+// Logprobs: the log-probability of each token under π = softmax(logits / τ) over the whole
+// vocabulary, τ the request's temperature: after temperature, before top-k/top-p truncation (as
+// VeRL, OpenRLHF and slime report it), not under the truncated distribution the token was drawn
+// from. It is ops/lm_head.h's logits_logprob of the step's logits row, so on the CPU it equals
+// Transformer::forward(batch, τ)'s logprob of that token in the same context bit for bit: the
+// trainer must use the same τ. Greedy (τ = 0) reports the logprob under softmax(logits), τ = 1.
+//
+// Randomness: sample j of a request draws the token at position p (its index in prompt +
+// generated tokens) with Philox at (request seed, j, p) (rollout/sampler.h). A sample therefore
+// does not depend on the other requests, on the batch, on preemption or on prompt sharing; two
+// requests with the same prompt and seed give the same samples, so give each request its own seed.
+//
+// Stop rules, checked after each generated token in this order:
+//   - the token is one of stop_token_ids: finish `stop`, the token returned (with its logprob: the
+//     policy learns to emit it);
+//   - the generated text (Tokenizer::decode of the generated tokens, special tokens written out,
+//     the prompt not included) now contains one of stop_strings: finish `stop`; the tokens end with
+//     the one that completed the string, whose text may run past the string's end (nothing is cut);
+//   - max_new_tokens tokens generated: finish `length`.
+//
+// Scheduling (rollout/scheduler.h): each step runs the next token (or prompt chunk) of every
+// running sequence and starts waiting ones, within max_step_tokens and max_step_sequences;
+// finished sequences leave at once. The KV cache holds num_blocks blocks of block_size tokens;
+// when it is full the newest sequences are preempted and recomputed later, never dropped. Every
+// request must fit the cache on its own: prompt + max_new_tokens − 1 tokens.
+//
+// Prompt sharing (share_prompts): the n samples of a request prefill the prompt once, then share
+// its blocks; the partially filled last block is copied on a sample's first write (copy-on-write).
+// Without it every sample prefills the prompt itself: the same tokens and logprobs, more work.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "io/tokenizer.h"
+#include "model/kv_cache.h"
+#include "model/transformer.h"
+#include "rollout/sampler.h"
+
+namespace lockstep {
+
+struct EngineOptions {
+  int64_t num_blocks = 0;  // the KV cache budget, in blocks
+  int64_t block_size = 16;
+  int64_t max_step_tokens = 2048;    // per step: prompt chunks + decoded tokens
+  int64_t max_step_sequences = 256;  // per step
+  bool share_prompts = true;
+};
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt;
+  SamplingParams sampling;
+};
+
+enum class FinishReason { stop, length };
+std::string_view finish_reason_name(FinishReason reason);
+
+struct GeneratedSample {
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;  // one per token
+  FinishReason finish_reason = FinishReason::length;
+};
+
+// Totals over every generate() call.
+struct EngineStats {
+  int64_t steps = 0;
+  int64_t tokens_computed = 0;  // rows through the model: prompts, recomputations, decodes
+  int64_t preemptions = 0;
+  int64_t block_copies = 0;  // copy-on-write
+};
+
+class Engine {
+ public:
+  // The KV cache is allocated here, on the model's device. `tokenizer` is needed only by requests
+  // with stop strings; model and tokenizer must outlive the engine.
+  Engine(Transformer& model, const EngineOptions& options, const Tokenizer* tokenizer = nullptr);
+
+  // result[r][j]: sample j of requests[r]. Bad requests throw before anything runs, naming the
+  // request and the field.
+  std::vector<std::vector<GeneratedSample>> generate(
+      const std::vector<GenerationRequest>& requests);
+
+  const EngineStats& stats() const { return stats_; }
+
+ private:
+  void check_request(const GenerationRequest& request, size_t index) const;
+
+  Transformer& model_;
+  EngineOptions options_;
+  const Tokenizer* tokenizer_;
+  KvCache cache_;
+  EngineStats stats_;
+};
+
+}  // namespace lockstep

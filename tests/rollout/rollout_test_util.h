@@ -1,0 +1,48 @@
+// tests/rollout/rollout_test_util.h — Pearson's χ² test of drawn tokens against a distribution.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+namespace lockstep::testing {
+
+struct ChiSquare {
+  double statistic = 0;
+  int dof = 0;
+  // The value χ² exceeds with probability 1e-3 when the counts do follow the distribution
+  // (Wilson–Hilferty: accurate to a few percent at the dof used here).
+  double critical() const {
+    const double a = 2.0 / (9.0 * dof), z = 3.090;
+    return dof * std::pow(1 - a + z * std::sqrt(a), 3);
+  }
+};
+
+// counts[v] draws of token v against probabilities probs[v] (which sum to 1); bins expecting fewer
+// than 5 draws are pooled into one. Tokens of probability 0 are left out (check them apart).
+inline ChiSquare chi_square(const std::vector<int64_t>& counts, const std::vector<double>& probs) {
+  int64_t total = 0;
+  for (int64_t c : counts) total += c;
+  ChiSquare result;
+  double pooled_expected = 0, pooled_count = 0;
+  int bins = 0;
+  auto add = [&](double observed, double expected) {
+    result.statistic += (observed - expected) * (observed - expected) / expected;
+    ++bins;
+  };
+  for (size_t v = 0; v < counts.size(); ++v) {
+    const double expected = probs[v] * double(total);
+    if (expected == 0) continue;
+    if (expected < 5) {
+      pooled_expected += expected;
+      pooled_count += double(counts[v]);
+    } else {
+      add(double(counts[v]), expected);
+    }
+  }
+  if (pooled_expected > 0) add(pooled_count, pooled_expected);
+  result.dof = bins - 1;
+  return result;
+}
+
+}  // namespace lockstep::testing
