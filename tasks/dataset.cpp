@@ -1,0 +1,83 @@
+// tasks/dataset.cpp — JSONL problem files.
+#include "tasks/dataset.h"
+
+#include <nlohmann/json.hpp>
+#include <string_view>
+
+#include "core/error.h"
+#include "io/file_io.h"
+#include "tasks/verifier.h"
+
+namespace lockstep {
+namespace {
+
+using json = nlohmann::json;
+
+std::string_view trimmed(std::string_view text) {
+  constexpr std::string_view kSpace = " \t\r\n\f\v";
+  const size_t begin = text.find_first_not_of(kSpace);
+  if (begin == std::string_view::npos) return {};
+  return text.substr(begin, text.find_last_not_of(kSpace) - begin + 1);
+}
+
+std::string string_field(const json& object, const char* key) {
+  const auto it = object.find(key);
+  LOCKSTEP_CHECK(it != object.end(), "field \"", key, "\" is missing");
+  LOCKSTEP_CHECK(it->is_string(), "field \"", key, "\" must be a string, not ", it->type_name());
+  std::string value = it->get<std::string>();
+  LOCKSTEP_CHECK(!trimmed(value).empty(), "field \"", key, "\" is empty");
+  return value;
+}
+
+// One non-blank line to a problem; throws lockstep::Error saying what is wrong with it.
+Problem parse_line(std::string_view line, DatasetFormat format) {
+  json object;
+  try {
+    object = json::parse(line);
+  } catch (const json::parse_error& e) {
+    fail(std::string("invalid JSON: ") + e.what());
+  }
+  LOCKSTEP_CHECK(object.is_object(), "expected a JSON object, not ", object.type_name());
+  if (format == DatasetFormat::prompt_answer) {
+    Problem problem{string_field(object, "prompt"), std::string(trimmed(string_field(object, "answer")))};
+    LOCKSTEP_CHECK(parse_answer(problem.answer).has_value(), "field \"answer\" must be a number (e.g. 72, -3, ",
+                   "1,234.5, 3/4), not \"", problem.answer, "\"");
+    return problem;
+  }
+  std::string question = string_field(object, "question");
+  const std::string solution = string_field(object, "answer");
+  const size_t marker = solution.rfind("####");
+  LOCKSTEP_CHECK(marker != std::string::npos, "field \"answer\" has no \"#### <number>\" final answer");
+  Problem problem{std::move(question), std::string(trimmed(solution.substr(marker + 4)))};
+  LOCKSTEP_CHECK(parse_answer(problem.answer).has_value(), "the final answer after \"####\" must be a number, not \"",
+                 problem.answer, "\"");
+  return problem;
+}
+
+}  // namespace
+
+LoadedProblems load_problems(const std::filesystem::path& path, DatasetFormat format, BadLines bad_lines) {
+  const std::string text = read_file(path.string(), "dataset");
+  LoadedProblems loaded;
+  size_t line_number = 0;
+  for (size_t begin = 0; begin < text.size();) {
+    size_t end = text.find('\n', begin);
+    if (end == std::string::npos) end = text.size();
+    const std::string_view line(text.data() + begin, end - begin);
+    begin = end + 1;
+    ++line_number;
+    if (trimmed(line).empty()) continue;
+    try {
+      loaded.problems.push_back(parse_line(line, format));
+    } catch (const Error& e) {
+      if (bad_lines == BadLines::fail) fail(path.string() + ":" + std::to_string(line_number) + ": " + e.what());
+      ++loaded.skipped_lines;
+    }
+  }
+  LOCKSTEP_CHECK(!loaded.problems.empty(), path.string(), ": no problems: ",
+                 loaded.skipped_lines > 0 ? "every line is bad (" + std::to_string(loaded.skipped_lines) + " skipped)"
+                                          : std::string("the file is empty (blank lines aside)"));
+  return loaded;
+}
+
+}  // namespace lockstep

@@ -1,0 +1,38 @@
+// tasks/dataset.h — problems with a verifiable numeric answer, loaded from JSONL files (one JSON
+// object per line; blank lines are skipped, "\r\n" line ends accepted, other fields ignored).
+//
+// Formats:
+//   gsm8k          {"question": "...", "answer": "...reasoning...\n#### 72"}: the prompt is the
+//                  question, the reference answer the text after the last "####" (trimmed).
+//   prompt_answer  {"prompt": "...", "answer": "72"}.
+// Both fields must be non-empty strings, and the reference must be a number that tasks/verifier.h's
+// parse_answer accepts ("72", "-3", "70,000", "3/4"), so that a reward can never be silently 0 for a
+// problem. A bad line (invalid JSON, not an object, a field missing, mistyped or empty, no "####",
+// an answer that is not a number) throws lockstep::Error "<file>:<line>: <what is wrong>", or with
+// BadLines::skip is skipped and counted. A file without a single good problem is an error either way.
+#pragma once
+
+#include <cstddef>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace lockstep {
+
+struct Problem {
+  std::string prompt;
+  std::string answer;  // the reference final answer, as written ("70,000")
+};
+
+enum class DatasetFormat { gsm8k, prompt_answer };
+enum class BadLines { fail, skip };
+
+struct LoadedProblems {
+  std::vector<Problem> problems;  // in file order
+  size_t skipped_lines = 0;       // bad lines skipped (BadLines::skip only)
+};
+
+LoadedProblems load_problems(const std::filesystem::path& path, DatasetFormat format,
+                             BadLines bad_lines = BadLines::fail);
+
+}  // namespace lockstep
