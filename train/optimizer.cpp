@@ -93,4 +93,25 @@ OptimizerStep AdamW::step(ModelParameters& params, ModelParameters& grads) {
   return out;
 }
 
+void AdamW::load_state(const ModelParameters& m, const ModelParameters& v, int64_t steps) {
+  LOCKSTEP_CHECK(steps >= 0, "AdamW::load_state: negative step count ", steps);
+  auto load = [](ModelParameters& dst, const ModelParameters& src, const char* what) {
+    std::vector<std::pair<std::string, Tensor>> saved;
+    src.for_each([&](const std::string& n, const Tensor& t) { saved.emplace_back(n, t); });
+    size_t i = 0;
+    dst.for_each([&](const std::string& n, Tensor& t) {
+      LOCKSTEP_CHECK(i < saved.size() && saved[i].first == n &&
+                         saved[i].second.shape() == t.shape(),
+                     "AdamW::load_state: the saved ", what, " does not match tensor ", n, " ",
+                     t.describe());
+      t.copy_from(saved[i++].second);
+    });
+    LOCKSTEP_CHECK(i == saved.size(), "AdamW::load_state: the saved ", what, " has ",
+                   saved.size(), " tensors, the model ", i);
+  };
+  load(m_, m, "first moment");
+  load(v_, v, "second moment");
+  steps_ = steps;
+}
+
 }  // namespace lockstep

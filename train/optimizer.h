@@ -54,6 +54,8 @@ class AdamW {
   int64_t steps() const { return steps_; }  // applied steps so far
   const ModelParameters& first_moment() const { return m_; }
   const ModelParameters& second_moment() const { return v_; }
+  // Continues from a saved state (a checkpoint): moments of the same tensors, and the step count.
+  void load_state(const ModelParameters& m, const ModelParameters& v, int64_t steps);
 
  private:
   OptimizerConfig config_;

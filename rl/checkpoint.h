@@ -1,0 +1,45 @@
+// rl/checkpoint.h — a run's checkpoint, everything needed to continue it exactly:
+//
+//   OUT_DIR/checkpoint/model/            the fp32 masters as a Hugging Face checkpoint (config.json,
+//                                        model.safetensors; transformers loads it) plus the
+//                                        tokenizer files, so the folder can be served as it is
+//   OUT_DIR/checkpoint/optimizer.safetensors   AdamW's moments ("m.<name>", "v.<name>")
+//   OUT_DIR/checkpoint/state.json        where the run stands (RunState)
+//
+// The run's randomness is counter-based (problems, sampling seeds: functions of the run seed and
+// the step), so no RNG state beyond the step is needed. The checkpoint is written into a temporary
+// folder which then replaces the previous one: a crash leaves the old checkpoint or the new one.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+
+#include "io/config.h"
+#include "model/parameters.h"
+#include "train/optimizer.h"
+
+namespace lockstep {
+
+struct RunState {
+  int64_t sft_step = 0;       // SFT steps done
+  int64_t step = 0;           // GRPO steps done
+  int64_t optimizer_steps = 0;  // of the optimizer whose moments are saved
+  int64_t consecutive_skips = 0;
+};
+
+void save_checkpoint(const std::filesystem::path& out_dir, const ModelConfig& config,
+                     const ModelParameters& params, const AdamW& optimizer, const RunState& state,
+                     const std::filesystem::path& tokenizer_dir);
+
+// The checkpoint folder's model path and its state, when OUT_DIR holds a checkpoint.
+struct SavedRun {
+  std::filesystem::path model;
+  RunState state;
+};
+std::optional<SavedRun> find_checkpoint(const std::filesystem::path& out_dir);
+
+// Restores the optimizer's moments (AdamW::load_state) from the checkpoint.
+void load_optimizer(const std::filesystem::path& out_dir, AdamW& optimizer, int64_t steps);
+
+}  // namespace lockstep

@@ -1,0 +1,36 @@
+// rl/metrics.h — a run's metrics: one JSON object per step in a JSONL file (rl/plot.h draws it),
+// and a progress line on the console.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace lockstep {
+
+// Field name and value, in the order they are written; a non-finite value is written as null.
+using Metrics = std::vector<std::pair<std::string, double>>;
+
+class MetricsLog {
+ public:
+  // Appends to `path`. Lines of steps after `keep_through` are dropped first (a resumed run goes
+  // on from its checkpoint's step; what the interrupted run logged after it is redone).
+  MetricsLog(const std::filesystem::path& path, int64_t keep_through);
+  ~MetricsLog();
+  MetricsLog(const MetricsLog&) = delete;
+  MetricsLog& operator=(const MetricsLog&) = delete;
+
+  void write(int64_t step, const Metrics& metrics);
+
+ private:
+  std::filesystem::path path_;
+  std::FILE* file_ = nullptr;
+};
+
+// The value of `name` in `metrics` (NaN when absent).
+double metric(const Metrics& metrics, const std::string& name);
+
+}  // namespace lockstep

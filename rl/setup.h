@@ -1,0 +1,85 @@
+// rl/setup.h — what every subcommand builds from the run configuration (cli/config.h): the device,
+// the model (the builtin tiny model or a Hugging Face checkpoint), the tokenizer, the problems and
+// how a problem becomes prompt tokens, and the policy in the run's precision mode.
+//
+// Precision modes (DESIGN.md): `bf16` and `fp8` train and roll out with one Transformer (the rollout
+// reads the very weight copies the optimizer step refreshed); `fp8-rollout` trains in bf16 and rolls
+// out with a second Transformer over the same fp32 masters whose fp8 weights are re-quantized at
+// each hand-over — the popular, off-policy baseline kept for comparison.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cli/config.h"
+#include "io/tokenizer.h"
+#include "model/transformer.h"
+#include "tasks/dataset.h"
+#include "tasks/synthetic.h"
+
+namespace lockstep {
+
+// A dataset, or the synthetic task (problems made on demand: an endless supply).
+class Problems {
+ public:
+  static Problems loaded(std::vector<Problem> problems);
+  static Problems synthetic(uint64_t seed, int level, SyntheticSplit split);
+
+  bool endless() const { return synthetic_.has_value(); }
+  int64_t size() const;  // endless: INT64_MAX
+  const Problem& operator[](int64_t i) const;  // loaded only
+  // Problem `i` of a run's stream: the synthetic task's i-th, or the dataset walked in a fresh
+  // seeded shuffle each epoch.
+  Problem draw(uint64_t seed, int64_t i) const;
+  // The first `n` problems (the whole set when n is 0 or larger) for evaluation.
+  std::vector<Problem> head(int64_t n) const;
+
+ private:
+  std::vector<Problem> problems_;
+  struct Synthetic {
+    uint64_t seed;
+    int level;
+    SyntheticSplit split;
+  };
+  std::optional<Synthetic> synthetic_;
+};
+
+struct Setup {
+  Config config;
+  Device device = Device::cpu;
+  ModelConfig model_config;
+  std::filesystem::path tokenizer_dir;  // copied into checkpoints
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::vector<int32_t> stop_token_ids;  // end of a response
+  Problems train, test;
+
+  std::vector<int32_t> prompt_tokens(const Problem& problem) const;
+  // The SFT target text of a problem (the answer and the end token).
+  std::string sft_target(const Problem& problem) const;
+};
+
+// Checks and resolves the config (device, model config, tokenizer, data). `need_data`: load the
+// train/test sets (not for `generate`). Writes the builtin model's tokenizer under run.out_dir.
+Setup make_setup(const Config& config, bool need_data);
+
+// The fp32 masters to start from: a checkpoint's, the Hugging Face checkpoint's, or the builtin
+// model's seeded initialization; on the setup's device.
+ModelParameters initial_parameters(const Setup& setup, const std::filesystem::path& checkpoint_model);
+
+class Policy {
+ public:
+  Policy(const Setup& setup, ModelParameters params);
+  Transformer& trainer() { return *train_; }
+  Transformer& rollout() { return rollout_ ? *rollout_ : *train_; }
+  // After an optimizer step: the trainer's weight copies, and the rollout model's when separate.
+  void handover();
+
+ private:
+  std::unique_ptr<Transformer> train_, rollout_;
+};
+
+}  // namespace lockstep
