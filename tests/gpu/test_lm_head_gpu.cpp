@@ -31,11 +31,12 @@ constexpr int64_t kH = 1024;
 constexpr double kLogitsTol = 1e-5;
 // The same logits folded on both sides: exp and summation order only.
 constexpr double kFoldTol = 5e-6;
-// dz/temperature differs by ~1e-6 relative before its rounding to bf16, which moves ~0.1% of the
-// elements by one bf16 step (2^-8): ~1e-4 in the norm of dz, hence of dw and an f32 dh.
-constexpr double kGradTol = 1e-3;
-// A bf16 dh adds its own rounding of values that differ by ~1e-4 (as the GEMM tests' bf16 bound).
-constexpr double kBf16GradTol = 2e-3;
+// dz/temperature differs by ~1e-5 relative before its rounding to bf16 (logits ~5e-6 apart, and
+// log p + entropy near 0 in the entropy term), which moves ~0.2% of the elements by one bf16 step
+// (2^-8..2^-7): ~2.5e-4 in the norm of dz, hence of dw and an f32 dh.
+constexpr double kGradTol = 2e-3;
+// A bf16 dh then rounds values ~2.5e-4 apart, which moves a few % of them by one bf16 step: ~1e-3.
+constexpr double kBf16GradTol = 5e-3;
 
 Tensor poisoned(Shape shape, DType dtype, Device device) {
   Tensor t = Tensor::empty(shape, dtype, device);
