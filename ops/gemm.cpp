@@ -77,12 +77,12 @@ void gemm_fprop(Tensor& y, const Tensor& x, const Tensor& w) {
   LOCKSTEP_ON_CUDA(cuda::gemm_fprop_bf16(y, x, w));
 }
 
-void gemm_dgrad(Tensor& dx, const Tensor& dy, const Tensor& w) {
+void gemm_dgrad(Tensor& dx, const Tensor& dy, const Tensor& w, bool accumulate) {
   check_operands(dy, "gemm_dgrad: dy", w, "gemm_dgrad: w");
   check_k(dy.dim(1), w.dim(0), "gemm_dgrad", dy, w);
   check_output(dx, "gemm_dgrad: dx", dy.device(), {dy.dim(0), w.dim(1)});
-  if (!dy.is_cuda()) return cpu::gemm_tn(dx, {dy}, {w, true}, false);
-  LOCKSTEP_ON_CUDA(cuda::gemm_dgrad_bf16(dx, dy, w));
+  if (!dy.is_cuda()) return cpu::gemm_tn(dx, {dy}, {w, true}, accumulate);
+  LOCKSTEP_ON_CUDA(cuda::gemm_dgrad_bf16(dx, dy, w, accumulate));
 }
 
 void gemm_wgrad(Tensor& dw, const Tensor& dy, const Tensor& x, bool accumulate) {

@@ -1,7 +1,7 @@
 // ops/gemm.h — the three GEMMs of a linear layer y = x·Wᵀ, x [T, K], W [N, K], in both recipes:
 //
 //   FProp  y  [T, N] = x  · Wᵀ
-//   DGrad  dx [T, K] = dy · W
+//   DGrad  dx [T, K] = dy · W       overwritten, or accumulated in the bf16 recipe (sums over N)
 //   WGrad  dW [N, K] = dyᵀ · x      fp32, overwritten or accumulated (micro-batches)
 //
 // bf16 recipe: bf16 operands (or f32 operands, CPU only: the fp32 recipe), fp32 accumulation,
@@ -23,7 +23,7 @@ namespace lockstep {
 
 // bf16 recipe (x, w, dy both bf16, or both f32 on the CPU). y/dx: bf16 or f32.
 void gemm_fprop(Tensor& y, const Tensor& x, const Tensor& w);
-void gemm_dgrad(Tensor& dx, const Tensor& dy, const Tensor& w);
+void gemm_dgrad(Tensor& dx, const Tensor& dy, const Tensor& w, bool accumulate = false);
 void gemm_wgrad(Tensor& dw, const Tensor& dy, const Tensor& x, bool accumulate);
 
 // fp8 recipe. dy_t, x_t: columnwise copies (Fp8Rows of [N, Tp] and [K, Tp]).

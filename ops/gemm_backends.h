@@ -23,7 +23,7 @@ void gemm_tn_fp8(Tensor& out, const Fp8Rows& a, const Fp8Blocks& b, bool accumul
 
 namespace lockstep::cuda {
 void gemm_fprop_bf16(Tensor& y, const Tensor& x, const Tensor& w);
-void gemm_dgrad_bf16(Tensor& dx, const Tensor& dy, const Tensor& w);
+void gemm_dgrad_bf16(Tensor& dx, const Tensor& dy, const Tensor& w, bool accumulate);
 void gemm_wgrad_bf16(Tensor& dw, const Tensor& dy, const Tensor& x, bool accumulate);
 void gemm_fp8(Tensor& out, const Fp8Rows& act, const Fp8Blocks& weight);  // FProp, DGrad
 void gemm_wgrad_fp8(Tensor& dw, const Fp8Rows& dy_t, const Fp8Rows& x_t, bool accumulate);

@@ -45,6 +45,18 @@ void check_temperature(const char* op, float temperature) {
                  ": temperature must be finite and > 0, got ", temperature);
 }
 
+// The CUDA backend runs the bf16 recipe only (its GEMMs take bf16 operands).
+void check_cuda_bf16(const char* op, const Tensor& h, const Tensor& w) {
+  LOCKSTEP_CHECK(h.dtype() == DType::bf16 && w.dtype() == DType::bf16, op,
+                 ": on CUDA h and w must be bf16, got h ", h.describe(), " and w ", w.describe());
+}
+
+#if LOCKSTEP_HAS_CUDA
+#define LOCKSTEP_ON_CUDA(name, call) return call
+#else
+#define LOCKSTEP_ON_CUDA(name, call) LOCKSTEP_NO_CUDA_OP(name)
+#endif
+
 }  // namespace
 
 void lm_head_logprob_forward(Tensor& logprob, Tensor& entropy, Tensor& lse, const Tensor& h,
@@ -58,7 +70,11 @@ void lm_head_logprob_forward(Tensor& logprob, Tensor& entropy, Tensor& lse, cons
   check_per_token(op, "lse", lse, T, d);
   check_temperature(op, temperature);
   check_targets(op, targets, T, V, d);
-  if (d == Device::cuda) LOCKSTEP_NO_CUDA_OP("lm_head_logprob_forward");
+  if (d == Device::cuda) {
+    check_cuda_bf16(op, h, w);
+    LOCKSTEP_ON_CUDA("lm_head_logprob_forward",
+                     cuda::lm_head_logprob_forward(logprob, entropy, lse, h, w, targets, temperature));
+  }
   cpu::lm_head_logprob_forward(logprob, entropy, lse, h, w, targets, temperature);
 }
 
@@ -79,7 +95,12 @@ void lm_head_logprob_backward(Tensor& dh, Tensor& dw, const Tensor& dlogprob,
   check_per_token(op, "entropy", entropy, T, d);
   check_temperature(op, temperature);
   check_targets(op, targets, T, V, d);
-  if (d == Device::cuda) LOCKSTEP_NO_CUDA_OP("lm_head_logprob_backward");
+  if (d == Device::cuda) {
+    check_cuda_bf16(op, h, w);
+    LOCKSTEP_ON_CUDA("lm_head_logprob_backward",
+                     cuda::lm_head_logprob_backward(dh, dw, dlogprob, dentropy, h, w, targets, lse,
+                                                    entropy, temperature));
+  }
   cpu::lm_head_logprob_backward(dh, dw, dlogprob, dentropy, h, w, targets, lse, entropy,
                                 temperature);
 }
@@ -88,7 +109,10 @@ void lm_head_logits(Tensor& logits, const Tensor& h, const Tensor& w) {
   check_h_w("lm_head_logits", h, w);
   check_tensor(logits, "lm_head_logits: logits", DType::f32, h.device());
   check_shape(logits, "lm_head_logits: logits", {h.dim(0), w.dim(0)});
-  if (h.is_cuda()) LOCKSTEP_NO_CUDA_OP("lm_head_logits");
+  if (h.is_cuda()) {
+    check_cuda_bf16("lm_head_logits", h, w);
+    LOCKSTEP_ON_CUDA("lm_head_logits", cuda::lm_head_logits(logits, h, w));
+  }
   cpu::lm_head_logits(logits, h, w);
 }
 
@@ -105,7 +129,9 @@ void logits_logprob(Tensor& logprob, Tensor& entropy, const Tensor& logits, cons
   check_per_token(op, "entropy", entropy, T, d);
   check_temperature(op, temperature);
   check_targets(op, targets, T, V, d);
-  if (d == Device::cuda) LOCKSTEP_NO_CUDA_OP("logits_logprob");
+  if (d == Device::cuda)
+    LOCKSTEP_ON_CUDA("logits_logprob",
+                     cuda::logits_logprob(logprob, entropy, logits, targets, temperature));
   cpu::logits_logprob(logprob, entropy, logits, targets, temperature);
 }
 

@@ -22,6 +22,12 @@
 // recipe; f32 stays f32); dh is summed over the chunks in fp32 and rounded once.
 //
 // h: [T, H]; w: [V, H]; targets: i32 [T] in [0, V); logprob, entropy, lse: f32 [T].
+//
+// On CUDA (ops/cuda/lm_head.cu) h and w are bf16, and the same chunked fold runs on cuBLASLt
+// logits: results differ from the CPU's by GEMM and reduction order (~1e-6 relative), and
+// logits_logprob equals the forward bit for bit only where the two GEMMs round the logits alike.
+// Targets on CUDA are not checked (that would need a host sync): a target outside [0, V) gives a
+// NaN logprob, and in the backward a NaN row of dh and NaN in dw.
 #pragma once
 
 #include <cstdint>

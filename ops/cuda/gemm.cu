@@ -408,6 +408,8 @@ void run_token_gemm(MatmulShape s, const void* weight, const float* weight_scale
   const Operands padded{weight, pact, weight_scales, reinterpret_cast<const float*>(pscale)};
   const Plan* p = plan_for(s, padded);
   if (!p) no_algorithm(s);
+  if (s.accumulate)  // the padding rows of pout accumulate onto garbage, and are dropped
+    LOCKSTEP_CUDA_CHECK(cudaMemcpyAsync(pout, out.data(), out.nbytes(), cudaMemcpyDeviceToDevice, stream));
   run(*p, s, padded, pout);
   LOCKSTEP_CUDA_CHECK(cudaMemcpyAsync(out.data(), pout, out.nbytes(), cudaMemcpyDeviceToDevice, stream));
 }
@@ -436,12 +438,12 @@ void gemm_fprop_bf16(Tensor& y, const Tensor& x, const Tensor& w) {
   run_token_gemm(s, w.data(), nullptr, x, nullptr, y);
 }
 
-void gemm_dgrad_bf16(Tensor& dx, const Tensor& dy, const Tensor& w) {
+void gemm_dgrad_bf16(Tensor& dx, const Tensor& dy, const Tensor& w, bool accumulate) {
   check_aligned16(dy, "gemm_dgrad: dy");
   check_aligned16(w, "gemm_dgrad: w");
   const int64_t T = dy.dim(0), N = dy.dim(1), K = w.dim(1);
   MatmulShape s{CUBLAS_OP_N, CUBLAS_OP_N, CUDA_R_16BF, CUDA_R_16BF, cuda_type(dx.dtype()),
-                K, T, N, K, N, K, kNoScale, kNoScale, false, 0};
+                K, T, N, K, N, K, kNoScale, kNoScale, accumulate, 0};
   run_token_gemm(s, w.data(), nullptr, dy, nullptr, dx);
 }
 

@@ -83,6 +83,9 @@ TEST_P(GemmGpu, Bf16MatchesCpu) {
   gemm_dgrad(dx, dy, w);
   gemm_dgrad(dxg, dyg, wg);
   EXPECT_LE(rel_error(to_double(dxg), to_double(dx)), tolerance(out)) << "dgrad";
+  gemm_dgrad(dx, dy, w, true);
+  gemm_dgrad(dxg, dyg, wg, true);
+  EXPECT_LE(rel_error(to_double(dxg), to_double(dx)), tolerance(out)) << "dgrad (accumulated)";
 
   Tensor dw = poisoned({N, K}, DType::f32, Device::cpu), dwg = poisoned({N, K}, DType::f32, Device::cuda);
   gemm_wgrad(dw, dy, x, false);
