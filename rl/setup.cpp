@@ -32,7 +32,7 @@ Problem Problems::draw(uint64_t seed, int64_t i) const {
   // Epoch e's order: a Fisher–Yates shuffle driven by Philox at (seed, e) — the same on every
   // machine, so a resumed run draws what the uninterrupted one would have.
   const int64_t n = size(), epoch = i / n;
-  std::vector<int64_t> order(size_t(n));
+  std::vector<int64_t> order(static_cast<size_t>(n));
   for (int64_t k = 0; k < n; ++k) order[size_t(k)] = k;
   for (int64_t k = n - 1; k > 0; --k) {
     const Philox4 r = philox_at(seed, uint64_t(epoch) + 1000003, uint64_t(k));

@@ -1,0 +1,530 @@
+// rl/train.cpp
+#include "rl/train.h"
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <numeric>
+
+#include "core/device.h"
+#include "core/error.h"
+#include "io/file_io.h"
+#include "model/micro_batch.h"
+#include "model/sft_loss.h"
+#include "rl/checkpoint.h"
+#include "rl/eval.h"
+#include "rl/metrics.h"
+#include "rl/setup.h"
+#include "rollout/engine.h"
+#include "tasks/verifier.h"
+#include "train/advantages.h"
+#include "train/optimizer.h"
+#include "train/policy_loss.h"
+#include "train/rollout_mismatch.h"
+
+namespace lockstep {
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+std::atomic<bool> g_interrupted{false};
+
+extern "C" void on_sigint(int) { g_interrupted = true; }
+
+// SIGINT sets a flag the loop checks after each step; the previous handler comes back after.
+class SigintGuard {
+ public:
+  SigintGuard() : previous_(std::signal(SIGINT, on_sigint)) { g_interrupted = false; }
+  ~SigintGuard() { std::signal(SIGINT, previous_); }
+
+ private:
+  void (*previous_)(int);
+};
+
+double seconds_since(Clock::time_point t0) {
+  device_synchronize();
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Packed sequences with per-row training data; row t predicts token t + 1 of its sequence.
+struct Rows {
+  std::vector<int32_t> tokens, targets, cu{0};
+  std::vector<float> mask, rollout_logprob;
+  std::vector<int64_t> lengths;
+
+  void add(const std::vector<int32_t>& prompt, const std::vector<int32_t>& response,
+           const std::vector<float>& response_logprob) {
+    const size_t start = tokens.size();
+    tokens.insert(tokens.end(), prompt.begin(), prompt.end());
+    tokens.insert(tokens.end(), response.begin(), response.end());
+    const size_t n = tokens.size() - start;
+    for (size_t i = 0; i < n; ++i) {
+      const bool predicts_response = i + 1 >= prompt.size() && i + 1 < n;
+      targets.push_back(i + 1 < n ? tokens[start + i + 1] : 0);
+      mask.push_back(predicts_response ? 1.0f : 0.0f);
+      rollout_logprob.push_back(predicts_response && !response_logprob.empty()
+                                    ? response_logprob[i + 1 - prompt.size()]
+                                    : 0.0f);
+    }
+    cu.push_back(int32_t(tokens.size()));
+    lengths.push_back(int64_t(n));
+  }
+};
+
+// Sequences [first, last) of `rows` as a batch on `device`; `offset` gets the first row.
+TrainBatch slice_batch(const Rows& rows, size_t first, size_t last, int64_t vocab, Device device,
+                       size_t& offset) {
+  const size_t begin = size_t(rows.cu[first]), end = size_t(rows.cu[last]);
+  std::vector<int32_t> cu;
+  for (size_t s = first; s <= last; ++s) cu.push_back(rows.cu[s] - int32_t(begin));
+  offset = begin;
+  return make_train_batch(std::span(rows.tokens).subspan(begin, end - begin),
+                          std::span(rows.targets).subspan(begin, end - begin), cu, vocab, device);
+}
+
+std::vector<float> host_floats(const Tensor& t) {
+  const Tensor c = t.device() == Device::cpu ? t : t.to(Device::cpu);
+  return {c.data_as<float>(), c.data_as<float>() + c.numel()};
+}
+
+// Logprobs of every row under `model` at `temperature`, micro-batch by micro-batch, nothing kept.
+std::vector<float> forward_logprobs(Transformer& model, const Rows& rows, int64_t budget,
+                                    float temperature) {
+  std::vector<float> out;
+  for (const SequenceRange& r : plan_micro_batches(rows.lengths, budget)) {
+    size_t offset = 0;
+    const TrainBatch b = slice_batch(rows, r.first, r.last, model.config().vocab_size,
+                                     model.device(), offset);
+    const std::vector<float> lp = host_floats(model.forward(b, temperature, false).logprob);
+    out.insert(out.end(), lp.begin(), lp.end());
+  }
+  return out;
+}
+
+OptimizerConfig optimizer_config(const OptimOptions& o, int64_t total_steps) {
+  OptimizerConfig c;
+  c.beta1 = float(o.beta1);
+  c.beta2 = float(o.beta2);
+  c.eps = float(o.eps);
+  c.weight_decay = float(o.weight_decay);
+  c.max_grad_norm = float(o.max_grad_norm);
+  c.schedule.kind = o.schedule == "cosine" ? LrSchedule::Kind::cosine : LrSchedule::Kind::constant;
+  c.schedule.peak_lr = float(o.lr);
+  c.schedule.min_lr = float(o.min_lr);
+  c.schedule.warmup_steps = o.warmup_steps;
+  c.schedule.total_steps = std::max(total_steps, o.warmup_steps);
+  return c;
+}
+
+PolicyLossConfig loss_config(const LossOptions& o) {
+  PolicyLossConfig c;
+  c.clip_low = float(o.clip_low);
+  c.clip_high = float(o.clip_high);
+  c.aggregation = o.aggregation == "sequence-mean" ? LossAggregation::sequence_mean
+                                                   : LossAggregation::token_mean;
+  c.kl_coef = float(o.kl_coef);
+  c.kl_estimator = o.kl_estimator == "k1" ? KlEstimator::k1 : KlEstimator::k3;
+  c.tis_cap = float(o.tis_cap);
+  c.adaptive_clip = o.adaptive_clip;
+  return c;
+}
+
+// The engine's cache: every sample of a step resident at once (no preemption in normal runs).
+EngineOptions engine_options(const Setup& s, int64_t max_prompt) {
+  EngineOptions e;
+  e.block_size = s.config.rollout.block_size;
+  const int64_t per_sequence = (max_prompt + s.config.rollout.max_new_tokens + e.block_size - 1) / e.block_size;
+  e.num_blocks = per_sequence * std::max<int64_t>(s.config.rollout.prompts_per_step *
+                                                      s.config.rollout.samples_per_prompt,
+                                                  s.config.run.eval_problems) + 1;
+  e.max_step_sequences = std::max<int64_t>(256, s.config.rollout.prompts_per_step *
+                                                    s.config.rollout.samples_per_prompt);
+  return e;
+}
+
+struct Run {
+  Setup setup;
+  fs::path out_dir;
+  RunState state;
+  std::optional<SavedRun> saved;
+  std::unique_ptr<Policy> policy;
+  std::unique_ptr<Engine> engine;
+  std::unique_ptr<AdamW> optimizer;
+  std::unique_ptr<Evaluator> evaluator;
+};
+
+Run start_run(const Config& config) {
+  Run run{make_setup(config, /*need_data=*/true), config.run.out_dir, {}, {}, {}, {}, {}, {}};
+  fs::create_directories(run.out_dir);
+  if (config.run.resume) {
+    run.saved = find_checkpoint(run.out_dir);
+    LOCKSTEP_CHECK(run.saved.has_value(), "run.resume: no checkpoint in ", run.out_dir.string(),
+                   " (expected ", (run.out_dir / "checkpoint" / "state.json").string(), ")");
+    run.state = run.saved->state;
+  }
+  write_file_atomically((run.out_dir / "config.toml").string(), to_toml(config));
+  run.policy = std::make_unique<Policy>(
+      run.setup, initial_parameters(run.setup, run.saved ? run.saved->model : fs::path()));
+  int64_t max_prompt = 1;
+  for (const Problem& p : run.setup.test.head(config.run.eval_problems))
+    max_prompt = std::max<int64_t>(max_prompt, int64_t(run.setup.prompt_tokens(p).size()));
+  if (!run.setup.train.endless())
+    for (int64_t i = 0; i < run.setup.train.size(); ++i)
+      max_prompt = std::max<int64_t>(max_prompt, int64_t(run.setup.prompt_tokens(run.setup.train[i]).size()));
+  else
+    max_prompt = std::max<int64_t>(max_prompt, 32);
+  run.engine = std::make_unique<Engine>(run.policy->rollout(), engine_options(run.setup, max_prompt),
+                                        run.setup.tokenizer.get());
+  run.evaluator = std::make_unique<Evaluator>(run.setup, *run.engine);
+  return run;
+}
+
+void save(Run& run) {
+  save_checkpoint(run.out_dir, run.setup.model_config, run.policy->trainer().params(),
+                  *run.optimizer, run.state, run.setup.tokenizer_dir);
+}
+
+// Why a step's update was skipped, or empty.
+std::string check_finite(double loss, const OptimizerStep& step) {
+  if (!std::isfinite(loss)) return "loss";
+  if (!step.applied) return "gradient of " + step.nonfinite_grad;
+  return "";
+}
+
+// ---- SFT ------------------------------------------------------------------------------------
+
+Metrics sft_step(Run& run, int64_t step) {
+  const Setup& s = run.setup;
+  const SftOptions& o = s.config.sft;
+  Rows rows;
+  for (int64_t i = 0; i < o.batch_size; ++i) {
+    const Problem p = s.train.draw(uint64_t(s.config.run.seed), step * o.batch_size + i);
+    rows.add(s.prompt_tokens(p), s.tokenizer->encode(s.sft_target(p), false), {});
+  }
+  Transformer& model = run.policy->trainer();
+  const double tokens = std::accumulate(rows.mask.begin(), rows.mask.end(), 0.0);
+  double loss = 0;
+  for (const SequenceRange& r : plan_micro_batches(rows.lengths, s.config.optim.micro_batch_tokens)) {
+    size_t offset = 0;
+    const TrainBatch b = slice_batch(rows, r.first, r.last, model.config().vocab_size, model.device(), offset);
+    TrainForward f = model.forward(b);
+    const std::vector<float> lp = host_floats(f.logprob);
+    Tensor dlogprob = Tensor::empty({int64_t(lp.size())}, DType::f32);
+    for (size_t t = 0; t < lp.size(); ++t) {
+      const float m = rows.mask[offset + t];
+      loss -= m * double(lp[t]) / tokens;
+      dlogprob.data_as<float>()[t] = -m / float(tokens);
+    }
+    model.backward(f, dlogprob.to(model.device()), Tensor());
+  }
+  const OptimizerStep opt = run.optimizer->step(model.params(), model.grads());
+  run.policy->handover();
+  const std::string skipped = check_finite(loss, opt);
+  return {{"loss", loss}, {"lr", opt.lr}, {"grad_norm", opt.grad_norm},
+          {"skipped", skipped.empty() ? 0.0 : 1.0}};
+}
+
+// ---- GRPO -----------------------------------------------------------------------------------
+
+struct StepTimes {
+  double rollout = 0, scoring = 0, recompute = 0, update = 0, handover = 0;
+};
+
+Metrics grpo_step(Run& run, Transformer* reference, int64_t step, StepTimes& times,
+                  std::string& skipped) {
+  const Setup& s = run.setup;
+  const RolloutOptions& ro = s.config.rollout;
+  const LossOptions& lo = s.config.loss;
+  const int64_t g = ro.samples_per_prompt, budget = s.config.optim.micro_batch_tokens;
+  const float temperature = float(ro.temperature);
+
+  // 1. rollout
+  auto t0 = Clock::now();
+  std::vector<Problem> problems;
+  std::vector<GenerationRequest> requests;
+  for (int64_t i = 0; i < ro.prompts_per_step; ++i) {
+    problems.push_back(s.train.draw(uint64_t(s.config.run.seed), step * ro.prompts_per_step + i));
+    GenerationRequest r;
+    r.prompt = s.prompt_tokens(problems.back());
+    r.sampling.n = g;
+    r.sampling.temperature = temperature;
+    r.sampling.top_p = float(ro.top_p);
+    r.sampling.top_k = ro.top_k;
+    r.sampling.max_new_tokens = ro.max_new_tokens;
+    r.sampling.stop_token_ids = s.stop_token_ids;
+    r.sampling.stop_strings = ro.stop;
+    r.sampling.seed = uint64_t(s.config.run.seed) * 1000003u + uint64_t(step) * 65537u + uint64_t(i);
+    requests.push_back(std::move(r));
+  }
+  const auto samples = run.engine->generate(requests);
+  times.rollout = seconds_since(t0);
+
+  // 2. scoring, 3. advantages
+  t0 = Clock::now();
+  std::vector<float> rewards;
+  double response_tokens = 0, found = 0;
+  for (size_t i = 0; i < samples.size(); ++i)
+    for (const GeneratedSample& sample : samples[i]) {
+      const std::string text = s.tokenizer->decode(sample.tokens, /*skip_special_tokens=*/true);
+      rewards.push_back(float(answer_reward(text, problems[i].answer)));
+      found += answer_found(text) ? 1 : 0;
+      response_tokens += double(sample.tokens.size());
+    }
+  const std::vector<float> advantages =
+      group_advantages(rewards, g, GroupAdvantageConfig{.scale_by_std = lo.scale_by_std});
+  std::vector<int64_t> groups(samples.size());
+  std::iota(groups.begin(), groups.end(), 0);
+  if (lo.dynamic_sampling) groups = informative_groups(rewards, g);
+  Rows rows;
+  std::vector<float> seq_advantage;
+  for (int64_t grp : groups)
+    for (int64_t j = 0; j < g; ++j) {
+      const GeneratedSample& sample = samples[size_t(grp)][size_t(j)];
+      rows.add(requests[size_t(grp)].prompt, sample.tokens, sample.logprobs);
+      seq_advantage.push_back(advantages[size_t(grp * g + j)]);
+    }
+  times.scoring = seconds_since(t0);
+
+  const double n = double(rewards.size());
+  Metrics m = {{"reward_mean", std::accumulate(rewards.begin(), rewards.end(), 0.0) / n},
+               {"accuracy", std::count(rewards.begin(), rewards.end(), 1.0f) / n},
+               {"answer_found", found / n},
+               {"response_length", response_tokens / n},
+               {"groups_kept", double(groups.size())}};
+  if (groups.empty()) {  // nothing to learn from this step (dynamic sampling dropped every group)
+    skipped = "";
+    return m;
+  }
+
+  // 4. old-policy (and reference) logprobs
+  t0 = Clock::now();
+  Transformer& model = run.policy->trainer();
+  const std::vector<float> old_logprob =
+      lo.reuse_rollout_logprobs ? rows.rollout_logprob
+                                : forward_logprobs(model, rows, budget, temperature);
+  std::vector<float> ref_logprob;
+  if (reference) ref_logprob = forward_logprobs(*reference, rows, budget, temperature);
+  times.recompute = seconds_since(t0);
+  const RolloutMismatch mismatch = rollout_mismatch(old_logprob, rows.rollout_logprob, rows.mask);
+
+  // 5. PPO update: mini-batches of whole sequences, micro-batches inside.
+  t0 = Clock::now();
+  PolicyLossConfig cfg = loss_config(lo);
+  if (s.config.model.precision != "fp8-rollout") cfg.tis_cap = 0, cfg.adaptive_clip = false;
+  const size_t sequences = rows.lengths.size();
+  const int64_t minis = std::min<int64_t>(s.config.optim.mini_batches, int64_t(sequences));
+  double loss_sum = 0, clip = 0, kl_ref = 0, tis_clip = 0, entropy = 0, grad_norm = 0, lr = 0,
+         counted = 0;
+  for (int64_t epoch = 0; epoch < s.config.optim.ppo_epochs; ++epoch) {
+    for (int64_t mb = 0; mb < minis; ++mb) {
+      const size_t first = sequences * size_t(mb) / size_t(minis);
+      const size_t last = sequences * size_t(mb + 1) / size_t(minis);
+      double tokens = 0;
+      for (size_t t = size_t(rows.cu[first]); t < size_t(rows.cu[last]); ++t) tokens += rows.mask[t];
+      cfg.normalizer = cfg.aggregation == LossAggregation::token_mean ? tokens : double(last - first);
+      double mini_loss = 0;
+      const std::vector<int64_t> lengths(rows.lengths.begin() + long(first), rows.lengths.begin() + long(last));
+      for (const SequenceRange& r : plan_micro_batches(lengths, budget)) {
+        size_t offset = 0;
+        const TrainBatch b = slice_batch(rows, first + r.first, first + r.last,
+                                         model.config().vocab_size, model.device(), offset);
+        TrainForward f = model.forward(b, temperature);
+        const std::vector<float> lp = host_floats(f.logprob), ent = host_floats(f.entropy);
+        const size_t len = lp.size();
+        std::vector<int32_t> cu;
+        for (size_t q = first + r.first; q <= first + r.last; ++q) cu.push_back(rows.cu[q] - int32_t(offset));
+        auto sub = [&](const std::vector<float>& v) {
+          return v.empty() ? std::span<const float>() : std::span<const float>(v).subspan(offset, len);
+        };
+        PolicyLossInputs in;
+        in.logprob = lp;
+        in.old_logprob = sub(old_logprob);
+        if (cfg.tis_cap > 0) in.rollout_logprob = sub(rows.rollout_logprob);
+        if (reference) in.ref_logprob = sub(ref_logprob);
+        in.entropy = ent;
+        in.mask = sub(rows.mask);
+        in.cu_seqlens = cu;
+        in.advantage = std::span<const float>(seq_advantage).subspan(first + r.first, r.last - r.first);
+        const PolicyLoss pl = policy_loss(in, cfg);
+        mini_loss += pl.loss;
+        if (std::isfinite(pl.loss)) model.backward(f, pl.dlogprob.to(model.device()), Tensor());
+        clip += (pl.clip_frac_low + pl.clip_frac_high) * pl.tokens;
+        kl_ref += pl.kl_ref * pl.tokens;
+        tis_clip += pl.tis_clip_frac * pl.tokens;
+        entropy += pl.entropy_mean * pl.tokens;
+        counted += pl.tokens;
+      }
+      if (!std::isfinite(mini_loss)) model.grads().zero();  // never let it reach the weights
+      const OptimizerStep opt = run.optimizer->step(model.params(), model.grads());
+      grad_norm = opt.grad_norm;
+      lr = opt.lr;
+      loss_sum += mini_loss;
+      const std::string why = check_finite(mini_loss, opt);
+      if (!why.empty() && skipped.empty()) skipped = why;
+      auto h0 = Clock::now();
+      run.policy->handover();
+      times.handover += seconds_since(h0);
+    }
+  }
+  times.update = seconds_since(t0) - times.handover;
+
+  const double c = std::max(counted, 1.0);
+  for (auto [name, value] : std::initializer_list<std::pair<const char*, double>>{
+           {"loss", loss_sum / double(minis * s.config.optim.ppo_epochs)},
+           {"entropy", entropy / c},
+           {"kl_ref", kl_ref / c},
+           {"clip_frac", clip / c},
+           {"grad_norm", grad_norm},
+           {"lr", lr},
+           {"mismatch_abs", mismatch.mean_abs_diff},
+           {"mismatch_mult_prob_error", mismatch.mult_prob_error},
+           {"mismatch_k3", mismatch.kl_k3},
+           {"tis_clip_frac", tis_clip / c}})
+    m.emplace_back(name, value);
+  return m;
+}
+
+void print_progress(const char* phase, int64_t step, int64_t total, const Metrics& m) {
+  std::string line = std::string(phase) + " " + std::to_string(step) + "/" + std::to_string(total);
+  for (const char* key : {"loss", "reward_mean", "accuracy", "eval_accuracy_greedy",
+                          "eval_accuracy_sampled", "response_length", "entropy", "grad_norm",
+                          "mismatch_abs", "tokens_per_s"}) {
+    const double v = metric(m, key);
+    if (std::isnan(v)) continue;
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "  %s %.4g", key, v);
+    line += buf;
+  }
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+}
+
+void add_eval(Run& run, Metrics& m) {
+  const EvalResult e = run.evaluator->evaluate(run.setup.config.run.eval_problems);
+  m.emplace_back("eval_accuracy_greedy", e.greedy);
+  m.emplace_back("eval_accuracy_sampled", e.sampled);
+}
+
+bool should_stop(const TrainHooks& hooks, int64_t step) {
+  return g_interrupted || (hooks.stop_after && hooks.stop_after(step));
+}
+
+// The SFT phase; returns false when interrupted (a checkpoint was written).
+bool sft_phase(Run& run, const TrainHooks& hooks, TrainSummary& summary) {
+  const Config& c = run.setup.config;
+  if (run.state.sft_step >= c.sft.steps) return true;
+  OptimOptions o = c.optim;
+  o.lr = c.sft.lr;
+  o.warmup_steps = c.sft.warmup_steps;
+  o.schedule = "constant";
+  run.optimizer = std::make_unique<AdamW>(run.policy->trainer().params(), optimizer_config(o, c.sft.steps));
+  if (run.saved && run.state.sft_step > 0) load_optimizer(run.out_dir, *run.optimizer, run.state.optimizer_steps);
+  MetricsLog log(run.out_dir / "sft_metrics.jsonl", run.state.sft_step);
+  while (run.state.sft_step < c.sft.steps) {
+    const auto t0 = Clock::now();
+    Metrics m = sft_step(run, run.state.sft_step);
+    ++run.state.sft_step;
+    run.state.optimizer_steps = run.optimizer->steps();
+    m.emplace_back("time_step", seconds_since(t0));
+    const bool last = run.state.sft_step == c.sft.steps;
+    if (last || (c.run.eval_every > 0 && run.state.sft_step % c.run.eval_every == 0)) add_eval(run, m);
+    if (last) summary.sft_accuracy = metric(m, "eval_accuracy_greedy");
+    log.write(run.state.sft_step, m);
+    if (last || run.state.sft_step % c.run.log_every == 0) print_progress("sft", run.state.sft_step, c.sft.steps, m);
+    if (!last && should_stop(hooks, -run.state.sft_step)) {
+      save(run);
+      summary.interrupted = true;
+      return false;
+    }
+  }
+  run.state.optimizer_steps = 0;  // the GRPO optimizer starts afresh
+  return true;
+}
+
+}  // namespace
+
+TrainSummary run_train(const Config& config, const TrainHooks& hooks) {
+  SigintGuard sigint;
+  Run run = start_run(config);
+  TrainSummary summary{NAN, NAN, false};
+  if (!sft_phase(run, hooks, summary)) return summary;
+  if (config.sft.steps > 0 && run.state.step == 0) save(run);  // the SFT model, before RL
+
+  const Config& c = run.setup.config;
+  const int64_t optimizer_steps = c.run.steps * c.optim.ppo_epochs * c.optim.mini_batches;
+  run.optimizer = std::make_unique<AdamW>(run.policy->trainer().params(),
+                                          optimizer_config(c.optim, optimizer_steps));
+  if (run.saved && run.state.step > 0) load_optimizer(run.out_dir, *run.optimizer, run.state.optimizer_steps);
+  // A frozen reference for the KL penalty: the weights the RL phase starts from.
+  std::unique_ptr<Transformer> reference;
+  if (c.loss.kl_coef > 0) {
+    LOCKSTEP_CHECK(run.state.step == 0, "loss.kl_coef > 0: resuming after RL steps is not "
+                   "supported (the reference weights are not in the checkpoint)");
+    ModelParameters copy = ModelParameters::zeros(run.setup.model_config, run.setup.device);
+    std::vector<Tensor> src;
+    run.policy->trainer().params().for_each([&](const std::string&, const Tensor& t) { src.push_back(t); });
+    size_t i = 0;
+    copy.for_each([&](const std::string&, Tensor& t) { t.copy_from(src[i++]); });
+    reference = std::make_unique<Transformer>(run.setup.model_config, std::move(copy),
+                                              run.policy->trainer().recipe());
+  }
+  MetricsLog log(run.out_dir / "metrics.jsonl", run.state.step);
+  if (run.state.step == 0 && c.run.eval_every > 0) {
+    Metrics m;
+    add_eval(run, m);
+    log.write(0, m);
+    print_progress("grpo", 0, c.run.steps, m);
+  }
+  while (run.state.step < c.run.steps) {
+    const auto t0 = Clock::now();
+    StepTimes times;
+    std::string skipped;
+    Metrics m = grpo_step(run, reference.get(), run.state.step, times, skipped);
+    ++run.state.step;
+    run.state.optimizer_steps = run.optimizer->steps();
+    const double total = seconds_since(t0);
+    for (auto [name, value] : std::initializer_list<std::pair<const char*, double>>{
+             {"time_rollout", times.rollout}, {"time_scoring", times.scoring},
+             {"time_recompute", times.recompute}, {"time_update", times.update},
+             {"time_handover", times.handover}, {"time_step", total},
+             {"tokens_per_s", metric(m, "response_length") * double(c.rollout.prompts_per_step * c.rollout.samples_per_prompt) / total}})
+      m.emplace_back(name, value);
+    run.state.consecutive_skips = skipped.empty() ? 0 : run.state.consecutive_skips + 1;
+    m.emplace_back("skipped", skipped.empty() ? 0.0 : 1.0);
+    const bool last = run.state.step == c.run.steps;
+    if (last || (c.run.eval_every > 0 && run.state.step % c.run.eval_every == 0)) add_eval(run, m);
+    if (last) summary.final_accuracy = metric(m, "eval_accuracy_greedy");
+    log.write(run.state.step, m);
+    if (!skipped.empty())
+      std::fprintf(stderr, "step %lld skipped: non-finite %s\n", (long long)run.state.step, skipped.c_str());
+    if (last || run.state.step % c.run.log_every == 0) print_progress("grpo", run.state.step, c.run.steps, m);
+    LOCKSTEP_CHECK(run.state.consecutive_skips <= c.run.max_skipped_steps, "stopping: ",
+                   run.state.consecutive_skips, " consecutive steps were skipped for non-finite values (last: ",
+                   skipped, "); see ", (run.out_dir / "metrics.jsonl").string());
+    if (last || (c.run.checkpoint_every > 0 && run.state.step % c.run.checkpoint_every == 0)) save(run);
+    if (!last && should_stop(hooks, run.state.step)) {
+      save(run);
+      summary.interrupted = true;
+      return summary;
+    }
+  }
+  return summary;
+}
+
+TrainSummary run_sft(const Config& config, const TrainHooks& hooks) {
+  Config c = config;
+  c.run.steps = 0;
+  SigintGuard sigint;
+  Run run = start_run(c);
+  TrainSummary summary{NAN, NAN, false};
+  if (!sft_phase(run, hooks, summary)) return summary;
+  save(run);
+  summary.final_accuracy = summary.sft_accuracy;
+  return summary;
+}
+
+}  // namespace lockstep

@@ -1,0 +1,49 @@
+// rl/train.h — the RL loop (`lockstep train`) and supervised fine-tuning (`lockstep sft`).
+//
+// `train`: when sft.steps > 0, SFT on the training problems first (the default job's warm start),
+// then run.steps GRPO steps. One GRPO step:
+//   1. rollout: B problems (Problems::draw of the run seed and the step) × G samples each, through
+//      the rollout engine (rollout/engine.h) of the policy's rollout model;
+//   2. scoring: reward 1 for a correct final answer (tasks/verifier.h), else 0;
+//   3. advantages: group-normalized (GRPO; std scaling off = Dr.GRPO); with dynamic sampling,
+//      groups whose rewards are all equal are dropped;
+//   4. old-policy logprobs recomputed by the training forward at the rollout's temperature (or the
+//      rollout's own, with loss.reuse_rollout_logprobs), and a frozen reference's when kl_coef > 0;
+//   5. update: ppo_epochs × mini_batches optimizer steps, each over micro-batches of at most
+//      micro_batch_tokens tokens whose gradients accumulate (train/policy_loss.h: PPO-clip,
+//      decoupled with TIS in the fp8-rollout mode when tis_cap > 0);
+//   6. weight hand-over to the rollout model (rl/setup.h Policy::handover).
+// A non-finite loss or gradient never reaches the weights: the optimizer step is skipped and the
+// metrics say where the first non-finite value appeared; after run.max_skipped_steps consecutive
+// skipped steps the run stops with an error. Held-out evaluation (greedy and sampled pass@1) every
+// run.eval_every steps and at the end. Checkpoints (rl/checkpoint.h) every run.checkpoint_every
+// steps, at the end, and on SIGINT (then the run returns early); run.resume continues from the
+// checkpoint in run.out_dir exactly.
+//
+// Outputs in run.out_dir: metrics.jsonl (GRPO), sft_metrics.jsonl, config.toml, checkpoint/.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+#include "cli/config.h"
+
+namespace lockstep {
+
+struct TrainHooks {
+  // Called after each completed step (SFT steps count negative: -1, -2, ...); returning true stops
+  // the run as SIGINT does (checkpoint, return). For tests.
+  std::function<bool(int64_t step)> stop_after;
+};
+
+struct TrainSummary {
+  double sft_accuracy = 0;    // greedy held-out accuracy after SFT (NaN without SFT)
+  double final_accuracy = 0;  // greedy held-out accuracy at the end
+  bool interrupted = false;
+};
+
+TrainSummary run_train(const Config& config, const TrainHooks& hooks = {});
+// SFT only (`lockstep sft`): sft.steps steps, then a checkpoint.
+TrainSummary run_sft(const Config& config, const TrainHooks& hooks = {});
+
+}  // namespace lockstep
