@@ -1,6 +1,8 @@
 // numerics/quantize.cpp — argument checks and backend dispatch for numerics/quantize.h.
 #include "numerics/quantize.h"
 
+#include <string>
+
 #include "core/error.h"
 #include "numerics/quantize_backends.h"
 
@@ -117,8 +119,7 @@ void quantize_weight(Fp8Weight& out, const Tensor& w, ScaleFormat format) {
   const int64_t n = w.dim(0), k = w.dim(1);
   LOCKSTEP_CHECK(n % kQuantGroup == 0, "quantize_weight: w has ", n,
                  " rows; FP8 128x128 blocks need a multiple of 128, got ", w.describe());
-  check_blocks(out.w, "quantize_weight: out.w", n, k, w.device());
-  check_blocks(out.wt, "quantize_weight: out.wt", k, n, w.device());
+  check_fp8_weight(out, "quantize_weight: out", n, k, w.device());
   const bool pow2 = format == ScaleFormat::pow2;
   if (!w.is_cuda()) return cpu::quantize_weight(out, w, pow2);
 #if LOCKSTEP_HAS_CUDA
@@ -126,6 +127,11 @@ void quantize_weight(Fp8Weight& out, const Tensor& w, ScaleFormat format) {
 #else
   no_cuda_backend();
 #endif
+}
+
+void check_fp8_weight(const Fp8Weight& out, const char* what, int64_t n, int64_t k, Device device) {
+  check_blocks(out.w, (std::string(what) + ".w").c_str(), n, k, device);
+  check_blocks(out.wt, (std::string(what) + ".wt").c_str(), k, n, device);
 }
 
 void dequantize(Tensor& out, const Fp8Rows& q) {

@@ -71,6 +71,8 @@ void quantize_rows_and_columns(Fp8Rows& out, Fp8Rows& out_t, const Tensor& x,
                                ScaleFormat format = ScaleFormat::fp32);
 // w: f32 or bf16 [N, K]; writes the blocks of W and of Wᵀ in one pass.
 void quantize_weight(Fp8Weight& out, const Tensor& w, ScaleFormat format = ScaleFormat::fp32);
+// Throws (naming `what`) unless `out` is an Fp8Weight for W [n, k] on `device`.
+void check_fp8_weight(const Fp8Weight& out, const char* what, int64_t n, int64_t k, Device device);
 
 // out: f32 of the quantized tensor's shape, on its device.
 void dequantize(Tensor& out, const Fp8Rows& q);

@@ -6,12 +6,22 @@
 //   v  = β2·v + (1 − β2)·g²
 //   p -= lr · ( (m / (1 − β1^step)) / (sqrt(v / (1 − β2^step)) + eps) + weight_decay · p )
 //
-// param, m, v, grad: f32 of one shape. step counts from 1. fp32 math, elementwise.
+// param, m, v, grad: f32 of one shape, on one device. step counts from 1. fp32 math, elementwise;
+// the CPU and CUDA backends give identical bits, NaN payloads aside (ops/adamw_element.h; the bias
+// corrections are computed once on the host, in double, then used in fp32).
+//
+// The step can also write the copies of the updated param that the GEMMs read, in the same pass
+// over it on CUDA (WeightCopies): the result is exactly adamw_step followed by
+//   convert(*bf16, param)                        bf16: bf16 of param's shape
+//   quantize_weight(*fp8, param, fp8_format)     fp8: param [N, K], N and K multiples of 128
+// Either pointer may be null. Params of other shapes (norm weights, embeddings) take the bf16 copy
+// or none. CUDA tensors must be 16-byte aligned (as Tensor::empty allocates them).
 #pragma once
 
 #include <cstdint>
 
 #include "core/tensor.h"
+#include "numerics/quantize.h"
 
 namespace lockstep {
 
@@ -23,7 +33,13 @@ struct AdamWHyper {
   float weight_decay = 0.0f;
 };
 
+struct WeightCopies {
+  Tensor* bf16 = nullptr;
+  Fp8Weight* fp8 = nullptr;
+  ScaleFormat fp8_format = ScaleFormat::fp32;
+};
+
 void adamw_step(Tensor& param, Tensor& m, Tensor& v, const Tensor& grad, const AdamWHyper& hyper,
-                int64_t step, float grad_scale);
+                int64_t step, float grad_scale, const WeightCopies& copies = {});
 
 }  // namespace lockstep

@@ -43,6 +43,8 @@ void check_rstd(const std::string& op, const Tensor& rstd, Device device, int64_
   check_shape(rstd, (op + ": rstd").c_str(), {T, layout.q_heads + layout.kv_heads});
 }
 
+// CPU tensors only: reading CUDA positions on the host would need a sync (the kernels turn a
+// negative position into NaN instead).
 void check_positions(const std::string& op, const Tensor& positions) {
   const int32_t* p = positions.data_as<int32_t>();
   for (int64_t t = 0; t < positions.dim(0); ++t)
@@ -59,7 +61,13 @@ void qkv_rope_forward(Tensor& out, Tensor& rstd, const Tensor& qkv, const Tensor
   const Device device = qkv.device();
   check_act(out, "qkv_rope_forward: out", device, {T, layout.qkv_width()});
   if (q_norm.defined()) check_rstd(op, rstd, device, T, layout);
-  if (device == Device::cuda) LOCKSTEP_NO_CUDA_OP("qkv_rope_forward");
+  if (device == Device::cuda) {
+#if LOCKSTEP_HAS_CUDA
+    return cuda::qkv_rope_forward(out, rstd, qkv, positions, inv_freq, q_norm, k_norm, layout, eps);
+#else
+    LOCKSTEP_NO_CUDA_OP("qkv_rope_forward");
+#endif
+  }
   check_positions(op, positions);
   cpu::qkv_rope_forward(out, rstd, qkv, positions, inv_freq, q_norm, k_norm, layout, eps);
 }
@@ -80,7 +88,14 @@ void qkv_rope_backward(Tensor& dqkv, Tensor& dq_norm, Tensor& dk_norm, const Ten
     check_tensor(dk_norm, "qkv_rope_backward: dk_norm", DType::f32, device);
     check_shape(dk_norm, "qkv_rope_backward: dk_norm", {layout.head_dim});
   }
-  if (device == Device::cuda) LOCKSTEP_NO_CUDA_OP("qkv_rope_backward");
+  if (device == Device::cuda) {
+#if LOCKSTEP_HAS_CUDA
+    return cuda::qkv_rope_backward(dqkv, dq_norm, dk_norm, dout, qkv, positions, inv_freq, q_norm,
+                                   k_norm, rstd, layout);
+#else
+    LOCKSTEP_NO_CUDA_OP("qkv_rope_backward");
+#endif
+  }
   check_positions(op, positions);
   cpu::qkv_rope_backward(dqkv, dq_norm, dk_norm, dout, qkv, positions, inv_freq, q_norm, k_norm,
                          rstd, layout);

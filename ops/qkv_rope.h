@@ -14,7 +14,13 @@
 // positions: i32 [T]. inv_freq: f32 [head_dim / 2] (rope_inv_freq below).
 // q_norm, k_norm: f32 [head_dim], or both undefined (no norm; then rstd is not used).
 // rstd: f32 [T, q_heads + kv_heads], written by forward (q heads first), read by backward.
-// dq_norm, dk_norm: f32 [head_dim], accumulate.
+// dq_norm, dk_norm: f32 [head_dim], accumulate (deterministically: the same bits on every run).
+//
+// CUDA: bf16 activations, head_dim a multiple of 16 up to 256, data 16-byte aligned (as
+// Tensor::empty allocates it). Positions are not checked there (that would need a host sync): a
+// negative position makes its row's q and k outputs (backward: their gradients, and dq_norm,
+// dk_norm) NaN. Results match the CPU's up to the order of the sums and FMA contraction (a few
+// fp32 ulps before the one rounding to bf16).
 #pragma once
 
 #include <cstdint>

@@ -1,0 +1,223 @@
+// numerics/cuda/quantize_device.cuh — the device side of FP8 128×128-tile quantization, shared by
+// numerics/cuda/quantize.cu and the kernels that quantize what they produce in the same pass (the
+// fused AdamW step, ops/cuda/adamw.cu). Bytes and scales equal the CPU reference's
+// (numerics/quantize.h, numerics/scale.h).
+//
+// - A tile is 128×128 (one group wide both ways). A thread holds 8 rows × 16 bytes of it in
+//   registers (Fragment), loaded with 16-byte loads; a half-warp (bf16) or a warp (f32) covers one
+//   256/512-byte tile row.
+// - Transposed outputs go through a shared-memory byte tile (tq, kTile × kTile bytes) whose layout
+//   is swizzled so that the 8-byte column writes and the 16-byte row reads are free of bank
+//   conflicts; every global store is a full 128-byte line per 8 lanes (transposed) or per half-warp
+//   (rowwise).
+// - Amax of bf16 data compares two values per instruction on their raw magnitude bits.
+// Include only from CUDA sources.
+#pragma once
+
+#include <cuda_fp8.h>
+
+#include <cstdint>
+
+#include "numerics/quantize.h"
+#include "numerics/scale.h"
+
+namespace lockstep::cuda {
+
+constexpr int kTile = 128;  // = kQuantGroup
+
+__device__ __forceinline__ uint32_t component(const uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+// Four values times `inv`, rounded to E4M3 (first value in the lowest byte). The instruction is
+// quantize_value's (cvt.rn.satfinite.e4m3x2.f32), used two lanes at a time: the same bytes.
+__device__ __forceinline__ uint32_t pack4(float a, float b, float c, float d, float inv) {
+  const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(a * inv, b * inv), __NV_SATFINITE, __NV_E4M3);
+  const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(c * inv, d * inv), __NV_SATFINITE, __NV_E4M3);
+  return lo | hi << 16;
+}
+
+// A 4×4 byte transpose: out[j] holds byte j of a, b, c and d (a's in the lowest byte).
+__device__ __forceinline__ void transpose4(uint32_t a, uint32_t b, uint32_t c, uint32_t d, uint32_t (&out)[4]) {
+  const uint32_t ab01 = __byte_perm(a, b, 0x5140), ab23 = __byte_perm(a, b, 0x7362);
+  const uint32_t cd01 = __byte_perm(c, d, 0x5140), cd23 = __byte_perm(c, d, 0x7362);
+  out[0] = __byte_perm(ab01, cd01, 0x5410);
+  out[1] = __byte_perm(ab01, cd01, 0x7632);
+  out[2] = __byte_perm(ab23, cd23, 0x5410);
+  out[3] = __byte_perm(ab23, cd23, 0x7632);
+}
+
+// The transposed byte tile in shared memory: tq[c][r] is the byte of tile row r, column c. Its
+// 8-byte chunks are XOR-swizzled by (c / 8) % 16: the lanes of a warp write 8 bytes each to
+// columns 8 (bf16) or 4 (f32) apart, which without the swizzle would all hit the same banks.
+__device__ __forceinline__ int tq_offset(int c, int r) { return c * kTile + ((r / 8) ^ (c / 8 % 16)) * 8; }
+
+// 16 bytes of row c of tq (tile rows 16·j .. 16·j + 15), undoing the swizzle: an odd swizzle
+// swaps the two 8-byte halves of a 16-byte chunk.
+__device__ __forceinline__ uint4 tq_row16(const uint8_t* tq, int c, int j) {
+  const int s = c / 8 % 16;
+  const uint4 v = *reinterpret_cast<const uint4*>(tq + c * kTile + (j ^ (s >> 1)) * 16);
+  return s & 1 ? make_uint4(v.z, v.w, v.x, v.y) : v;
+}
+
+// tq to dst (row c of tq at dst + c * ld): 8 lanes per 128-byte row, so each warp stores 4 lines.
+template <int kThreads>
+__device__ __forceinline__ void store_transposed(const uint8_t* tq, uint8_t* dst, int64_t ld) {
+#pragma unroll
+  for (int n = 0; n < kTile * kTile / 16 / kThreads; ++n) {
+    const int i = n * kThreads + threadIdx.x, c = i / 8, j = i % 8;
+    *reinterpret_cast<uint4*>(dst + c * ld + j * 16) = tq_row16(tq, c, j);
+  }
+}
+
+// A thread's share of a 128×128 tile: 8 consecutive rows × kVec consecutive columns, one 16-byte
+// load per row. bf16 (uint16_t): 16 lanes per tile row, 256 threads; f32: 32 lanes, 512 threads.
+template <class In>
+struct Fragment {
+  static constexpr int kVec = 16 / sizeof(In);
+  static constexpr int kLanesPerRow = kTile / kVec;
+  static constexpr int kRows = 8;
+  static constexpr int kThreads = kLanesPerRow * kTile / kRows;
+  uint4 raw[kRows];
+
+  __device__ static int row0() { return threadIdx.x / kLanesPerRow * kRows; }
+  __device__ static int col0() { return threadIdx.x % kLanesPerRow * kVec; }
+
+  // Tile (r_begin, c_begin) of src [rows, ld]; rows past `rows` read as zeros.
+  __device__ void load(const In* src, int64_t ld, int64_t rows, int64_t r_begin, int64_t c_begin) {
+#pragma unroll
+    for (int p = 0; p < kRows; ++p) {
+      const int64_t r = r_begin + row0() + p;
+      raw[p] = r < rows ? *reinterpret_cast<const uint4*>(src + r * ld + c_begin + col0())
+                        : make_uint4(0, 0, 0, 0);
+    }
+  }
+
+  // The value at (row p, column c) widened to fp32 (exact: bf16 is the upper half of an fp32).
+  __device__ float at(int p, int c) const {
+    if constexpr (kVec == 4) {
+      return __uint_as_float(component(raw[p], c));
+    } else {
+      const uint32_t w = component(raw[p], c / 2);
+      return __uint_as_float(c % 2 ? w & 0xffff0000u : w << 16);
+    }
+  }
+
+  // Magnitudes: m maxed with the magnitudes of a 32-bit word's values, compared as integers like
+  // abs_bits does (NaN above infinity). A bf16's magnitude bits order like its fp32's, so bf16
+  // values are compared two at a time (max.u16x2) and only widened by unpack_magnitude.
+  __device__ static uint32_t max_magnitude(uint32_t m, uint32_t word) {
+    if constexpr (kVec == 4) return max(m, word & 0x7fffffffu);
+    else return __vmaxu2(m, word & 0x7fff7fffu);
+  }
+  __device__ static uint32_t unpack_magnitude(uint32_t m) {
+    if constexpr (kVec == 4) return m;
+    else return max(m << 16, m & 0xffff0000u);
+  }
+
+  __device__ uint32_t row_amax(int p) const {
+    uint32_t m = 0;
+#pragma unroll
+    for (int w = 0; w < 4; ++w) m = max_magnitude(m, component(raw[p], w));
+    return unpack_magnitude(m);
+  }
+  __device__ uint32_t amax() const {
+    uint32_t m = 0;
+#pragma unroll
+    for (int p = 0; p < kRows; ++p)
+#pragma unroll
+      for (int w = 0; w < 4; ++w) m = max_magnitude(m, component(raw[p], w));
+    return unpack_magnitude(m);
+  }
+
+  // Bytes of row p, columns 4·i .. 4·i + 3, quantized with `inv`.
+  __device__ uint32_t pack(int p, int i, float inv) const {
+    return pack4(at(p, 4 * i), at(p, 4 * i + 1), at(p, 4 * i + 2), at(p, 4 * i + 3), inv);
+  }
+  // Row p quantized, to dst (the row's first column): kVec bytes.
+  __device__ void store_row(uint8_t* dst, int p, float inv) const {
+    if constexpr (kVec == 4) *reinterpret_cast<uint32_t*>(dst) = pack(p, 0, inv);
+    else *reinterpret_cast<uint2*>(dst) = make_uint2(pack(p, 0, inv), pack(p, 1, inv));
+  }
+  // Column c quantized (8 bytes, one per row), into the transposed tile.
+  __device__ void store_column(uint8_t* tq, int c, float inv) const {
+    *reinterpret_cast<uint2*>(tq + tq_offset(col0() + c, row0())) =
+        make_uint2(pack4(at(0, c), at(1, c), at(2, c), at(3, c), inv),
+                   pack4(at(4, c), at(5, c), at(6, c), at(7, c), inv));
+  }
+  // One scale for the whole fragment: each value is quantized once, its bytes stored to the
+  // rows at dst (row p at dst + p * ld) and, transposed in registers, to tq's columns.
+  __device__ void store_rows_and_columns(uint8_t* dst, int64_t ld, uint8_t* tq, float inv) const {
+    uint32_t rows[kRows][kVec / 4];
+#pragma unroll
+    for (int p = 0; p < kRows; ++p) {
+#pragma unroll
+      for (int i = 0; i < kVec / 4; ++i) rows[p][i] = pack(p, i, inv);
+      if constexpr (kVec == 4) *reinterpret_cast<uint32_t*>(dst + p * ld) = rows[p][0];
+      else *reinterpret_cast<uint2*>(dst + p * ld) = make_uint2(rows[p][0], rows[p][1]);
+    }
+#pragma unroll
+    for (int i = 0; i < kVec / 4; ++i) {
+      uint32_t top[4], bottom[4];  // columns 4·i + j: bytes of rows 0–3 and of rows 4–7
+      transpose4(rows[0][i], rows[1][i], rows[2][i], rows[3][i], top);
+      transpose4(rows[4][i], rows[5][i], rows[6][i], rows[7][i], bottom);
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        *reinterpret_cast<uint2*>(tq + tq_offset(col0() + 4 * i + j, row0())) = make_uint2(top[j], bottom[j]);
+    }
+  }
+};
+
+template <int kWarps>
+__device__ __forceinline__ uint32_t block_max(uint32_t v, uint32_t* scratch /* [kWarps] */) {
+  v = __reduce_max_sync(0xffffffffu, v);
+  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = v;
+  __syncthreads();
+  uint32_t m = 0;
+#pragma unroll
+  for (int i = 0; i < kWarps; ++i) m = max(m, scratch[i]);
+  return m;
+}
+
+// Where quantize_weight_tile writes: an Fp8Weight's pointers (W [N, K] and Wᵀ [K, N]).
+struct Fp8WeightOut {
+  uint8_t* q;    // W's bytes [N, K]
+  float* s;      // W's scales, rows of ld_s
+  int64_t ld_s;
+  uint8_t* qt;   // Wᵀ's bytes [K, N]
+  float* st;     // Wᵀ's scales, rows of ld_st
+  int64_t ld_st;
+};
+
+inline Fp8WeightOut fp8_weight_out(Fp8Weight& w) {
+  return {static_cast<uint8_t*>(w.w.data.data()), w.w.scales.data_as<float>(), w.w.scales.dim(1),
+          static_cast<uint8_t*>(w.wt.data.data()), w.wt.scales.data_as<float>(), w.wt.scales.dim(1)};
+}
+
+// The block (n0, k0) of W [N, K], held by the CTA's fragments f, quantized with one scale: its
+// bytes to W and (through tq) to Wᵀ, its scale to both tables, and a scale row's zero padding by
+// the row's last block. Every thread of the CTA (Fragment<In>::kThreads) calls it; it synchronizes
+// the CTA, and the caller may reuse tq and warp_max (Fragment<In>::kThreads / 32 words) afterwards
+// only past its next __syncthreads.
+template <class In>
+__device__ __forceinline__ void quantize_weight_tile(const Fragment<In>& f, int64_t n0, int64_t k0,
+                                                     int64_t N, int64_t K, const Fp8WeightOut& out,
+                                                     bool pow2, uint8_t* tq, uint32_t* warp_max) {
+  using Frag = Fragment<In>;
+  const float scale = group_scale(block_max<Frag::kThreads / 32>(f.amax(), warp_max), pow2);
+  const float inv = inverse_scale(scale);
+  f.store_rows_and_columns(out.q + (n0 + Frag::row0()) * K + k0 + Frag::col0(), K, tq, inv);
+  if (threadIdx.x == 0) {
+    out.s[n0 / kTile * out.ld_s + k0 / kTile] = scale;
+    out.st[k0 / kTile * out.ld_st + n0 / kTile] = scale;
+    // Scale rows are padded to 4 blocks with zeros; a row's last block writes them.
+    if (k0 + kTile == K)
+      for (int64_t b = K / kTile; b < out.ld_s; ++b) out.s[n0 / kTile * out.ld_s + b] = 0;
+    if (n0 + kTile == N)
+      for (int64_t b = N / kTile; b < out.ld_st; ++b) out.st[k0 / kTile * out.ld_st + b] = 0;
+  }
+  __syncthreads();
+  store_transposed<Frag::kThreads>(tq, out.qt + k0 * N + n0, N);
+}
+
+}  // namespace lockstep::cuda
