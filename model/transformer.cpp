@@ -116,6 +116,30 @@ void Transformer::refresh_weights() {
   bf16_copy(head_, params_.lm_head);
 }
 
+WeightCopies Transformer::weight_copies(const std::string& name) {
+  if (recipe_ == Recipe::fp32) return {};  // the GEMMs read the masters themselves
+  if (name == "embed") return {.bf16 = &embed_};
+  if (name == "lm_head") return {.bf16 = &head_};
+  for (size_t i = 0; i < weights_.size(); ++i) {
+    const std::string pre = "layers." + std::to_string(i) + ".";
+    if (!name.starts_with(pre)) continue;
+    LayerWeights& w = weights_[i];
+    const std::string rest = name.substr(pre.size());
+    LinearWeight* l = rest == "qkv" ? &w.qkv : rest == "o" ? &w.o : rest == "gate_up" ? &w.gate_up
+                    : rest == "down" ? &w.down : nullptr;
+    if (!l) return {};
+    return recipe_ == Recipe::fp8 ? WeightCopies{.fp8 = &l->fp8} : WeightCopies{.bf16 = &l->bf16};
+  }
+  return {};
+}
+
+void Transformer::share_embedding_copies(const Transformer& other) {
+  LOCKSTEP_CHECK(recipe_ != Recipe::fp32 && other.recipe_ != Recipe::fp32 && config_ == other.config_,
+                 "share_embedding_copies: models of different configs or an fp32 recipe");
+  embed_ = other.embed_;
+  head_ = other.head_;
+}
+
 Tensor Transformer::layer_forward(size_t i, const Tensor& x, const Tensor& positions,
                                   const Attend& attend, LayerActivations* save) {
   const LayerParameters& p = params_.layers[i];

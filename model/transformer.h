@@ -27,6 +27,7 @@
 #include "model/linear.h"
 #include "model/parameters.h"
 #include "model/recipe.h"
+#include "ops/adamw.h"
 #include "ops/head_layout.h"
 
 namespace lockstep {
@@ -78,6 +79,12 @@ class Transformer {
   ModelParameters& grads() { return grads_; }
   // Rebuilds the copies the recipe's GEMMs read (bf16, or fp8 blocks) from the masters.
   void refresh_weights();
+  // The copies of the master named `name` (ModelParameters::for_each names), for an optimizer that
+  // writes them in its update pass (ops/adamw.h) instead of refresh_weights.
+  WeightCopies weight_copies(const std::string& name);
+  // Reads `other`'s bf16 embedding and LM-head copies from now on (the fp8-rollout mode's rollout
+  // model: the same values as its trainer's, written by the trainer's optimizer step).
+  void share_embedding_copies(const Transformer& other);
 
   // With recompute on, the training forward does not keep the inputs of the linear layers that
   // cheap ops make (the two normed residuals, the SwiGLU output; in fp8 their columnwise copies):

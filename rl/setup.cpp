@@ -168,11 +168,13 @@ Policy::Policy(const Setup& setup, ModelParameters params) {
   if (mode == "fp8-rollout") rollout_ = std::make_unique<Transformer>(setup.model_config, params, Recipe::fp8);
   train_ = std::make_unique<Transformer>(setup.model_config, std::move(params), train_recipe);
   train_->set_recompute(setup.config.model.recompute);
+  if (rollout_) rollout_->share_embedding_copies(*train_);
 }
 
-void Policy::handover() {
-  train_->refresh_weights();
-  if (rollout_) rollout_->refresh_weights();
+WeightCopies Policy::copies(const std::string& name) {
+  WeightCopies c = train_->weight_copies(name);
+  if (rollout_) c.fp8 = rollout_->weight_copies(name).fp8;
+  return c;
 }
 
 }  // namespace lockstep

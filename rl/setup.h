@@ -75,8 +75,9 @@ class Policy {
   Policy(const Setup& setup, ModelParameters params);
   Transformer& trainer() { return *train_; }
   Transformer& rollout() { return rollout_ ? *rollout_ : *train_; }
-  // After an optimizer step: the trainer's weight copies, and the rollout model's when separate.
-  void handover();
+  // The weight copies an optimizer step writes with the master `name`: the trainer's, and the
+  // rollout model's fp8 copy when separate (the hand-over happens inside the update pass).
+  WeightCopies copies(const std::string& name);
 
  private:
   std::unique_ptr<Transformer> train_, rollout_;

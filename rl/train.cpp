@@ -183,6 +183,10 @@ Run start_run(const Config& config) {
   return run;
 }
 
+AdamW::CopiesOf copies_of(Run& run) {
+  return [&run](const std::string& name) { return run.policy->copies(name); };
+}
+
 void save(Run& run) {
   save_checkpoint(run.out_dir, run.setup.model_config, run.policy->trainer().params(),
                   *run.optimizer, run.state, run.setup.tokenizer_dir);
@@ -221,8 +225,7 @@ Metrics sft_step(Run& run, int64_t step) {
     }
     model.backward(f, dlogprob.to(model.device()), Tensor());
   }
-  const OptimizerStep opt = run.optimizer->step(model.params(), model.grads());
-  run.policy->handover();
+  const OptimizerStep opt = run.optimizer->step(model.params(), model.grads(), copies_of(run));
   const std::string skipped = check_finite(loss, opt);
   return {{"loss", loss}, {"lr", opt.lr}, {"grad_norm", opt.grad_norm},
           {"skipped", skipped.empty() ? 0.0 : 1.0}};
@@ -230,8 +233,10 @@ Metrics sft_step(Run& run, int64_t step) {
 
 // ---- GRPO -----------------------------------------------------------------------------------
 
+// The weight hand-over has no time of its own: the optimizer's update pass writes the copies the
+// rollout reads (rl/setup.h Policy::copies), so it is part of `update`.
 struct StepTimes {
-  double rollout = 0, scoring = 0, recompute = 0, update = 0, handover = 0;
+  double rollout = 0, scoring = 0, recompute = 0, update = 0;
 };
 
 Metrics grpo_step(Run& run, Transformer* reference, int64_t step, StepTimes& times,
@@ -359,18 +364,15 @@ Metrics grpo_step(Run& run, Transformer* reference, int64_t step, StepTimes& tim
         counted += pl.tokens;
       }
       if (!std::isfinite(mini_loss)) model.grads().zero();  // never let it reach the weights
-      const OptimizerStep opt = run.optimizer->step(model.params(), model.grads());
+      const OptimizerStep opt = run.optimizer->step(model.params(), model.grads(), copies_of(run));
       grad_norm = opt.grad_norm;
       lr = opt.lr;
       loss_sum += mini_loss;
       const std::string why = check_finite(mini_loss, opt);
       if (!why.empty() && skipped.empty()) skipped = why;
-      auto h0 = Clock::now();
-      run.policy->handover();
-      times.handover += seconds_since(h0);
     }
   }
-  times.update = seconds_since(t0) - times.handover;
+  times.update = seconds_since(t0);
 
   const double c = std::max(counted, 1.0);
   for (auto [name, value] : std::initializer_list<std::pair<const char*, double>>{
@@ -490,7 +492,7 @@ TrainSummary run_train(const Config& config, const TrainHooks& hooks) {
     for (auto [name, value] : std::initializer_list<std::pair<const char*, double>>{
              {"time_rollout", times.rollout}, {"time_scoring", times.scoring},
              {"time_recompute", times.recompute}, {"time_update", times.update},
-             {"time_handover", times.handover}, {"time_step", total},
+             {"time_step", total},
              {"tokens_per_s", metric(m, "response_length") * double(c.rollout.prompts_per_step * c.rollout.samples_per_prompt) / total}})
       m.emplace_back(name, value);
     run.state.consecutive_skips = skipped.empty() ? 0 : run.state.consecutive_skips + 1;

@@ -12,7 +12,8 @@
 //   5. update: ppo_epochs × mini_batches optimizer steps, each over micro-batches of at most
 //      micro_batch_tokens tokens whose gradients accumulate (train/policy_loss.h: PPO-clip,
 //      decoupled with TIS in the fp8-rollout mode when tis_cap > 0);
-//   6. weight hand-over to the rollout model (rl/setup.h Policy::handover).
+//   6. weight hand-over to the rollout model: inside the optimizer's update pass, which writes the
+//      weight copies the rollout reads (rl/setup.h Policy::copies).
 // A non-finite loss or gradient never reaches the weights: the optimizer step is skipped and the
 // metrics say where the first non-finite value appeared; after run.max_skipped_steps consecutive
 // skipped steps the run stops with an error. Held-out evaluation (greedy and sampled pass@1) every

@@ -55,7 +55,7 @@ AdamW::AdamW(const ModelParameters& params, const OptimizerConfig& config)
                  " (must be finite and non-negative; 0 turns clipping off)");
 }
 
-OptimizerStep AdamW::step(ModelParameters& params, ModelParameters& grads) {
+OptimizerStep AdamW::step(ModelParameters& params, ModelParameters& grads, const CopiesOf& copies) {
   const std::vector<Named> p = tensors_of(params), g = tensors_of(grads), m = tensors_of(m_),
                            v = tensors_of(v_);
   check_matches(p, m, "params");
@@ -86,7 +86,7 @@ OptimizerStep AdamW::step(ModelParameters& params, ModelParameters& grads) {
                          .weight_decay = config_.weight_decay};
   for (size_t i = 0; i < p.size(); ++i)
     adamw_step(*p[i].tensor, *m[i].tensor, *v[i].tensor, *g[i].tensor, hyper, out.step,
-               out.clip_scale);
+               out.clip_scale, copies ? copies(p[i].name) : WeightCopies{});
   steps_ = out.step;
   out.applied = true;
   grads.zero();

@@ -9,18 +9,21 @@
 //   3. clip = min(1, max_grad_norm / (‖g‖ + 1e-6)) (torch.nn.utils.clip_grad_norm_'s factor), or 1
 //      when max_grad_norm is 0.
 //   4. Every tensor takes ops/adamw.h's adamw_step with grad_scale = clip, step = the number of
-//      applied steps including this one, lr = schedule.lr(step).
+//      applied steps including this one, lr = schedule.lr(step), writing in the same pass the
+//      weight copies `copies(name)` gives (the bf16 / fp8 copies the model's GEMMs read).
 //   5. The gradients are zeroed, after a skipped step too (they are the next step's accumulator).
 //
-// The caller then rebuilds the weight copies the recipe reads (Transformer::refresh_weights). Works
+// Without `copies` the caller then rebuilds the copies (Transformer::refresh_weights). Works
 // wherever the tensors live: it only calls ops (on CUDA each sum_squares returns one double, so
 // step 1 synchronizes once per tensor).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "model/parameters.h"
+#include "ops/adamw.h"
 #include "train/schedule.h"
 
 namespace lockstep {
@@ -49,7 +52,8 @@ class AdamW {
   AdamW(const ModelParameters& params, const OptimizerConfig& config);
 
   // `params` and `grads` have the tensors (names and shapes) of the constructor's `params`.
-  OptimizerStep step(ModelParameters& params, ModelParameters& grads);
+  using CopiesOf = std::function<WeightCopies(const std::string& name)>;
+  OptimizerStep step(ModelParameters& params, ModelParameters& grads, const CopiesOf& copies = {});
 
   int64_t steps() const { return steps_; }  // applied steps so far
   const ModelParameters& first_moment() const { return m_; }
