@@ -1,0 +1,551 @@
+// cli/config.cpp — the schema of the run configuration (one table: schema() below), and reading,
+// checking, listing and writing the keys through it. toml++ is used header-only in this file alone,
+// so the library needs no toml++ shared object at run time.
+#include "cli/config.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <optional>
+#include <toml++/toml.h>
+#include <type_traits>
+
+#include "core/error.h"
+#include "io/file_io.h"
+
+namespace lockstep {
+
+using detail::concat;
+
+namespace {
+
+// ---- TOML text of values ---------------------------------------------------------------------
+
+// Shortest text that reads back as the same double, in TOML float syntax (toml++'s own printer
+// writes 17 digits: 0.10000000000000001).
+std::string toml_float(double x) {
+  if (std::isnan(x)) return "nan";
+  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
+  char buf[32];
+  const auto end = std::to_chars(buf, buf + sizeof buf, x).ptr;
+  std::string s(buf, end);
+  if (s.find_first_of(".e") == std::string::npos) s += ".0";
+  return s;
+}
+
+// A TOML basic string: quotes, backslashes and control characters escaped, other bytes as given.
+std::string toml_string(std::string_view s) {
+  std::string out = "\"";
+  for (const char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
+      case '\b': out += "\\b"; break;
+      case '\f': out += "\\f"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
+          out += buf;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+std::string toml_text(bool v) { return v ? "true" : "false"; }
+std::string toml_text(int64_t v) { return std::to_string(v); }
+std::string toml_text(double v) { return toml_float(v); }
+std::string toml_text(const std::string& v) { return toml_string(v); }
+std::string toml_text(const std::vector<std::string>& v) {
+  std::string out = "[";
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + toml_string(v[i]);
+  return out + "]";
+}
+
+// What a node is, for "got ...": its type and its value as TOML.
+std::string describe(const toml::node& node) {
+  switch (node.type()) {
+    case toml::node_type::string: return "string " + toml_string(**node.as_string());
+    case toml::node_type::integer: return "integer " + toml_text(**node.as_integer());
+    case toml::node_type::floating_point: return "float " + toml_float(**node.as_floating_point());
+    case toml::node_type::boolean: return "boolean " + toml_text(**node.as_boolean());
+    case toml::node_type::array: {
+      std::string out = "array [";
+      const toml::array& a = *node.as_array();
+      for (size_t i = 0; i < a.size(); ++i) out += (i ? ", " : "") + describe(a[i]);
+      return out + "]";
+    }
+    default: return concat(node.type());  // table, date, time, date-time
+  }
+}
+
+// ---- Types and rules -------------------------------------------------------------------------
+
+template <class T>
+struct TypeName;
+template <>
+struct TypeName<bool> {
+  static constexpr const char *name = "boolean", *with_article = "a boolean";
+};
+template <>
+struct TypeName<int64_t> {
+  static constexpr const char *name = "integer", *with_article = "an integer";
+};
+template <>
+struct TypeName<double> {
+  static constexpr const char *name = "float", *with_article = "a float";
+};
+template <>
+struct TypeName<std::string> {
+  static constexpr const char *name = "string", *with_article = "a string";
+};
+template <>
+struct TypeName<std::vector<std::string>> {
+  static constexpr const char *name = "array of strings", *with_article = "an array of strings";
+};
+
+// The value of `node` as a T, or nothing when the node has another type. An integer is a float
+// too (`lr = 1`), never the other way round.
+template <class T>
+std::optional<T> value_as(const toml::node& node) {
+  if constexpr (std::is_same_v<T, double>) {
+    if (const auto* i = node.as_integer()) return double(**i);
+    return node.value_exact<double>();
+  } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+    const toml::array* a = node.as_array();
+    if (!a) return std::nullopt;
+    T out;
+    for (const toml::node& e : *a) {
+      if (!e.is_string()) return std::nullopt;
+      out.push_back(**e.as_string());
+    }
+    return out;
+  } else {
+    return node.value_exact<T>();
+  }
+}
+
+// What a value must be beyond its type; `text` completes "must be ..." and the help's type column.
+template <class T>
+struct Rule {
+  std::function<bool(const T&)> ok;
+  std::string text;
+};
+// Integer keys are checked as doubles (exact for every value a key can sensibly hold), so one
+// set of number rules serves both.
+template <class T>
+using RuleFor = Rule<std::conditional_t<std::is_same_v<T, int64_t>, double, T>>;
+
+Rule<double> above(double lo) {
+  return {[lo](double x) { return x > lo; }, "> " + concat(lo)};
+}
+Rule<double> at_least(double lo) {
+  return {[lo](double x) { return x >= lo; }, "≥ " + concat(lo)};
+}
+Rule<double> in_closed_open(double lo, double hi) {
+  return {[=](double x) { return x >= lo && x < hi; }, concat("in [", lo, ", ", hi, ")")};
+}
+Rule<double> in_open_closed(double lo, double hi) {
+  return {[=](double x) { return x > lo && x <= hi; }, concat("in (", lo, ", ", hi, "]")};
+}
+Rule<double> off_or_at_least(double lo) {
+  return {[lo](double x) { return x == 0 || x >= lo; }, concat("0 (off) or ≥ ", lo)};
+}
+Rule<std::string> one_of(std::vector<std::string> allowed) {
+  std::string text = "one of ";
+  for (size_t i = 0; i < allowed.size(); ++i) text += (i ? ", " : "") + toml_string(allowed[i]);
+  return {[allowed](const std::string& s) {
+            return std::find(allowed.begin(), allowed.end(), s) != allowed.end();
+          },
+          text};
+}
+Rule<std::string> non_empty() {
+  return {[](const std::string& s) { return !s.empty(); }, "non-empty"};
+}
+Rule<std::vector<std::string>> non_empty_strings() {
+  return {[](const std::vector<std::string>& v) {
+            return std::none_of(v.begin(), v.end(), [](const std::string& s) { return s.empty(); });
+          },
+          "non-empty strings"};
+}
+
+// ---- The schema ------------------------------------------------------------------------------
+
+// One key of a struct `Owner`: a section struct while the schema is written, Config after.
+template <class Owner>
+struct Field {
+  std::string name;  // "temperature", then "rollout.temperature"
+  std::string type;  // "float, > 0": the help's type column
+  std::string help;
+  bool is_string;  // an unquoted command-line value is the string itself
+  // Sets the key from a TOML value; a bad value throws Error("must be ..., got ...").
+  std::function<void(Owner&, const toml::node&)> set;
+  std::function<std::string(const Owner&)> get;  // the value as TOML text
+};
+
+template <class S, class T>
+Field<S> field(std::string name, T S::*member, std::string help, RuleFor<T> rule = {}) {
+  std::string type = TypeName<T>::name;
+  if (rule.ok) type += ", " + rule.text;
+  auto set = [member, rule](S& owner, const toml::node& node) {
+    const std::optional<T> v = value_as<T>(node);
+    if (!v) fail(concat("must be ", TypeName<T>::with_article, ", got ", describe(node)));
+    if constexpr (std::is_same_v<T, double>) {
+      if (!std::isfinite(*v)) fail("must be finite, got " + toml_text(*v));
+    }
+    if (rule.ok && !rule.ok(*v)) fail(concat("must be ", rule.text, ", got ", toml_text(*v)));
+    owner.*member = *v;
+  };
+  auto get = [member](const S& owner) { return toml_text(owner.*member); };
+  return {std::move(name), std::move(type), std::move(help), std::is_same_v<T, std::string>,
+          std::move(set), std::move(get)};
+}
+
+struct Section {
+  std::string name, help;
+  std::vector<std::string_view> commands;  // the subcommands that read it
+  std::vector<Field<Config>> keys;         // named "section.key"
+};
+
+template <class S>
+Section section(std::string name, std::string help, std::vector<std::string_view> commands,
+                S Config::*member, std::vector<Field<S>> fields) {
+  Section s{name, std::move(help), std::move(commands), {}};
+  for (Field<S>& f : fields) {
+    auto set = [member, set_in = std::move(f.set)](Config& c, const toml::node& n) {
+      set_in(c.*member, n);
+    };
+    auto get = [member, get_in = std::move(f.get)](const Config& c) { return get_in(c.*member); };
+    s.keys.push_back({name + "." + f.name, std::move(f.type), std::move(f.help), f.is_string,
+                      std::move(set), std::move(get)});
+  }
+  return s;
+}
+
+constexpr std::string_view kCommands[] = {"train", "sft", "eval", "generate", "plot"};
+
+// Every key: its name, struct member, description and rule. Adding a key is one line here (and
+// its member in config.h).
+const std::vector<Section>& schema() {
+  using M = ModelOptions;
+  using D = DataOptions;
+  using R = RolloutOptions;
+  using L = LossOptions;
+  using O = OptimOptions;
+  using F = SftOptions;
+  using U = RunOptions;
+  using G = GenerateOptions;
+  static const std::vector<Section> sections = {
+    section<M>("model", "the policy model", {"train", "sft", "eval", "generate"}, &Config::model, {
+      field("path", &M::path, "Hugging Face checkpoint folder, or \"builtin\"", non_empty()),
+      field("precision", &M::precision, "numeric recipe (fp8-rollout: bf16 training, fp8 rollout)",
+            one_of({"fp8", "bf16", "fp8-rollout"})),
+      field("device", &M::device, "where to run (auto: cuda when a GPU is visible)",
+            one_of({"auto", "cpu", "cuda"})),
+      field("recompute", &M::recompute, "recompute activations in the backward, saving memory"),
+      field("builtin_hidden", &M::builtin_hidden, "hidden size of the builtin model", at_least(1)),
+      field("builtin_layers", &M::builtin_layers, "layers of the builtin model", at_least(1)),
+    }),
+    section<D>("data", "problems and prompts", {"train", "sft", "eval", "generate"}, &Config::data, {
+      field("train", &D::train, "training problems: JSONL file, or \"synthetic\"", non_empty()),
+      field("test", &D::test, "evaluation problems: JSONL file, or \"synthetic\"", non_empty()),
+      field("format", &D::format, "JSONL layout (auto: from the first line)",
+            one_of({"auto", "gsm8k", "jsonl"})),
+      field("skip_bad_lines", &D::skip_bad_lines, "skip unreadable JSONL lines instead of failing"),
+      field("synthetic_level", &D::synthetic_level, "difficulty of synthetic problems", at_least(1)),
+      field("chat_template", &D::chat_template, "prompt format around each problem",
+            one_of({"none", "chatml", "qwen3-no-think", "llama3"})),
+      field("system_prompt", &D::system_prompt, "system message of chat templates (empty: none)"),
+    }),
+    section<R>("rollout", "generation of the training batch", {"train", "eval"}, &Config::rollout, {
+      field("prompts_per_step", &R::prompts_per_step, "prompts per step (B)", at_least(1)),
+      field("samples_per_prompt", &R::samples_per_prompt, "samples of each prompt (G)", at_least(2)),
+      field("temperature", &R::temperature, "sampling temperature", above(0)),
+      field("top_p", &R::top_p, "nucleus sampling probability mass", in_open_closed(0, 1)),
+      field("top_k", &R::top_k, "sample among the k most likely tokens (0: off)", at_least(0)),
+      field("max_new_tokens", &R::max_new_tokens, "longest response, in tokens", at_least(1)),
+      field("stop", &R::stop, "strings that end a response (besides end-of-sequence tokens)",
+            non_empty_strings()),
+      field("kv_cache_fraction", &R::kv_cache_fraction, "share of free GPU memory for the KV cache",
+            in_open_closed(0, 1)),
+      field("block_size", &R::block_size, "tokens per KV-cache block", at_least(1)),
+    }),
+    section<L>("loss", "advantages and the policy loss", {"train"}, &Config::loss, {
+      field("scale_by_std", &L::scale_by_std, "divide advantages by the group std (false: Dr.GRPO)"),
+      field("clip_low", &L::clip_low, "PPO ratio clip below: 1 - clip_low", in_closed_open(0, 1)),
+      field("clip_high", &L::clip_high, "PPO ratio clip above: 1 + clip_high (DAPO: 0.28)",
+            at_least(0)),
+      field("aggregation", &L::aggregation, "mean over all response tokens, or per sequence first",
+            one_of({"token-mean", "sequence-mean"})),
+      field("kl_coef", &L::kl_coef, "weight of the KL penalty to the initial policy", at_least(0)),
+      field("kl_estimator", &L::kl_estimator, "KL estimator", one_of({"k1", "k3"})),
+      field("tis_cap", &L::tis_cap, "truncated importance sampling: cap on exp(old - rollout)",
+            off_or_at_least(1)),
+      field("adaptive_clip", &L::adaptive_clip, "QuRL adaptive clipping range (needs tis_cap)"),
+      field("dynamic_sampling", &L::dynamic_sampling, "DAPO: replace groups of equal rewards"),
+      field("reuse_rollout_logprobs", &L::reuse_rollout_logprobs,
+            "old logprobs from the rollout, not a recompute"),
+    }),
+    section<O>("optim", "AdamW and the learning-rate schedule", {"train", "sft"}, &Config::optim, {
+      field("lr", &O::lr, "peak learning rate of RL", above(0)),
+      field("min_lr", &O::min_lr, "final learning rate of the cosine schedule", at_least(0)),
+      field("schedule", &O::schedule, "learning rate after the warm-up",
+            one_of({"constant", "cosine"})),
+      field("warmup_steps", &O::warmup_steps, "optimizer steps of linear warm-up", at_least(0)),
+      field("weight_decay", &O::weight_decay, "decoupled weight decay", at_least(0)),
+      field("beta1", &O::beta1, "first-moment decay", in_closed_open(0, 1)),
+      field("beta2", &O::beta2, "second-moment decay", in_closed_open(0, 1)),
+      field("eps", &O::eps, "added to the root of the second moment", above(0)),
+      field("max_grad_norm", &O::max_grad_norm, "global gradient-norm clip (0: off)", at_least(0)),
+      field("ppo_epochs", &O::ppo_epochs, "passes over each rollout batch", at_least(1)),
+      field("mini_batches", &O::mini_batches, "optimizer steps per pass", at_least(1)),
+      field("micro_batch_tokens", &O::micro_batch_tokens, "most tokens in one forward/backward",
+            at_least(1)),
+    }),
+    section<F>("sft", "supervised fine-tuning", {"sft"}, &Config::sft, {
+      field("steps", &F::steps, "optimizer steps", at_least(1)),
+      field("lr", &F::lr, "peak learning rate", above(0)),
+      field("batch_size", &F::batch_size, "sequences per step", at_least(1)),
+      field("warmup_steps", &F::warmup_steps, "steps of linear warm-up", at_least(0)),
+    }),
+    section<U>("run", "length, seed and outputs", {"train", "sft", "eval", "generate", "plot"},
+               &Config::run, {
+      field("steps", &U::steps, "RL steps", at_least(1)),
+      field("seed", &U::seed, "seed of every random choice", at_least(0)),
+      field("out_dir", &U::out_dir, "folder of metrics, checkpoints and this config", non_empty()),
+      field("eval_every", &U::eval_every, "evaluate every this many steps (0: off)", at_least(0)),
+      field("eval_problems", &U::eval_problems, "test problems per evaluation (0: all)", at_least(0)),
+      field("checkpoint_every", &U::checkpoint_every, "steps between checkpoints (0: at the end)",
+            at_least(0)),
+      field("resume", &U::resume, "continue from the latest checkpoint in out_dir"),
+      field("max_skipped_steps", &U::max_skipped_steps, "consecutive non-finite steps tolerated",
+            at_least(0)),
+      field("log_every", &U::log_every, "print metrics every this many steps", at_least(1)),
+    }),
+    section<G>("generate", "text generation from one prompt", {"generate"}, &Config::generate, {
+      field("prompt", &G::prompt, "the user message (the chat template applies)"),
+      field("max_new_tokens", &G::max_new_tokens, "longest response, in tokens", at_least(1)),
+      field("temperature", &G::temperature, "sampling temperature (0: greedy)", at_least(0)),
+      field("n", &G::n, "responses to generate", at_least(1)),
+    }),
+  };
+  return sections;
+}
+
+// ---- Lookup with suggestions -----------------------------------------------------------------
+
+const Section* find_section(std::string_view name) {
+  for (const Section& s : schema())
+    if (s.name == name) return &s;
+  return nullptr;
+}
+
+const Field<Config>* find_key(std::string_view name) {
+  for (const Section& s : schema())
+    for (const Field<Config>& k : s.keys)
+      if (k.name == name) return &k;
+  return nullptr;
+}
+
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string_view after_dot(std::string_view name) {
+  const size_t dot = name.rfind('.');
+  return dot == std::string_view::npos ? name : name.substr(dot + 1);
+}
+
+// " (did you mean a or b?)" for the known keys closest to `name`, or "" when none is close: a key
+// of that name in another section, else the keys at the smallest edit distance, where a wrong
+// section costs 2 on top of the key's own distance.
+std::string suggest_key(std::string_view name) {
+  std::vector<std::string_view> best;
+  size_t best_distance = 3;  // the farthest a suggestion may be
+  for (const Section& s : schema()) {
+    for (const Field<Config>& k : s.keys) {
+      const size_t d = std::min(edit_distance(name, k.name),
+                                edit_distance(after_dot(name), after_dot(k.name)) + 2);
+      if (d < best_distance) best.clear(), best_distance = d;
+      if (d == best_distance) best.push_back(k.name);
+    }
+  }
+  if (best.empty()) return "";
+  std::string out = " (did you mean ";
+  for (size_t i = 0; i < best.size(); ++i) out += concat(i ? " or " : "", best[i]);
+  return out + "?)";
+}
+
+std::string suggest_section(std::string_view name) {
+  for (const Section& s : schema())
+    if (edit_distance(name, s.name) <= 2) return " (did you mean [" + s.name + "]?)";
+  return "";
+}
+
+// ---- Reading ---------------------------------------------------------------------------------
+
+// `where` names the source for messages: "run.toml:12" or "option --rollout.top_p".
+void set_key(Config& config, std::string_view name, const toml::node& node,
+             const std::string& where) {
+  const Field<Config>* key = find_key(name);
+  if (!key) {
+    if (find_section(name))
+      fail(concat(where, ": [", name, "] must be a table of keys, got ", describe(node)));
+    fail(concat(where, ": unknown key ", name, suggest_key(name)));
+  }
+  try {
+    key->set(config, node);
+  } catch (const Error& e) {
+    fail(concat(where, ": ", name, " ", e.what()));
+  }
+}
+
+void apply_file(Config& config, const std::filesystem::path& file) {
+  const std::string path = file.string();
+  const std::string text = read_file(path, "config");
+  toml::table root;
+  try {
+    root = toml::parse(text, std::string_view(path));
+  } catch (const toml::parse_error& e) {
+    fail(concat(path, ":", e.source().begin.line, ":", e.source().begin.column,
+                ": TOML syntax error: ", e.description()));
+  }
+  const auto where = [&](const toml::key& k) { return concat(path, ":", k.source().begin.line); };
+  for (auto&& [name, node] : root) {
+    const toml::table* table = node.as_table();
+    if (!table) {
+      set_key(config, name.str(), node, where(name));
+      continue;
+    }
+    // The keys of an unknown section are unknown keys, each with its suggestion; only an empty
+    // unknown section needs its own message.
+    if (table->empty() && !find_section(name.str()))
+      fail(concat(where(name), ": unknown section [", name.str(), "]",
+                  suggest_section(name.str())));
+    for (auto&& [key, value] : *table)
+      set_key(config, concat(name.str(), ".", key.str()), value, where(key));
+  }
+}
+
+// `--section.key=value` or `--section.key value`; the value is parsed as TOML (see config.h).
+void apply_overrides(Config& config, std::span<const std::string> args) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (!arg.starts_with("--") || arg.size() == 2)
+      fail(concat("unexpected argument '", arg, "': expected an option --section.key=value"));
+    const size_t eq = arg.find('=');
+    const std::string name = arg.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+    const std::string where = "option --" + name;
+    const Field<Config>* key = find_key(name);
+    if (!key) fail(concat(where, ": unknown key ", name, suggest_key(name)));
+    std::string value;
+    if (eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+    } else {
+      if (i + 1 == args.size())
+        fail(concat(where, ": needs a value (--", name, "=VALUE or --", name, " VALUE)"));
+      value = args[++i];
+    }
+    const bool bare = key->is_string && !value.starts_with('"') && !value.starts_with('\'');
+    toml::table parsed;
+    try {
+      parsed = toml::parse("v = " + (bare ? toml_string(value) : value), std::string_view(where));
+    } catch (const toml::parse_error& e) {
+      fail(concat(where, ": ", name, " expects ", key->type, ", got '", value,
+                  "', which is not a TOML value (", e.description(), ")"));
+    }
+    if (parsed.size() != 1)
+      fail(concat(where, ": ", name, " must be one TOML value, got '", value, "'"));
+    set_key(config, name, *parsed.get("v"), where);
+  }
+}
+
+// Keys that constrain each other, once every source is in.
+void check_consistency(const Config& c) {
+  LOCKSTEP_CHECK(c.optim.min_lr <= c.optim.lr, "config: optim.min_lr (", toml_float(c.optim.min_lr),
+                 ") must be ≤ optim.lr (", toml_float(c.optim.lr), ")");
+  LOCKSTEP_CHECK(!c.loss.adaptive_clip || c.loss.tis_cap > 0,
+                 "config: loss.adaptive_clip = true needs truncated importance sampling: "
+                 "loss.tis_cap ≥ 1 (got 0)");
+}
+
+}  // namespace
+
+Config load_config(const std::filesystem::path* file, std::span<const std::string> overrides) {
+  Config config;
+  if (file) apply_file(config, *file);
+  apply_overrides(config, overrides);
+  check_consistency(config);
+  return config;
+}
+
+// ---- Writing ---------------------------------------------------------------------------------
+
+namespace {
+
+// "key = value" padded to a column (long values overflow it), then `comment`.
+void append_commented(std::string& out, const std::string& line, std::string_view comment) {
+  constexpr size_t kColumn = 40;
+  out += line;
+  out.append(line.size() < kColumn ? kColumn - line.size() : 1, ' ');
+  out += comment;
+  out += '\n';
+}
+
+}  // namespace
+
+std::string config_help(std::string_view subcommand) {
+  const bool all = subcommand.empty();
+  if (!all && std::ranges::find(kCommands, subcommand) == std::end(kCommands)) {
+    std::string known;
+    for (std::string_view c : kCommands) known += concat(known.empty() ? "" : ", ", c);
+    fail(concat("config_help: unknown subcommand '", subcommand, "' (known: ", known, ")"));
+  }
+  const Config defaults;
+  std::string out = concat(
+      "Configuration", all ? "" : concat(" of `lockstep ", subcommand, "`"),
+      ": keys under [section] in the TOML config file, or on the command line as\n"
+      "--section.key=value or --section.key value (a TOML value; strings may be unquoted). The\n"
+      "command line wins over the file, the file over the defaults.\n"
+      "Each key: name = default, its type, then what it does.\n");
+  for (const Section& s : schema()) {
+    if (!all && std::ranges::find(s.commands, subcommand) == s.commands.end()) continue;
+    out += concat("\n[", s.name, "]  ", s.help, "\n");
+    for (const Field<Config>& k : s.keys) {
+      append_commented(out, concat("  ", after_dot(k.name), " = ", k.get(defaults)), k.type);
+      out += concat("      ", k.help, "\n");
+    }
+  }
+  return out;
+}
+
+std::string to_toml(const Config& config) {
+  std::string out = "# lockstep configuration: every key, as resolved for this run\n";
+  for (const Section& s : schema()) {
+    out += concat("\n[", s.name, "]  # ", s.help, "\n");
+    for (const Field<Config>& k : s.keys)
+      append_commented(out, concat(after_dot(k.name), " = ", k.get(config)), "# " + k.help);
+  }
+  return out;
+}
+
+}  // namespace lockstep

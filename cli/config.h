@@ -1,0 +1,154 @@
+// cli/config.h — the run configuration of the `lockstep` command: one struct per TOML section,
+// with the defaults of the small default job (the builtin tiny model learning synthetic arithmetic
+// on a few CPU cores).
+//
+// Sources, each overriding the one before: the defaults below, the TOML file, then command-line
+// options `--section.key=value` or `--section.key value`. An option's value is a TOML value
+// (`--rollout.top_p=0.9`, `--rollout.stop='["\n\n"]'`); for a string key an unquoted value is taken
+// verbatim (`--data.train=data/gsm8k.jsonl`), a quoted one as a TOML string.
+//
+// Every key is checked as it is read, and a bad one fails with one lockstep::Error that says where
+// (`file:line`, or the option) and what was expected:
+//   - unknown section or key: names it and suggests the closest known keys ("did you mean
+//     rollout.temperature?");
+//   - wrong TOML type: names the key, the expected type and the value given (an integer is accepted
+//     for a float key; a float is not accepted for an integer key);
+//   - value out of range or not one of the allowed strings: names the key, the value and the range
+//     or the allowed values;
+//   - TOML syntax error: toml++'s description with file:line:column.
+// After all sources, keys that constrain each other are checked together (optim.min_lr ≤
+// optim.lr; loss.adaptive_clip needs loss.tis_cap > 0).
+//
+// Enumerated settings (precision, device, format, chat_template, aggregation, kl_estimator,
+// schedule) are held as their validated strings; the code that uses one maps it to its enum.
+// Floats are doubles so that to_toml and load_config round-trip exactly.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace lockstep {
+
+struct ModelOptions {
+  std::string path = "builtin";  // Hugging Face checkpoint folder, or "builtin"
+  std::string precision = "fp8";  // "fp8" | "bf16" | "fp8-rollout"
+  std::string device = "auto";    // "auto" | "cpu" | "cuda"
+  bool recompute = false;
+  int64_t builtin_hidden = 128;
+  int64_t builtin_layers = 2;
+  bool operator==(const ModelOptions&) const = default;
+};
+
+struct DataOptions {
+  std::string train = "synthetic";     // JSONL path, or "synthetic"
+  std::string test = "synthetic";      // JSONL path, or "synthetic"
+  std::string format = "auto";         // "auto" | "gsm8k" | "jsonl"
+  bool skip_bad_lines = false;
+  int64_t synthetic_level = 1;         // ≥ 1
+  std::string chat_template = "none";  // "none" | "chatml" | "qwen3-no-think" | "llama3"
+  std::string system_prompt;
+  bool operator==(const DataOptions&) const = default;
+};
+
+struct RolloutOptions {
+  int64_t prompts_per_step = 8;    // B
+  int64_t samples_per_prompt = 4;  // G ≥ 2
+  double temperature = 1.0;        // > 0
+  double top_p = 1.0;              // (0, 1]
+  int64_t top_k = 0;               // 0: off
+  int64_t max_new_tokens = 32;
+  std::vector<std::string> stop;
+  double kv_cache_fraction = 0.5;  // (0, 1]
+  int64_t block_size = 16;
+  bool operator==(const RolloutOptions&) const = default;
+};
+
+struct LossOptions {
+  bool scale_by_std = true;
+  double clip_low = 0.2;                   // [0, 1)
+  double clip_high = 0.2;                  // ≥ 0
+  std::string aggregation = "token-mean";  // "token-mean" | "sequence-mean"
+  double kl_coef = 0.0;                    // ≥ 0
+  std::string kl_estimator = "k3";         // "k1" | "k3"
+  double tis_cap = 0.0;                    // 0: off, else ≥ 1
+  bool adaptive_clip = false;
+  bool dynamic_sampling = false;
+  bool reuse_rollout_logprobs = false;
+  bool operator==(const LossOptions&) const = default;
+};
+
+struct OptimOptions {
+  double lr = 3e-4;
+  double min_lr = 0.0;               // ≤ lr
+  std::string schedule = "constant";  // "constant" | "cosine"
+  int64_t warmup_steps = 0;
+  double weight_decay = 0.01;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double max_grad_norm = 1.0;  // 0: no clipping
+  int64_t ppo_epochs = 1;
+  int64_t mini_batches = 1;
+  int64_t micro_batch_tokens = 4096;
+  bool operator==(const OptimOptions&) const = default;
+};
+
+struct SftOptions {
+  int64_t steps = 200;
+  double lr = 1e-3;
+  int64_t batch_size = 16;  // sequences
+  int64_t warmup_steps = 10;
+  bool operator==(const SftOptions&) const = default;
+};
+
+struct RunOptions {
+  int64_t steps = 50;
+  int64_t seed = 1;
+  std::string out_dir = "runs/default";
+  int64_t eval_every = 10;        // 0: off
+  int64_t eval_problems = 64;     // 0: the whole test set
+  int64_t checkpoint_every = 0;   // 0: only at the end
+  bool resume = false;
+  int64_t max_skipped_steps = 3;  // consecutive non-finite steps before the run stops
+  int64_t log_every = 1;
+  bool operator==(const RunOptions&) const = default;
+};
+
+struct GenerateOptions {
+  std::string prompt;
+  int64_t max_new_tokens = 64;
+  double temperature = 0.0;  // 0: greedy
+  int64_t n = 1;
+  bool operator==(const GenerateOptions&) const = default;
+};
+
+struct Config {
+  ModelOptions model;
+  DataOptions data;
+  RolloutOptions rollout;
+  LossOptions loss;
+  OptimOptions optim;
+  SftOptions sft;
+  RunOptions run;
+  GenerateOptions generate;
+  bool operator==(const Config&) const = default;
+};
+
+// Defaults, then `file` (when not null), then `overrides` (the command line's options, in order; a
+// later one wins). Throws lockstep::Error as described above.
+Config load_config(const std::filesystem::path* file, std::span<const std::string> overrides);
+
+// The keys a subcommand reads ("train", "sft", "eval", "generate", "plot"), section by section:
+// each with its type and allowed values, its default and a one-line description. An empty
+// subcommand lists every section. An unknown subcommand is an error naming the known ones.
+std::string config_help(std::string_view subcommand);
+
+// Every key of `config` as TOML, sections and keys in schema order, each key commented with its
+// description; load_config of this text gives back `config` exactly.
+std::string to_toml(const Config& config);
+
+}  // namespace lockstep
