@@ -139,7 +139,8 @@ void reset_peak_device_memory() {
 
 void device_synchronize() {
 #if LOCKSTEP_HAS_CUDA
-  LOCKSTEP_CUDA_CHECK(cudaDeviceSynchronize());
+  static const bool has_device = cuda_device_available();  // a CUDA build on a machine without one
+  if (has_device) LOCKSTEP_CUDA_CHECK(cudaDeviceSynchronize());
 #endif
 }
 

@@ -22,6 +22,7 @@ void device_free(Device d, void* p);
 // Copies between any two places; synchronous with respect to the host.
 void device_copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);
 void device_fill_bytes(Device d, void* p, unsigned char value, size_t bytes);
+// Waits for the GPU's queued work (nothing to wait for without one).
 void device_synchronize();
 
 // CUDA memory (zeros without CUDA): bytes held by live tensors now and at most since the last
