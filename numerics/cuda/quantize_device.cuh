@@ -1,0 +1,273 @@
+// numerics/cuda/quantize_device.cuh — the device side of FP8 activation quantization, shared by the
+// quantization kernels (numerics/cuda/quantize.cu) and the fused producers that quantize what they
+// compute without storing it (ops/cuda/rmsnorm.cu, ops/cuda/swiglu.cu). A producer fills a bf16
+// Fragment with its output and hands it to quantize_tile_rows / quantize_tile_columns: the same code
+// on the same bf16 values, so fused and unfused give identical bytes and scales.
+//
+// Work is split into 128×128 tiles (one group wide both ways). A thread holds 8 rows × 16 bytes of a
+// tile in registers (Fragment), loaded with 16-byte loads; a half-warp (bf16) or a warp (f32) reads
+// one 256/512-byte tile row. Blocks are persistent (persistent_grid) and walk the tiles in row-major
+// order, loading the next tile while processing the current one (for_each_tile).
+// Include only from CUDA sources.
+#pragma once
+
+#include <cuda_fp8.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "core/cuda_check.h"
+#include "numerics/scale.h"
+
+namespace lockstep::cuda::quant {
+
+constexpr int kTile = 128;  // = kQuantGroup
+
+__device__ __forceinline__ uint32_t component(const uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+// Four values times `inv`, rounded to E4M3 (first value in the lowest byte). The instruction is
+// quantize_value's (cvt.rn.satfinite.e4m3x2.f32), used two lanes at a time: the same bytes.
+__device__ __forceinline__ uint32_t pack4(float a, float b, float c, float d, float inv) {
+  const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(a * inv, b * inv), __NV_SATFINITE, __NV_E4M3);
+  const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(c * inv, d * inv), __NV_SATFINITE, __NV_E4M3);
+  return lo | hi << 16;
+}
+
+// A 4×4 byte transpose: out[j] holds byte j of a, b, c and d (a's in the lowest byte).
+__device__ __forceinline__ void transpose4(uint32_t a, uint32_t b, uint32_t c, uint32_t d, uint32_t (&out)[4]) {
+  const uint32_t ab01 = __byte_perm(a, b, 0x5140), ab23 = __byte_perm(a, b, 0x7362);
+  const uint32_t cd01 = __byte_perm(c, d, 0x5140), cd23 = __byte_perm(c, d, 0x7362);
+  out[0] = __byte_perm(ab01, cd01, 0x5410);
+  out[1] = __byte_perm(ab01, cd01, 0x7632);
+  out[2] = __byte_perm(ab23, cd23, 0x5410);
+  out[3] = __byte_perm(ab23, cd23, 0x7632);
+}
+
+// The transposed byte tile in shared memory: tq[c][r] is the byte of tile row r, column c. Its
+// 8-byte chunks are XOR-swizzled by (c / 8) % 16: the lanes of a warp write 8 bytes each to
+// columns 8 (bf16) or 4 (f32) apart, which without the swizzle would all hit the same banks.
+__device__ __forceinline__ int tq_offset(int c, int r) { return c * kTile + ((r / 8) ^ (c / 8 % 16)) * 8; }
+
+// 16 bytes of row c of tq (tile rows 16·j .. 16·j + 15), undoing the swizzle: an odd swizzle
+// swaps the two 8-byte halves of a 16-byte chunk.
+__device__ __forceinline__ uint4 tq_row16(const uint8_t* tq, int c, int j) {
+  const int s = c / 8 % 16;
+  const uint4 v = *reinterpret_cast<const uint4*>(tq + c * kTile + (j ^ (s >> 1)) * 16);
+  return s & 1 ? make_uint4(v.z, v.w, v.x, v.y) : v;
+}
+
+// tq to dst (row c of tq at dst + c * ld): 8 lanes per 128-byte row, so each warp stores 4 lines.
+template <int kThreads>
+__device__ __forceinline__ void store_transposed(const uint8_t* tq, uint8_t* dst, int64_t ld) {
+#pragma unroll
+  for (int n = 0; n < kTile * kTile / 16 / kThreads; ++n) {
+    const int i = n * kThreads + threadIdx.x, c = i / 8, j = i % 8;
+    *reinterpret_cast<uint4*>(dst + c * ld + j * 16) = tq_row16(tq, c, j);
+  }
+}
+
+// A thread's share of a 128×128 tile: 8 consecutive rows × kVec consecutive columns, one 16-byte
+// load per row. bf16 (uint16_t): 16 lanes per tile row, 256 threads; f32: 32 lanes, 512 threads.
+template <class In>
+struct Fragment {
+  static constexpr int kVec = 16 / sizeof(In);
+  static constexpr int kLanesPerRow = kTile / kVec;
+  static constexpr int kRows = 8;
+  static constexpr int kThreads = kLanesPerRow * kTile / kRows;
+  uint4 raw[kRows];
+
+  __device__ static int row0() { return threadIdx.x / kLanesPerRow * kRows; }
+  __device__ static int col0() { return threadIdx.x % kLanesPerRow * kVec; }
+
+  // Tile (r_begin, c_begin) of src [rows, ld]; rows past `rows` read as zeros.
+  __device__ void load(const In* src, int64_t ld, int64_t rows, int64_t r_begin, int64_t c_begin) {
+#pragma unroll
+    for (int p = 0; p < kRows; ++p) {
+      const int64_t r = r_begin + row0() + p;
+      raw[p] = r < rows ? *reinterpret_cast<const uint4*>(src + r * ld + c_begin + col0())
+                        : make_uint4(0, 0, 0, 0);
+    }
+  }
+
+  // The value at (row p, column c) widened to fp32 (exact: bf16 is the upper half of an fp32).
+  __device__ float at(int p, int c) const {
+    if constexpr (kVec == 4) {
+      return __uint_as_float(component(raw[p], c));
+    } else {
+      const uint32_t w = component(raw[p], c / 2);
+      return __uint_as_float(c % 2 ? w & 0xffff0000u : w << 16);
+    }
+  }
+
+  // Magnitudes: m maxed with the magnitudes of a 32-bit word's values, compared as integers like
+  // abs_bits does (NaN above infinity). A bf16's magnitude bits order like its fp32's, so bf16
+  // values are compared two at a time (max.u16x2) and only widened by unpack_magnitude.
+  __device__ static uint32_t max_magnitude(uint32_t m, uint32_t word) {
+    if constexpr (kVec == 4) return max(m, word & 0x7fffffffu);
+    else return __vmaxu2(m, word & 0x7fff7fffu);
+  }
+  __device__ static uint32_t unpack_magnitude(uint32_t m) {
+    if constexpr (kVec == 4) return m;
+    else return max(m << 16, m & 0xffff0000u);
+  }
+
+  __device__ uint32_t row_amax(int p) const {
+    uint32_t m = 0;
+#pragma unroll
+    for (int w = 0; w < 4; ++w) m = max_magnitude(m, component(raw[p], w));
+    return unpack_magnitude(m);
+  }
+  __device__ uint32_t amax() const {
+    uint32_t m = 0;
+#pragma unroll
+    for (int p = 0; p < kRows; ++p)
+#pragma unroll
+      for (int w = 0; w < 4; ++w) m = max_magnitude(m, component(raw[p], w));
+    return unpack_magnitude(m);
+  }
+
+  // Bytes of row p, columns 4·i .. 4·i + 3, quantized with `inv`.
+  __device__ uint32_t pack(int p, int i, float inv) const {
+    return pack4(at(p, 4 * i), at(p, 4 * i + 1), at(p, 4 * i + 2), at(p, 4 * i + 3), inv);
+  }
+  // Row p quantized, to dst (the row's first column): kVec bytes.
+  __device__ void store_row(uint8_t* dst, int p, float inv) const {
+    if constexpr (kVec == 4) *reinterpret_cast<uint32_t*>(dst) = pack(p, 0, inv);
+    else *reinterpret_cast<uint2*>(dst) = make_uint2(pack(p, 0, inv), pack(p, 1, inv));
+  }
+  // Column c quantized (8 bytes, one per row), into the transposed tile.
+  __device__ void store_column(uint8_t* tq, int c, float inv) const {
+    *reinterpret_cast<uint2*>(tq + tq_offset(col0() + c, row0())) =
+        make_uint2(pack4(at(0, c), at(1, c), at(2, c), at(3, c), inv),
+                   pack4(at(4, c), at(5, c), at(6, c), at(7, c), inv));
+  }
+  // One scale for the whole fragment: each value is quantized once, its bytes stored to the
+  // rows at dst (row p at dst + p * ld) and, transposed in registers, to tq's columns.
+  __device__ void store_rows_and_columns(uint8_t* dst, int64_t ld, uint8_t* tq, float inv) const {
+    uint32_t rows[kRows][kVec / 4];
+#pragma unroll
+    for (int p = 0; p < kRows; ++p) {
+#pragma unroll
+      for (int i = 0; i < kVec / 4; ++i) rows[p][i] = pack(p, i, inv);
+      if constexpr (kVec == 4) *reinterpret_cast<uint32_t*>(dst + p * ld) = rows[p][0];
+      else *reinterpret_cast<uint2*>(dst + p * ld) = make_uint2(rows[p][0], rows[p][1]);
+    }
+#pragma unroll
+    for (int i = 0; i < kVec / 4; ++i) {
+      uint32_t top[4], bottom[4];  // columns 4·i + j: bytes of rows 0–3 and of rows 4–7
+      transpose4(rows[0][i], rows[1][i], rows[2][i], rows[3][i], top);
+      transpose4(rows[4][i], rows[5][i], rows[6][i], rows[7][i], bottom);
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        *reinterpret_cast<uint2*>(tq + tq_offset(col0() + 4 * i + j, row0())) = make_uint2(top[j], bottom[j]);
+    }
+  }
+};
+
+using Bf16 = Fragment<uint16_t>;
+
+// Calls process(tile, r_begin, c_begin) on every 128×128 tile of a [rows, cols] matrix that falls
+// to this block (tiles b, b + gridDim.x, ... in row-major order, so the blocks in flight read one
+// contiguous band), with load(tile, r_begin, c_begin) of the next tile issued before the current
+// tile is processed (a block that loads only after it has finished its arithmetic leaves the
+// memory idle). `Tile` holds whatever one tile needs in registers; process may modify it.
+template <class Tile, class Load, class Process>
+__device__ __forceinline__ void for_each_tile(int64_t rows, int64_t cols, Load&& load, Process&& process) {
+  const int64_t tiles_c = cols / kTile, tiles = (rows + kTile - 1) / kTile * tiles_c;
+  int64_t tile = blockIdx.x;
+  if (tile >= tiles) return;  // the whole block
+  Tile cur, next;
+  load(cur, tile / tiles_c * kTile, tile % tiles_c * kTile);
+  for (; tile < tiles; tile += gridDim.x) {
+    const int64_t following = tile + gridDim.x;
+    if (following < tiles) load(next, following / tiles_c * kTile, following % tiles_c * kTile);
+    process(cur, tile / tiles_c * kTile, tile % tiles_c * kTile);
+    cur = next;
+  }
+}
+
+// Enough persistent blocks to fill the device (capped by the work): occupancy × SMs, queried once.
+// (One device per process: the SM count is that of the device current at the first call.)
+template <auto kKernel>
+unsigned persistent_grid(int threads, int64_t tiles) {
+  static const int64_t resident = [threads] {
+    int device = 0, sms = 0, per_sm = 0;
+    LOCKSTEP_CUDA_CHECK(cudaGetDevice(&device));
+    LOCKSTEP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    LOCKSTEP_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kKernel, threads, 0));
+    return int64_t(sms) * std::max(per_sm, 1);
+  }();
+  return unsigned(std::min(tiles, resident));
+}
+
+// Rowwise 1×128 quantization of tile (t0, k0) of a bf16 activation [T, K], held in f by all
+// Bf16::kThreads threads of the block: bytes to q [T, K], scales to s [K/128, T]. Tile rows past T
+// are quantized but not stored.
+__device__ __forceinline__ void quantize_tile_rows(const Bf16& f, int64_t t0, int64_t k0, int64_t T,
+                                                   int64_t K, uint8_t* q, float* s, bool pow2) {
+  // A token's group is one half-warp's 16 lanes, which share 8 tokens. Lane j < 8 of the
+  // half-warp computes the scale of token j (two divisions a lane, not two per token) and
+  // passes the inverse around.
+  const int tid = threadIdx.x, r0 = Bf16::row0(), c0 = Bf16::col0();
+  const int lane = tid % 16, first = tid & 16;
+  const unsigned half = 0xffffu << first;
+  uint32_t amax = 0;
+#pragma unroll
+  for (int p = 0; p < Bf16::kRows; ++p) {
+    const uint32_t m = __reduce_max_sync(half, f.row_amax(p));
+    if (p == lane % Bf16::kRows) amax = m;
+  }
+  const float scale = group_scale(amax, pow2), inv = inverse_scale(scale);
+#pragma unroll
+  for (int p = 0; p < Bf16::kRows; ++p) {
+    const float row_inv = __shfl_sync(half, inv, first + p);
+    if (t0 + r0 + p < T) f.store_row(q + (t0 + r0 + p) * K + k0 + c0, p, row_inv);
+  }
+  if (lane < Bf16::kRows && t0 + r0 + lane < T) s[k0 / kTile * T + t0 + r0 + lane] = scale;
+}
+
+// Shared memory of quantize_tile_columns.
+struct ColumnScratch {
+  alignas(16) uint8_t tq[kTile * kTile];
+  alignas(16) uint32_t col_partial[Bf16::kThreads / 32][kTile / 2];  // magnitudes, 2 features a word
+  alignas(16) float col_inv[kTile];
+};
+
+// Columnwise 128×1 quantization of tile (t0, k0) of a bf16 activation [T, K] held in f (tile rows
+// past T must hold zeros: the padding): bytes to qt [K, Tp], scales to st [Tp/128, K]. Every thread
+// of the block calls it (it synchronizes the block).
+__device__ __forceinline__ void quantize_tile_columns(const Bf16& f, int64_t t0, int64_t k0, int64_t K,
+                                                      int64_t Tp, uint8_t* qt, float* st, bool pow2,
+                                                      ColumnScratch& scratch) {
+  // Column magnitudes: the thread's 8 rows, its partner half-warp's (lane ^ 16), then the
+  // warps through shared memory; 128 threads turn the 128 column maxima into scales.
+  constexpr int kWarps = Bf16::kThreads / 32;
+  const int tid = threadIdx.x, c0 = Bf16::col0();
+  uint32_t m[4] = {0, 0, 0, 0};
+#pragma unroll
+  for (int p = 0; p < Bf16::kRows; ++p)
+#pragma unroll
+    for (int w = 0; w < 4; ++w) m[w] = Bf16::max_magnitude(m[w], component(f.raw[p], w));
+#pragma unroll
+  for (int w = 0; w < 4; ++w) m[w] = __vmaxu2(m[w], __shfl_xor_sync(0xffffffffu, m[w], 16));
+  if (tid % 32 < 16)
+    *reinterpret_cast<uint4*>(&scratch.col_partial[tid / 32][c0 / 2]) = make_uint4(m[0], m[1], m[2], m[3]);
+  __syncthreads();
+  if (tid < kTile) {
+    uint32_t pair = 0;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) pair = __vmaxu2(pair, scratch.col_partial[w][tid / 2]);
+    const float scale = group_scale(tid % 2 ? pair & 0xffff0000u : pair << 16, pow2);
+    scratch.col_inv[tid] = inverse_scale(scale);
+    st[t0 / kTile * K + k0 + tid] = scale;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int c = 0; c < Bf16::kVec; ++c) f.store_column(scratch.tq, c, scratch.col_inv[c0 + c]);
+  __syncthreads();
+  store_transposed<Bf16::kThreads>(scratch.tq, qt + k0 * Tp + t0, Tp);
+}
+
+}  // namespace lockstep::cuda::quant
