@@ -40,7 +40,9 @@ __global__ void iota_kernel(int32_t* __restrict__ p, int64_t n) {
 }
 
 constexpr int kRunThreads = 128;  // a block covers 1024 columns of a run
-constexpr int kRunBatch = 4;      // rows loaded together, for memory-level parallelism
+// Rows loaded together: a run is walked serially (frequent tokens make runs of hundreds), so each
+// step keeps 16 row loads in flight rather than waiting for one at a time.
+constexpr int kRunBatch = 16;
 
 // Block (i, slab): when sorted position i starts a run of a valid token, adds dout's rows of the
 // run's positions, in order, to that token's row of dtable, for the slab's columns.
@@ -53,22 +55,30 @@ __global__ void __launch_bounds__(kRunThreads) embedding_backward_kernel(
   if ((i > 0 && sorted_tokens[i - 1] == token) || token < 0 || token >= V) return;
   const int64_t c = (int64_t(blockIdx.y) * kRunThreads + threadIdx.x) * kVec;
   if (c >= H) return;
-  int64_t end = i + 1;
-  while (end < T && sorted_tokens[end] == token) ++end;
 
   float* row = dtable + token * H + c;
   float acc[kVec];
   load_f32x8(row, acc);
-  for (int64_t j = i; j < end; j += kRunBatch) {
-    float batch[kRunBatch][kVec];
+  for (int64_t j = i;; j += kRunBatch) {
+    // The run's positions among j .. j + 15: a prefix of them, since the tokens are sorted.
+    uint4 batch[kRunBatch];
+    int count = 0;
 #pragma unroll
-    for (int k = 0; k < kRunBatch; ++k)
-      if (j + k < end) load_bf16x8(dout + positions[j + k] * H + c, batch[k]);
+    for (int k = 0; k < kRunBatch; ++k) {
+      if (j + k < T && sorted_tokens[j + k] == token) {
+        batch[k] = *reinterpret_cast<const uint4*>(dout + positions[j + k] * H + c);
+        count = k + 1;
+      }
+    }
 #pragma unroll
-    for (int k = 0; k < kRunBatch; ++k)
-      if (j + k < end)
+    for (int k = 0; k < kRunBatch; ++k) {
+      if (k >= count) break;
+      float v[kVec];
+      unpack_bf16x8(batch[k], v);
 #pragma unroll
-        for (int e = 0; e < kVec; ++e) acc[e] += batch[k][e];
+      for (int e = 0; e < kVec; ++e) acc[e] += v[e];
+    }
+    if (count < kRunBatch) break;
   }
   store_f32x8(row, acc);
 }
