@@ -13,8 +13,8 @@
 //
 // rmsnorm_forward_fp8 (the fp8 recipe's fused producer): rmsnorm_forward into a bf16 y, then
 // quantize_rows_and_columns(y_rows, y_cols, y, format), or quantize_rows(y_rows, y, format) when
-// y_cols.data is undefined (inference): the same bytes, scales and rstd as that composition. The
-// CUDA kernels never store y. C a multiple of 128; y_rows: Fp8Rows [R, C]; y_cols: the columnwise
+// y_cols.data is undefined (inference): the same bytes, scales and rstd as that composition on the
+// same backend. The CUDA kernels never store y. C a multiple of 128; y_rows: Fp8Rows [R, C]; y_cols: the columnwise
 // layout of numerics/quantize.h (Fp8Rows::empty_columnwise(R, C)).
 #pragma once
 

@@ -9,7 +9,7 @@
 // swiglu_forward_fp8 (the fp8 recipe's fused producer): swiglu_forward into a bf16 out, then
 // quantize_rows_and_columns(out_rows, out_cols, out, format), or quantize_rows(out_rows, out,
 // format) when out_cols.data is undefined (inference): the same bytes and scales as that
-// composition. The CUDA kernel never stores out. I a multiple of 128; out_rows: Fp8Rows [T, I];
+// composition on the same backend. The CUDA kernel never stores out. I a multiple of 128; out_rows: Fp8Rows [T, I];
 // out_cols: the columnwise layout of numerics/quantize.h (Fp8Rows::empty_columnwise(T, I)).
 #pragma once
 
