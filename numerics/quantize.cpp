@@ -25,13 +25,6 @@ void check_input(const Tensor& x, const char* what) {
                  ") must be a multiple of ", kQuantGroup, " for FP8 groups, got ", x.describe());
 }
 
-void check_rows(const Fp8Rows& q, const char* what, int64_t rows, int64_t cols, Device device) {
-  check_tensor(q.data, what, DType::e4m3, device);
-  check_shape(q.data, what, {rows, cols});
-  check_tensor(q.scales, what, DType::f32, device);
-  check_shape(q.scales, what, {cols / kQuantGroup, rows});
-}
-
 void check_blocks(const Fp8Blocks& q, const char* what, int64_t rows, int64_t cols, Device device) {
   check_tensor(q.data, what, DType::e4m3, device);
   check_shape(q.data, what, {rows, cols});
@@ -45,6 +38,13 @@ void check_blocks(const Fp8Blocks& q, const char* what, int64_t rows, int64_t co
 }
 
 }  // namespace
+
+void check_fp8_rows(const Fp8Rows& q, const char* what, int64_t rows, int64_t cols, Device device) {
+  check_tensor(q.data, what, DType::e4m3, device);
+  check_shape(q.data, what, {rows, cols});
+  check_tensor(q.scales, what, DType::f32, device);
+  check_shape(q.scales, what, {cols / kQuantGroup, rows});
+}
 
 Fp8Rows Fp8Rows::empty(int64_t rows, int64_t cols, Device device) {
   LOCKSTEP_CHECK(cols % kQuantGroup == 0, "Fp8Rows: cols (", cols, ") must be a multiple of ",
@@ -70,7 +70,7 @@ Fp8Weight Fp8Weight::empty(int64_t n, int64_t k, Device device) {
 
 void quantize_rows(Fp8Rows& out, const Tensor& x, ScaleFormat format) {
   check_input(x, "quantize_rows: x");
-  check_rows(out, "quantize_rows: out", x.dim(0), x.dim(1), x.device());
+  check_fp8_rows(out, "quantize_rows: out", x.dim(0), x.dim(1), x.device());
   const bool pow2 = format == ScaleFormat::pow2;
   if (!x.is_cuda()) return cpu::quantize_rows(out, x, pow2);
 #if LOCKSTEP_HAS_CUDA
@@ -83,8 +83,8 @@ void quantize_rows(Fp8Rows& out, const Tensor& x, ScaleFormat format) {
 
 void quantize_columns(Fp8Rows& out_t, const Tensor& x, ScaleFormat format) {
   check_input(x, "quantize_columns: x");
-  check_rows(out_t, "quantize_columns: out_t", x.dim(1), round_up(x.dim(0), kQuantGroup),
-             x.device());
+  check_fp8_rows(out_t, "quantize_columns: out_t", x.dim(1), round_up(x.dim(0), kQuantGroup),
+                 x.device());
   const bool pow2 = format == ScaleFormat::pow2;
   if (!x.is_cuda()) return cpu::quantize_columns(out_t, x, pow2);
 #if LOCKSTEP_HAS_CUDA
@@ -97,9 +97,9 @@ void quantize_columns(Fp8Rows& out_t, const Tensor& x, ScaleFormat format) {
 
 void quantize_rows_and_columns(Fp8Rows& out, Fp8Rows& out_t, const Tensor& x, ScaleFormat format) {
   check_input(x, "quantize_rows_and_columns: x");
-  check_rows(out, "quantize_rows_and_columns: out", x.dim(0), x.dim(1), x.device());
-  check_rows(out_t, "quantize_rows_and_columns: out_t", x.dim(1), round_up(x.dim(0), kQuantGroup),
-             x.device());
+  check_fp8_rows(out, "quantize_rows_and_columns: out", x.dim(0), x.dim(1), x.device());
+  check_fp8_rows(out_t, "quantize_rows_and_columns: out_t", x.dim(1),
+                 round_up(x.dim(0), kQuantGroup), x.device());
   const bool pow2 = format == ScaleFormat::pow2;
   if (!x.is_cuda()) {
     cpu::quantize_rows(out, x, pow2);
@@ -135,7 +135,7 @@ void check_fp8_weight(const Fp8Weight& out, const char* what, int64_t n, int64_t
 }
 
 void dequantize(Tensor& out, const Fp8Rows& q) {
-  check_rows(q, "dequantize: q", q.rows(), q.cols(), q.data.device());
+  check_fp8_rows(q, "dequantize: q", q.rows(), q.cols(), q.data.device());
   check_tensor(out, "dequantize: out", DType::f32, q.data.device());
   check_shape(out, "dequantize: out", q.data.shape());
   if (!out.is_cuda()) return cpu::dequantize_rows(out, q);

@@ -78,6 +78,10 @@ void check_fp8_weight(const Fp8Weight& out, const char* what, int64_t n, int64_t
 void dequantize(Tensor& out, const Fp8Rows& q);
 void dequantize(Tensor& out, const Fp8Blocks& q);
 
+// Checks that q is an Fp8Rows of [rows, cols] (e4m3 data, f32 scales [cols/128, rows]) on
+// `device`; `what` names it in the error. (A columnwise output of x [T, K]: rows K, cols Tp.)
+void check_fp8_rows(const Fp8Rows& q, const char* what, int64_t rows, int64_t cols, Device device);
+
 // Index of the first non-finite scale, or -1 when all are finite.
 int64_t first_nonfinite(const Tensor& scales);
 

@@ -19,7 +19,15 @@ void check_rows(const Tensor& t, const char* what) {
 void add_into(Tensor& y, const Tensor& x) {
   check_act(y, "add_into: y", y.device(), y.shape());
   check_act(x, "add_into: x", y.device(), y.shape());
-  if (y.is_cuda()) LOCKSTEP_NO_CUDA_OP("add_into");
+  if (y.is_cuda()) {
+#if LOCKSTEP_HAS_CUDA
+    check_cuda_act(y, "add_into: y", /*rows=*/false);  // flat: any shape
+    check_cuda_act(x, "add_into: x", /*rows=*/false);
+    return cuda::add_into(y, x);
+#else
+    LOCKSTEP_NO_CUDA_OP("add_into");
+#endif
+  }
   cpu::add_into(y, x);
 }
 
@@ -27,7 +35,15 @@ void add_bias(Tensor& y, const Tensor& b) {
   check_rows(y, "add_bias: y");
   check_tensor(b, "add_bias: b", DType::f32, y.device());
   check_shape(b, "add_bias: b", {y.dim(1)});
-  if (y.is_cuda()) LOCKSTEP_NO_CUDA_OP("add_bias");
+  if (y.is_cuda()) {
+#if LOCKSTEP_HAS_CUDA
+    check_cuda_act(y, "add_bias: y");
+    check_cuda_vectors(b, "add_bias: b", /*rows=*/true);
+    return cuda::add_bias(y, b);
+#else
+    LOCKSTEP_NO_CUDA_OP("add_bias");
+#endif
+  }
   cpu::add_bias(y, b);
 }
 
@@ -35,20 +51,42 @@ void bias_backward(Tensor& db, const Tensor& dy) {
   check_rows(dy, "bias_backward: dy");
   check_tensor(db, "bias_backward: db", DType::f32, dy.device());
   check_shape(db, "bias_backward: db", {dy.dim(1)});
-  if (dy.is_cuda()) LOCKSTEP_NO_CUDA_OP("bias_backward");
+  if (dy.is_cuda()) {
+#if LOCKSTEP_HAS_CUDA
+    check_cuda_act(dy, "bias_backward: dy");
+    return cuda::bias_backward(db, dy);
+#else
+    LOCKSTEP_NO_CUDA_OP("bias_backward");
+#endif
+  }
   cpu::bias_backward(db, dy);
 }
 
 void convert(Tensor& dst, const Tensor& src) {
   check_act(src, "convert: src", src.device(), src.shape());
   check_act(dst, "convert: dst", src.device(), src.shape());
-  if (src.is_cuda()) LOCKSTEP_NO_CUDA_OP("convert");
+  if (src.is_cuda()) {
+#if LOCKSTEP_HAS_CUDA
+    check_cuda_vectors(src, "convert: src", /*rows=*/false);
+    check_cuda_vectors(dst, "convert: dst", /*rows=*/false);
+    return cuda::convert(dst, src);
+#else
+    LOCKSTEP_NO_CUDA_OP("convert");
+#endif
+  }
   cpu::convert(dst, src);
 }
 
 double sum_squares(const Tensor& x) {
   check_tensor(x, "sum_squares: x", DType::f32, x.device());
-  if (x.is_cuda()) LOCKSTEP_NO_CUDA_OP("sum_squares");
+  if (x.is_cuda()) {
+#if LOCKSTEP_HAS_CUDA
+    check_cuda_vectors(x, "sum_squares: x", /*rows=*/false);
+    return cuda::sum_squares(x);
+#else
+    LOCKSTEP_NO_CUDA_OP("sum_squares");
+#endif
+  }
   return cpu::sum_squares(x);
 }
 

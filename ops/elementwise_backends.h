@@ -11,3 +11,11 @@ void bias_backward(Tensor& db, const Tensor& dy);
 void convert(Tensor& dst, const Tensor& src);
 double sum_squares(const Tensor& x);
 }  // namespace lockstep::cpu
+
+namespace lockstep::cuda {
+void add_into(Tensor& y, const Tensor& x);
+void add_bias(Tensor& y, const Tensor& b);
+void bias_backward(Tensor& db, const Tensor& dy);
+void convert(Tensor& dst, const Tensor& src);
+double sum_squares(const Tensor& x);
+}  // namespace lockstep::cuda

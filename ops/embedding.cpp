@@ -32,7 +32,15 @@ void embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& table) {
                  table.describe());
   const int64_t T = check_tokens(tokens, "embedding_forward: tokens", d);
   check_act(out, "embedding_forward: out", d, {T, table.dim(1)});
-  if (d == Device::cuda) LOCKSTEP_NO_CUDA_OP("embedding_forward");
+  if (d == Device::cuda) {
+#if LOCKSTEP_HAS_CUDA
+    check_cuda_act(table, "embedding_forward: table");
+    check_cuda_act(out, "embedding_forward: out");
+    return cuda::embedding_forward(out, tokens, table);
+#else
+    LOCKSTEP_NO_CUDA_OP("embedding_forward");
+#endif
+  }
   check_token_range(tokens, "embedding_forward", table.dim(0));
   cpu::embedding_forward(out, tokens, table);
 }
@@ -45,7 +53,15 @@ void embedding_backward(Tensor& dtable, const Tensor& tokens, const Tensor& dout
                  dtable.describe());
   const int64_t T = check_tokens(tokens, "embedding_backward: tokens", d);
   check_act(dout, "embedding_backward: dout", d, {T, dtable.dim(1)});
-  if (d == Device::cuda) LOCKSTEP_NO_CUDA_OP("embedding_backward");
+  if (d == Device::cuda) {
+#if LOCKSTEP_HAS_CUDA
+    check_cuda_act(dout, "embedding_backward: dout");
+    check_cuda_vectors(dtable, "embedding_backward: dtable", /*rows=*/true);
+    return cuda::embedding_backward(dtable, tokens, dout);
+#else
+    LOCKSTEP_NO_CUDA_OP("embedding_backward");
+#endif
+  }
   check_token_range(tokens, "embedding_backward", dtable.dim(0));
   cpu::embedding_backward(dtable, tokens, dout);
 }

@@ -23,14 +23,26 @@ void check_inputs(const char* x_what, const Tensor& x, const char* w_what, const
   check_shape(rstd, rstd_what, {x.dim(0)});
 }
 
+void check_eps(const char* op, float eps) {
+  LOCKSTEP_CHECK(std::isfinite(eps) && eps >= 0, op, ": eps must be finite and >= 0, got ", eps);
+}
+
 }  // namespace
 
 void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, float eps) {
   check_inputs("rmsnorm_forward: x", x, "rmsnorm_forward: w", w, "rmsnorm_forward: rstd", rstd);
   check_act(y, "rmsnorm_forward: y", x.device(), x.shape());
-  LOCKSTEP_CHECK(std::isfinite(eps) && eps >= 0,
-                 "rmsnorm_forward: eps must be finite and >= 0, got ", eps);
-  if (x.is_cuda()) LOCKSTEP_NO_CUDA_OP("rmsnorm_forward");
+  check_eps("rmsnorm_forward", eps);
+  if (x.is_cuda()) {
+#if LOCKSTEP_HAS_CUDA
+    check_cuda_act(x, "rmsnorm_forward: x");
+    check_cuda_act(y, "rmsnorm_forward: y");
+    check_cuda_vectors(w, "rmsnorm_forward: w", /*rows=*/true);
+    return cuda::rmsnorm_forward(y, rstd, x, w, eps);
+#else
+    LOCKSTEP_NO_CUDA_OP("rmsnorm_forward");
+#endif
+  }
   cpu::rmsnorm_forward(y, rstd, x, w, eps);
 }
 
@@ -41,8 +53,48 @@ void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x,
   check_act(dx, "rmsnorm_backward: dx", x.device(), x.shape());
   check_tensor(dw, "rmsnorm_backward: dw", DType::f32, x.device());
   check_shape(dw, "rmsnorm_backward: dw", w.shape());
-  if (x.is_cuda()) LOCKSTEP_NO_CUDA_OP("rmsnorm_backward");
+  if (x.is_cuda()) {
+#if LOCKSTEP_HAS_CUDA
+    check_cuda_act(x, "rmsnorm_backward: x");
+    check_cuda_act(dy, "rmsnorm_backward: dy");
+    check_cuda_act(dx, "rmsnorm_backward: dx");
+    check_cuda_vectors(w, "rmsnorm_backward: w", /*rows=*/true);
+    return cuda::rmsnorm_backward(dx, dw, dy, x, w, rstd);
+#else
+    LOCKSTEP_NO_CUDA_OP("rmsnorm_backward");
+#endif
+  }
   cpu::rmsnorm_backward(dx, dw, dy, x, w, rstd);
+}
+
+void rmsnorm_forward_fp8(Fp8Rows& y_rows, Fp8Rows& y_cols, Tensor& rstd, const Tensor& x,
+                         const Tensor& w, float eps, ScaleFormat format) {
+  check_inputs("rmsnorm_forward_fp8: x", x, "rmsnorm_forward_fp8: w", w, "rmsnorm_forward_fp8: rstd",
+               rstd);
+  check_eps("rmsnorm_forward_fp8", eps);
+  const int64_t R = x.dim(0), C = x.dim(1);
+  LOCKSTEP_CHECK(C % kQuantGroup == 0, "rmsnorm_forward_fp8: x: the row width must be a multiple of ",
+                 kQuantGroup, " for FP8 groups, got ", x.describe());
+  check_fp8_rows(y_rows, "rmsnorm_forward_fp8: y_rows", R, C, x.device());
+  const bool columns = y_cols.data.defined();
+  if (columns)
+    check_fp8_rows(y_cols, "rmsnorm_forward_fp8: y_cols", C, round_up(R, kQuantGroup), x.device());
+  if (x.is_cuda()) {
+#if LOCKSTEP_HAS_CUDA
+    check_cuda_act(x, "rmsnorm_forward_fp8: x");
+    check_cuda_vectors(w, "rmsnorm_forward_fp8: w", /*rows=*/true);
+    check_cuda_vectors(y_rows.data, "rmsnorm_forward_fp8: y_rows", /*rows=*/true);
+    if (columns) check_cuda_vectors(y_cols.data, "rmsnorm_forward_fp8: y_cols", /*rows=*/true);
+    return cuda::rmsnorm_forward_fp8(y_rows, columns ? &y_cols : nullptr, rstd, x, w, eps,
+                                     format == ScaleFormat::pow2);
+#else
+    LOCKSTEP_NO_CUDA_OP("rmsnorm_forward_fp8");
+#endif
+  }
+  Tensor y = Tensor::empty({R, C}, DType::bf16);
+  cpu::rmsnorm_forward(y, rstd, x, w, eps);
+  if (columns) quantize_rows_and_columns(y_rows, y_cols, y, format);
+  else quantize_rows(y_rows, y, format);
 }
 
 }  // namespace lockstep

@@ -22,7 +22,15 @@ int64_t check_gate_up(const Tensor& gate_up, const char* what) {
 void swiglu_forward(Tensor& out, const Tensor& gate_up) {
   const int64_t I = check_gate_up(gate_up, "swiglu_forward: gate_up");
   check_act(out, "swiglu_forward: out", gate_up.device(), {gate_up.dim(0), I});
-  if (gate_up.is_cuda()) LOCKSTEP_NO_CUDA_OP("swiglu_forward");
+  if (gate_up.is_cuda()) {
+#if LOCKSTEP_HAS_CUDA
+    check_cuda_act(gate_up, "swiglu_forward: gate_up");
+    check_cuda_act(out, "swiglu_forward: out");
+    return cuda::swiglu_forward(out, gate_up);
+#else
+    LOCKSTEP_NO_CUDA_OP("swiglu_forward");
+#endif
+  }
   cpu::swiglu_forward(out, gate_up);
 }
 
@@ -30,8 +38,45 @@ void swiglu_backward(Tensor& dgate_up, const Tensor& dout, const Tensor& gate_up
   const int64_t I = check_gate_up(gate_up, "swiglu_backward: gate_up");
   check_act(dout, "swiglu_backward: dout", gate_up.device(), {gate_up.dim(0), I});
   check_act(dgate_up, "swiglu_backward: dgate_up", gate_up.device(), gate_up.shape());
-  if (gate_up.is_cuda()) LOCKSTEP_NO_CUDA_OP("swiglu_backward");
+  if (gate_up.is_cuda()) {
+#if LOCKSTEP_HAS_CUDA
+    check_cuda_act(gate_up, "swiglu_backward: gate_up");
+    check_cuda_act(dout, "swiglu_backward: dout");
+    check_cuda_act(dgate_up, "swiglu_backward: dgate_up");
+    return cuda::swiglu_backward(dgate_up, dout, gate_up);
+#else
+    LOCKSTEP_NO_CUDA_OP("swiglu_backward");
+#endif
+  }
   cpu::swiglu_backward(dgate_up, dout, gate_up);
+}
+
+void swiglu_forward_fp8(Fp8Rows& out_rows, Fp8Rows& out_cols, const Tensor& gate_up,
+                        ScaleFormat format) {
+  const int64_t I = check_gate_up(gate_up, "swiglu_forward_fp8: gate_up"), T = gate_up.dim(0);
+  LOCKSTEP_CHECK(I % kQuantGroup == 0, "swiglu_forward_fp8: gate_up: the output width (", I,
+                 ") must be a multiple of ", kQuantGroup, " for FP8 groups, got ",
+                 gate_up.describe());
+  check_fp8_rows(out_rows, "swiglu_forward_fp8: out_rows", T, I, gate_up.device());
+  const bool columns = out_cols.data.defined();
+  if (columns)
+    check_fp8_rows(out_cols, "swiglu_forward_fp8: out_cols", I, round_up(T, kQuantGroup),
+                   gate_up.device());
+  if (gate_up.is_cuda()) {
+#if LOCKSTEP_HAS_CUDA
+    check_cuda_act(gate_up, "swiglu_forward_fp8: gate_up");
+    check_cuda_vectors(out_rows.data, "swiglu_forward_fp8: out_rows", /*rows=*/true);
+    if (columns) check_cuda_vectors(out_cols.data, "swiglu_forward_fp8: out_cols", /*rows=*/true);
+    return cuda::swiglu_forward_fp8(out_rows, columns ? &out_cols : nullptr, gate_up,
+                                    format == ScaleFormat::pow2);
+#else
+    LOCKSTEP_NO_CUDA_OP("swiglu_forward_fp8");
+#endif
+  }
+  Tensor out = Tensor::empty({T, I}, DType::bf16);
+  cpu::swiglu_forward(out, gate_up);
+  if (columns) quantize_rows_and_columns(out_rows, out_cols, out, format);
+  else quantize_rows(out_rows, out, format);
 }
 
 }  // namespace lockstep

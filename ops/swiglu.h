@@ -4,14 +4,23 @@
 //   out [T, I] = silu(g) · u,   silu(g) = g / (1 + exp(−g))      (fp32 math, one rounding)
 //   dgate_up: dg = dout · u · silu'(g), du = dout · silu(g),  silu'(g) = s·(1 + g·(1 − s)), s = σ(g)
 //
-// All tensors f32 or bf16.
+// All tensors f32 or bf16. CUDA: bf16, I a multiple of 8, 16-byte aligned data.
+//
+// swiglu_forward_fp8 (the fp8 recipe's fused producer): swiglu_forward into a bf16 out, then
+// quantize_rows_and_columns(out_rows, out_cols, out, format), or quantize_rows(out_rows, out,
+// format) when out_cols.data is undefined (inference): the same bytes and scales as that
+// composition on the same backend. The CUDA kernel never stores out. I a multiple of 128; out_rows: Fp8Rows [T, I];
+// out_cols: the columnwise layout of numerics/quantize.h (Fp8Rows::empty_columnwise(T, I)).
 #pragma once
 
 #include "core/tensor.h"
+#include "numerics/quantize.h"
 
 namespace lockstep {
 
 void swiglu_forward(Tensor& out, const Tensor& gate_up);
 void swiglu_backward(Tensor& dgate_up, const Tensor& dout, const Tensor& gate_up);
+void swiglu_forward_fp8(Fp8Rows& out_rows, Fp8Rows& out_cols, const Tensor& gate_up,
+                        ScaleFormat format = ScaleFormat::fp32);
 
 }  // namespace lockstep

@@ -62,6 +62,20 @@ inline double rel_error(const std::vector<double>& out, const std::vector<double
   return std::sqrt(num / den);
 }
 
+// Relative error row by row (rows of very different magnitude each get checked), the worst row.
+inline double worst_row_error(const std::vector<double>& out, const std::vector<double>& ref,
+                              int64_t cols) {
+  EXPECT_EQ(out.size(), ref.size());
+  double worst = 0;
+  for (size_t begin = 0; begin + size_t(cols) <= ref.size(); begin += size_t(cols)) {
+    const std::vector<double> o(out.begin() + begin, out.begin() + begin + cols);
+    const std::vector<double> r(ref.begin() + begin, ref.begin() + begin + cols);
+    const double e = rel_error(o, r);
+    if (!(e <= worst)) worst = e;  // keeps a NaN
+  }
+  return worst;
+}
+
 inline bool same_bytes(const Tensor& a, const Tensor& b) {
   const Tensor ca = a.to(Device::cpu), cb = b.to(Device::cpu);
   return ca.shape() == cb.shape() && ca.dtype() == cb.dtype() &&

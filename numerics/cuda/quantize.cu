@@ -1,15 +1,14 @@
 // numerics/cuda/quantize.cu — FP8 quantization kernels; bytes and scales equal the CPU reference's.
 //
 // They are memory-bound (each reads its input once and writes every output once), so they are
-// built to keep HBM busy (docs/benchmarks.md has the numbers):
-// - Every kernel works on 128×128 tiles, a thread's share held in a Fragment
-//   (numerics/cuda/quantize_device.cuh, which also has the swizzled transposed stores).
-// - Blocks are persistent (as many as fit on the device) and walk the tiles in row-major order,
-//   loading the next tile while quantizing the current one, so the loads of each SM never stop
-//   (a block that loads only after it has finished its arithmetic leaves the memory idle).
-#include <cuda_fp8.h>
-
-#include <algorithm>
+// built to keep HBM busy (docs/benchmarks.md has the numbers). The tile machinery they share with
+// the fused producers is in numerics/cuda/quantize_device.cuh:
+// - Every kernel works on 128×128 tiles, 16-byte loads, persistent blocks that load the next tile
+//   while quantizing the current one.
+// - The transposed outputs go through a shared-memory byte tile whose layout is swizzled so that
+//   the 8-byte column writes and the 16-byte row reads are free of bank conflicts; every global
+//   store is a full 128-byte line per 8 lanes (transposed) or per half-warp (rowwise).
+// - Amax of bf16 data compares two values per instruction on their raw magnitude bits.
 #include <cstdint>
 
 #include "core/cuda_check.h"
@@ -22,41 +21,9 @@ namespace lockstep::cuda {
 
 namespace {
 
+using namespace quant;
+
 unsigned blocks_for(int64_t n, int threads) { return unsigned((n + threads - 1) / threads); }
-
-// Calls process(fragment, r_begin, c_begin) on every 128×128 tile of src [rows, cols] that falls to
-// this block (tiles b, b + gridDim.x, ... in row-major order, so the blocks in flight read one
-// contiguous band), with the next tile's loads issued before the current tile is processed.
-template <class In, class Process>
-__device__ __forceinline__ void for_each_tile(const In* src, int64_t rows, int64_t cols, Process&& process) {
-  const int64_t tiles_c = cols / kTile, tiles = (rows + kTile - 1) / kTile * tiles_c;
-  int64_t tile = blockIdx.x;
-  if (tile >= tiles) return;  // the whole block
-  Fragment<In> cur, next;
-  cur.load(src, cols, rows, tile / tiles_c * kTile, tile % tiles_c * kTile);
-  for (; tile < tiles; tile += gridDim.x) {
-    const int64_t following = tile + gridDim.x;
-    if (following < tiles) next.load(src, cols, rows, following / tiles_c * kTile, following % tiles_c * kTile);
-    process(cur, tile / tiles_c * kTile, tile % tiles_c * kTile);
-    cur = next;
-  }
-}
-
-// Enough persistent blocks to fill the device (capped by the work): occupancy × SMs, queried once.
-// (One device per process: the SM count is that of the device current at the first call.)
-template <auto kKernel>
-unsigned persistent_grid(int threads, int64_t tiles) {
-  static const int64_t resident = [threads] {
-    int device = 0, sms = 0, per_sm = 0;
-    LOCKSTEP_CUDA_CHECK(cudaGetDevice(&device));
-    LOCKSTEP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    LOCKSTEP_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kKernel, threads, 0));
-    return int64_t(sms) * std::max(per_sm, 1);
-  }();
-  return unsigned(std::min(tiles, resident));
-}
-
-using Bf16 = Fragment<uint16_t>;
 
 // x bf16 [T, K]. Rowwise: each token's 128-feature groups -> q [T, K], s [K/128, T]. Columnwise:
 // each feature's groups of 128 tokens -> qt [K, Tp], st [Tp/128, K], tokens past T read as zeros
@@ -66,61 +33,13 @@ __global__ void __launch_bounds__(Bf16::kThreads, 2) quantize_activation_kernel(
     const uint16_t* __restrict__ x, int64_t T, int64_t K, uint8_t* __restrict__ q,
     float* __restrict__ s, uint8_t* __restrict__ qt, float* __restrict__ st, int64_t Tp,
     bool pow2) {
-  constexpr int kWarps = Bf16::kThreads / 32;
-  __shared__ alignas(16) uint8_t tq[kTile * kTile];
-  __shared__ alignas(16) uint32_t col_partial[kWarps][kTile / 2];  // magnitudes, 2 features a word
-  __shared__ alignas(16) float col_inv[kTile];
-  const int tid = threadIdx.x, r0 = Bf16::row0(), c0 = Bf16::col0();
-
-  for_each_tile<uint16_t>(x, T, K, [&](const Bf16& f, int64_t t0, int64_t k0) {
-    if constexpr (kRowwise) {
-      // A token's group is one half-warp's 16 lanes, which share 8 tokens. Lane j < 8 of the
-      // half-warp computes the scale of token j (two divisions a lane, not two per token) and
-      // passes the inverse around; tokens past T (zeros) are quantized but not stored.
-      const int lane = tid % 16, first = tid & 16;
-      const unsigned half = 0xffffu << first;
-      uint32_t amax = 0;
-#pragma unroll
-      for (int p = 0; p < Bf16::kRows; ++p) {
-        const uint32_t m = __reduce_max_sync(half, f.row_amax(p));
-        if (p == lane % Bf16::kRows) amax = m;
-      }
-      const float scale = group_scale(amax, pow2), inv = inverse_scale(scale);
-#pragma unroll
-      for (int p = 0; p < Bf16::kRows; ++p) {
-        const float row_inv = __shfl_sync(half, inv, first + p);
-        if (t0 + r0 + p < T) f.store_row(q + (t0 + r0 + p) * K + k0 + c0, p, row_inv);
-      }
-      if (lane < Bf16::kRows && t0 + r0 + lane < T) s[k0 / kTile * T + t0 + r0 + lane] = scale;
-    }
-    if constexpr (kColumnwise) {
-      // Column magnitudes: the thread's 8 rows, its partner half-warp's (lane ^ 16), then the
-      // warps through shared memory; 128 threads turn the 128 column maxima into scales.
-      uint32_t m[4] = {0, 0, 0, 0};
-#pragma unroll
-      for (int p = 0; p < Bf16::kRows; ++p)
-#pragma unroll
-        for (int w = 0; w < 4; ++w) m[w] = Bf16::max_magnitude(m[w], component(f.raw[p], w));
-#pragma unroll
-      for (int w = 0; w < 4; ++w) m[w] = __vmaxu2(m[w], __shfl_xor_sync(0xffffffffu, m[w], 16));
-      if (tid % 32 < 16)
-        *reinterpret_cast<uint4*>(&col_partial[tid / 32][c0 / 2]) = make_uint4(m[0], m[1], m[2], m[3]);
-      __syncthreads();
-      if (tid < kTile) {
-        uint32_t pair = 0;
-#pragma unroll
-        for (int w = 0; w < kWarps; ++w) pair = __vmaxu2(pair, col_partial[w][tid / 2]);
-        const float scale = group_scale(tid % 2 ? pair & 0xffff0000u : pair << 16, pow2);
-        col_inv[tid] = inverse_scale(scale);
-        st[t0 / kTile * K + k0 + tid] = scale;
-      }
-      __syncthreads();
-#pragma unroll
-      for (int c = 0; c < Bf16::kVec; ++c) f.store_column(tq, c, col_inv[c0 + c]);
-      __syncthreads();
-      store_transposed<Bf16::kThreads>(tq, qt + k0 * Tp + t0, Tp);
-    }
-  });
+  __shared__ ColumnScratch scratch;
+  for_each_tile<Bf16>(
+      T, K, [&](Bf16& f, int64_t t0, int64_t k0) { f.load(x, K, T, t0, k0); },
+      [&](const Bf16& f, int64_t t0, int64_t k0) {
+        if constexpr (kRowwise) quantize_tile_rows(f, t0, k0, T, K, q, s, pow2);
+        if constexpr (kColumnwise) quantize_tile_columns(f, t0, k0, K, Tp, qt, st, pow2, scratch);
+      });
 }
 
 // W [N, K] (f32 or bf16) in 128×128 blocks: q [N, K] row-major and, through shared memory, the
@@ -131,7 +50,8 @@ __global__ void __launch_bounds__(Fragment<In>::kThreads, 512 / Fragment<In>::kT
   using Frag = Fragment<In>;
   __shared__ alignas(16) uint8_t tq[kTile * kTile];
   __shared__ uint32_t warp_max[Frag::kThreads / 32];
-  for_each_tile<In>(w, N, K, [&](const Frag& f, int64_t n0, int64_t k0) {
+  const auto load = [&](Frag& f, int64_t n0, int64_t k0) { f.load(w, K, N, n0, k0); };
+  for_each_tile<Frag>(N, K, load, [&](const Frag& f, int64_t n0, int64_t k0) {
     quantize_weight_tile(f, n0, k0, N, K, out, pow2, tq, warp_max);
   });
 }

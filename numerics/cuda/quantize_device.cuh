@@ -1,27 +1,27 @@
-// numerics/cuda/quantize_device.cuh — the device side of FP8 128×128-tile quantization, shared by
-// numerics/cuda/quantize.cu and the kernels that quantize what they produce in the same pass (the
-// fused AdamW step, ops/cuda/adamw.cu). Bytes and scales equal the CPU reference's
-// (numerics/quantize.h, numerics/scale.h).
+// numerics/cuda/quantize_device.cuh — the device side of FP8 activation quantization, shared by the
+// quantization kernels (numerics/cuda/quantize.cu), the fused producers that quantize what they
+// compute without storing it (ops/cuda/rmsnorm.cu, ops/cuda/swiglu.cu) and the AdamW step that
+// writes the fp8 weight blocks in its update pass (ops/cuda/adamw.cu, quantize_weight_tile). A producer fills a bf16
+// Fragment with its output and hands it to quantize_tile_rows / quantize_tile_columns: the same code
+// on the same bf16 values, so fused and unfused give identical bytes and scales.
 //
-// - A tile is 128×128 (one group wide both ways). A thread holds 8 rows × 16 bytes of it in
-//   registers (Fragment), loaded with 16-byte loads; a half-warp (bf16) or a warp (f32) covers one
-//   256/512-byte tile row.
-// - Transposed outputs go through a shared-memory byte tile (tq, kTile × kTile bytes) whose layout
-//   is swizzled so that the 8-byte column writes and the 16-byte row reads are free of bank
-//   conflicts; every global store is a full 128-byte line per 8 lanes (transposed) or per half-warp
-//   (rowwise).
-// - Amax of bf16 data compares two values per instruction on their raw magnitude bits.
+// Work is split into 128×128 tiles (one group wide both ways). A thread holds 8 rows × 16 bytes of a
+// tile in registers (Fragment), loaded with 16-byte loads; a half-warp (bf16) or a warp (f32) reads
+// one 256/512-byte tile row. Blocks are persistent (persistent_grid) and walk the tiles in row-major
+// order, loading the next tile while processing the current one (for_each_tile).
 // Include only from CUDA sources.
 #pragma once
 
 #include <cuda_fp8.h>
 
+#include <algorithm>
 #include <cstdint>
 
+#include "core/cuda_check.h"
 #include "numerics/quantize.h"
 #include "numerics/scale.h"
 
-namespace lockstep::cuda {
+namespace lockstep::cuda::quant {
 
 constexpr int kTile = 128;  // = kQuantGroup
 
@@ -168,6 +168,110 @@ struct Fragment {
   }
 };
 
+using Bf16 = Fragment<uint16_t>;
+
+// Calls process(tile, r_begin, c_begin) on every 128×128 tile of a [rows, cols] matrix that falls
+// to this block (tiles b, b + gridDim.x, ... in row-major order, so the blocks in flight read one
+// contiguous band), with load(tile, r_begin, c_begin) of the next tile issued before the current
+// tile is processed (a block that loads only after it has finished its arithmetic leaves the
+// memory idle). `Tile` holds whatever one tile needs in registers; process may modify it.
+template <class Tile, class Load, class Process>
+__device__ __forceinline__ void for_each_tile(int64_t rows, int64_t cols, Load&& load, Process&& process) {
+  const int64_t tiles_c = cols / kTile, tiles = (rows + kTile - 1) / kTile * tiles_c;
+  int64_t tile = blockIdx.x;
+  if (tile >= tiles) return;  // the whole block
+  Tile cur, next;
+  load(cur, tile / tiles_c * kTile, tile % tiles_c * kTile);
+  for (; tile < tiles; tile += gridDim.x) {
+    const int64_t following = tile + gridDim.x;
+    if (following < tiles) load(next, following / tiles_c * kTile, following % tiles_c * kTile);
+    process(cur, tile / tiles_c * kTile, tile % tiles_c * kTile);
+    cur = next;
+  }
+}
+
+// Enough persistent blocks to fill the device (capped by the work): occupancy × SMs, queried once.
+// (One device per process: the SM count is that of the device current at the first call.)
+template <auto kKernel>
+unsigned persistent_grid(int threads, int64_t tiles) {
+  static const int64_t resident = [threads] {
+    int device = 0, sms = 0, per_sm = 0;
+    LOCKSTEP_CUDA_CHECK(cudaGetDevice(&device));
+    LOCKSTEP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    LOCKSTEP_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kKernel, threads, 0));
+    return int64_t(sms) * std::max(per_sm, 1);
+  }();
+  return unsigned(std::min(tiles, resident));
+}
+
+// Rowwise 1×128 quantization of tile (t0, k0) of a bf16 activation [T, K], held in f by all
+// Bf16::kThreads threads of the block: bytes to q [T, K], scales to s [K/128, T]. Tile rows past T
+// are quantized but not stored.
+__device__ __forceinline__ void quantize_tile_rows(const Bf16& f, int64_t t0, int64_t k0, int64_t T,
+                                                   int64_t K, uint8_t* q, float* s, bool pow2) {
+  // A token's group is one half-warp's 16 lanes, which share 8 tokens. Lane j < 8 of the
+  // half-warp computes the scale of token j (two divisions a lane, not two per token) and
+  // passes the inverse around.
+  const int tid = threadIdx.x, r0 = Bf16::row0(), c0 = Bf16::col0();
+  const int lane = tid % 16, first = tid & 16;
+  const unsigned half = 0xffffu << first;
+  uint32_t amax = 0;
+#pragma unroll
+  for (int p = 0; p < Bf16::kRows; ++p) {
+    const uint32_t m = __reduce_max_sync(half, f.row_amax(p));
+    if (p == lane % Bf16::kRows) amax = m;
+  }
+  const float scale = group_scale(amax, pow2), inv = inverse_scale(scale);
+#pragma unroll
+  for (int p = 0; p < Bf16::kRows; ++p) {
+    const float row_inv = __shfl_sync(half, inv, first + p);
+    if (t0 + r0 + p < T) f.store_row(q + (t0 + r0 + p) * K + k0 + c0, p, row_inv);
+  }
+  if (lane < Bf16::kRows && t0 + r0 + lane < T) s[k0 / kTile * T + t0 + r0 + lane] = scale;
+}
+
+// Shared memory of quantize_tile_columns.
+struct ColumnScratch {
+  alignas(16) uint8_t tq[kTile * kTile];
+  alignas(16) uint32_t col_partial[Bf16::kThreads / 32][kTile / 2];  // magnitudes, 2 features a word
+  alignas(16) float col_inv[kTile];
+};
+
+// Columnwise 128×1 quantization of tile (t0, k0) of a bf16 activation [T, K] held in f (tile rows
+// past T must hold zeros: the padding): bytes to qt [K, Tp], scales to st [Tp/128, K]. Every thread
+// of the block calls it (it synchronizes the block).
+__device__ __forceinline__ void quantize_tile_columns(const Bf16& f, int64_t t0, int64_t k0, int64_t K,
+                                                      int64_t Tp, uint8_t* qt, float* st, bool pow2,
+                                                      ColumnScratch& scratch) {
+  // Column magnitudes: the thread's 8 rows, its partner half-warp's (lane ^ 16), then the
+  // warps through shared memory; 128 threads turn the 128 column maxima into scales.
+  constexpr int kWarps = Bf16::kThreads / 32;
+  const int tid = threadIdx.x, c0 = Bf16::col0();
+  uint32_t m[4] = {0, 0, 0, 0};
+#pragma unroll
+  for (int p = 0; p < Bf16::kRows; ++p)
+#pragma unroll
+    for (int w = 0; w < 4; ++w) m[w] = Bf16::max_magnitude(m[w], component(f.raw[p], w));
+#pragma unroll
+  for (int w = 0; w < 4; ++w) m[w] = __vmaxu2(m[w], __shfl_xor_sync(0xffffffffu, m[w], 16));
+  if (tid % 32 < 16)
+    *reinterpret_cast<uint4*>(&scratch.col_partial[tid / 32][c0 / 2]) = make_uint4(m[0], m[1], m[2], m[3]);
+  __syncthreads();
+  if (tid < kTile) {
+    uint32_t pair = 0;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) pair = __vmaxu2(pair, scratch.col_partial[w][tid / 2]);
+    const float scale = group_scale(tid % 2 ? pair & 0xffff0000u : pair << 16, pow2);
+    scratch.col_inv[tid] = inverse_scale(scale);
+    st[t0 / kTile * K + k0 + tid] = scale;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int c = 0; c < Bf16::kVec; ++c) f.store_column(scratch.tq, c, scratch.col_inv[c0 + c]);
+  __syncthreads();
+  store_transposed<Bf16::kThreads>(scratch.tq, qt + k0 * Tp + t0, Tp);
+}
+
 template <int kWarps>
 __device__ __forceinline__ uint32_t block_max(uint32_t v, uint32_t* scratch /* [kWarps] */) {
   v = __reduce_max_sync(0xffffffffu, v);
@@ -220,4 +324,4 @@ __device__ __forceinline__ void quantize_weight_tile(const Fragment<In>& f, int6
   store_transposed<Frag::kThreads>(tq, out.qt + k0 * N + n0, N);
 }
 
-}  // namespace lockstep::cuda
+}  // namespace lockstep::cuda::quant

@@ -19,6 +19,8 @@ namespace lockstep::cuda {
 
 namespace {
 
+using namespace quant;
+
 constexpr int kThreads = 256;
 
 // Four values rounded to bf16 (as convert does), for one 8-byte store.

@@ -1,6 +1,7 @@
 // The layer ops (embedding, RMSNorm, SwiGLU, elementwise, AdamW) on the CPU: double-precision
 // references computed from the values the inputs hold, central finite differences for every
-// backward, determinism of the weight-gradient sums, row independence, and the argument checks.
+// backward, determinism of the weight-gradient sums, row independence, the fused fp8 producers
+// against their composition, and the argument checks.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -9,6 +10,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "numerics/quantize.h"
 #include "ops/adamw.h"
 #include "ops/elementwise.h"
 #include "ops/embedding.h"
@@ -23,6 +25,7 @@ using testing::random_tensor;
 using testing::rel_error;
 using testing::same_bytes;
 using testing::to_double;
+using testing::worst_row_error;
 
 // Stores to f32 after a few fp32 operations per element: each rounds by ≤ 2^-24 (6e-8), so an
 // error of 1e-5 means a wrong formula, not rounding.
@@ -40,20 +43,6 @@ Tensor poisoned(const Shape& shape, DType dtype) {
   Tensor t = Tensor::empty(shape, dtype);
   t.fill_bytes(0xFF);
   return t;
-}
-
-// Relative error row by row (rows of very different magnitude each get checked), the worst row.
-double worst_row_error(const std::vector<double>& out, const std::vector<double>& ref,
-                       int64_t cols) {
-  EXPECT_EQ(out.size(), ref.size());
-  double worst = 0;
-  for (size_t begin = 0; begin + size_t(cols) <= ref.size(); begin += size_t(cols)) {
-    const std::vector<double> o(out.begin() + begin, out.begin() + begin + cols);
-    const std::vector<double> r(ref.begin() + begin, ref.begin() + begin + cols);
-    const double e = rel_error(o, r);
-    if (!(e <= worst)) worst = e;  // keeps a NaN
-  }
-  return worst;
 }
 
 void expect_error(const std::function<void()>& call, const std::string& needle) {
@@ -580,9 +569,96 @@ TEST(AdamW, BadArgumentsAreClearErrors) {
   expect_error([&] { adamw_step(p, m, v, g, hyper, 1, std::nanf("")); }, "adamw_step: grad_scale");
 }
 
+// ---- fused fp8 producers -----------------------------------------------------------------------
+
+Fp8Rows poisoned_fp8(int64_t rows, int64_t cols, bool columnwise) {
+  Fp8Rows q = columnwise ? Fp8Rows::empty_columnwise(rows, cols, Device::cpu)
+                         : Fp8Rows::empty(rows, cols, Device::cpu);
+  q.data.fill_bytes(0xFF);
+  q.scales.fill_bytes(0xFF);
+  return q;
+}
+
+void expect_same_fp8(const Fp8Rows& a, const Fp8Rows& b, const char* what) {
+  EXPECT_TRUE(same_bytes(a.data, b.data)) << what << " data";
+  EXPECT_TRUE(same_bytes(a.scales, b.scales)) << what << " scales";
+}
+
+constexpr int64_t kFp8Rows = 37, kFp8Cols = 256;  // 37 rows: a partial group of 128 tokens
+
+// The reference of the fused producer is the composition, through a bf16 y whatever x's dtype.
+TEST(LayerFp8, RmsNormFp8IsRmsNormThenQuantization) {
+  const Tensor w = random_tensor({kFp8Cols}, DType::f32, 200);
+  for (DType x_type : kActs)
+    for (ScaleFormat format : {ScaleFormat::fp32, ScaleFormat::pow2}) {
+      SCOPED_TRACE(std::string(dtype_name(x_type)) + (format == ScaleFormat::pow2 ? " pow2" : ""));
+      const Tensor x = random_tensor({kFp8Rows, kFp8Cols}, x_type, 201, true);
+      Tensor y = poisoned({kFp8Rows, kFp8Cols}, DType::bf16), rstd = poisoned({kFp8Rows}, DType::f32);
+      rmsnorm_forward(y, rstd, x, w, kEps);
+      Fp8Rows rows = poisoned_fp8(kFp8Rows, kFp8Cols, false), cols = poisoned_fp8(kFp8Rows, kFp8Cols, true);
+      quantize_rows_and_columns(rows, cols, y, format);
+
+      Fp8Rows f_rows = poisoned_fp8(kFp8Rows, kFp8Cols, false), f_cols = poisoned_fp8(kFp8Rows, kFp8Cols, true);
+      Tensor f_rstd = poisoned({kFp8Rows}, DType::f32);
+      rmsnorm_forward_fp8(f_rows, f_cols, f_rstd, x, w, kEps, format);
+      expect_same_fp8(f_rows, rows, "rows");
+      expect_same_fp8(f_cols, cols, "columns");
+      EXPECT_TRUE(same_bytes(f_rstd, rstd));
+
+      Fp8Rows i_rows = poisoned_fp8(kFp8Rows, kFp8Cols, false), none;  // inference: rows only
+      Tensor i_rstd = poisoned({kFp8Rows}, DType::f32);
+      rmsnorm_forward_fp8(i_rows, none, i_rstd, x, w, kEps, format);
+      expect_same_fp8(i_rows, rows, "rows only");
+      EXPECT_TRUE(same_bytes(i_rstd, rstd));
+    }
+}
+
+TEST(LayerFp8, SwiGluFp8IsSwiGluThenQuantization) {
+  for (DType type : kActs)
+    for (ScaleFormat format : {ScaleFormat::fp32, ScaleFormat::pow2}) {
+      SCOPED_TRACE(std::string(dtype_name(type)) + (format == ScaleFormat::pow2 ? " pow2" : ""));
+      const Tensor gate_up = random_tensor({kFp8Rows, 2 * kFp8Cols}, type, 210, true);
+      Tensor out = poisoned({kFp8Rows, kFp8Cols}, DType::bf16);
+      swiglu_forward(out, gate_up);
+      Fp8Rows rows = poisoned_fp8(kFp8Rows, kFp8Cols, false), cols = poisoned_fp8(kFp8Rows, kFp8Cols, true);
+      quantize_rows_and_columns(rows, cols, out, format);
+
+      Fp8Rows f_rows = poisoned_fp8(kFp8Rows, kFp8Cols, false), f_cols = poisoned_fp8(kFp8Rows, kFp8Cols, true);
+      swiglu_forward_fp8(f_rows, f_cols, gate_up, format);
+      expect_same_fp8(f_rows, rows, "rows");
+      expect_same_fp8(f_cols, cols, "columns");
+
+      Fp8Rows i_rows = poisoned_fp8(kFp8Rows, kFp8Cols, false), none;
+      swiglu_forward_fp8(i_rows, none, gate_up, format);
+      expect_same_fp8(i_rows, rows, "rows only");
+    }
+}
+
+TEST(LayerFp8, BadArgumentsAreClearErrors) {
+  const Tensor x = random_tensor({4, 192}, DType::bf16, 220), w = random_tensor({192}, DType::f32, 221);
+  Tensor rstd = Tensor::empty({4}, DType::f32);
+  Fp8Rows none;
+  expect_error([&] { rmsnorm_forward_fp8(none, none, rstd, x, w, kEps); },
+               "rmsnorm_forward_fp8: x: the row width must be a multiple of 128");
+  const Tensor x128 = random_tensor({4, 128}, DType::bf16, 222), w128 = random_tensor({128}, DType::f32, 223);
+  expect_error([&] { rmsnorm_forward_fp8(none, none, rstd, x128, w128, kEps); },
+               "rmsnorm_forward_fp8: y_rows");
+  Fp8Rows rows = Fp8Rows::empty(4, 128, Device::cpu), rows_not_columns = Fp8Rows::empty(4, 128, Device::cpu);
+  expect_error([&] { rmsnorm_forward_fp8(rows, rows_not_columns, rstd, x128, w128, kEps); },
+               "rmsnorm_forward_fp8: y_cols");
+  expect_error([&] { rmsnorm_forward_fp8(rows, none, rstd, x128, w128, -1.0f); }, "eps");
+  expect_error([&] { swiglu_forward_fp8(rows, none, x); },
+               "swiglu_forward_fp8: gate_up: the output width (96) must be a multiple of 128");
+  const Tensor gate_up = random_tensor({4, 256}, DType::bf16, 224);
+  expect_error([&] { swiglu_forward_fp8(rows, rows_not_columns, gate_up); }, "swiglu_forward_fp8: out_cols");
+  Fp8Rows wide = Fp8Rows::empty(4, 256, Device::cpu);
+  expect_error([&] { swiglu_forward_fp8(wide, none, gate_up); }, "swiglu_forward_fp8: out_rows");
+}
+
 // ---- CUDA tensors ------------------------------------------------------------------------------
 
-// Until the kernels exist, GPU tensors are refused by name rather than read as host memory.
+// GPU tensors are refused by name before their memory is touched: by every op in a build without
+// CUDA, and as f32 activations (the CUDA layer kernels take bf16) in a build with it.
 TEST(LayerOps, CudaTensorsAreRefusedByName) {
   const Tensor a = random_tensor({4, 8}, DType::f32, 180), w = random_tensor({8}, DType::f32, 181);
   const Tensor r = Tensor::zeros({4}, DType::f32), tok = Tensor::zeros({4}, DType::i32);
@@ -594,7 +670,7 @@ TEST(LayerOps, CudaTensorsAreRefusedByName) {
   expect_error([&] { rmsnorm_forward(ga, gr, gb, gw, kEps); }, "rmsnorm_forward: ");
   expect_error([&] { swiglu_forward(gout, ga); }, "swiglu_forward: ");
   expect_error([&] { add_into(ga, gb); }, "add_into: ");
-  expect_error([&] { sum_squares(ga); }, "sum_squares: ");
+  if (!built_with_cuda()) expect_error([&] { sum_squares(ga); }, "sum_squares: ");  // f32: its CUDA type
 }
 
 }  // namespace

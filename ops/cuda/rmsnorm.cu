@@ -1,0 +1,223 @@
+// ops/cuda/rmsnorm.cu — CUDA backend of ops/rmsnorm.h (bf16 activations, f32 w, rstd, dw).
+//
+// Forward: one block per row. The row is read once from memory to sum its squares and once more
+// (an L1/L2 hit: this block has just read it) to normalize, so HBM sees one read of x and one write
+// of y. A row's sums run in an order fixed by the row width alone (thread i takes vectors i, i + n,
+// ...; then block_sum), so a row gives the same bits whatever the batch.
+//
+// Backward: the rows are cut into RowParts (≤ 256 runs of consecutive rows, by the row count alone);
+// one block per run does each row's dx like the forward (two reads of x and dy, one write of dx)
+// and adds the run's dy·x̂ in row order into a shared-memory copy of its columns' dw, written out as
+// that run's partial sums; add_partial_sums adds the runs to dw in a fixed order. No atomics: the
+// same bits every run.
+//
+// rmsnorm_forward_fp8: the rstd pass of the forward (the same kernel, so the same rstd bits), then a
+// tile kernel that recomputes y = bf16(x · rstd · w) with the forward's operations into a bf16
+// Fragment and quantizes it with numerics/cuda/quantize_device.cuh, without storing y: the bytes of
+// rmsnorm_forward followed by quantize_rows(_and_columns). HBM traffic per element: x read twice
+// (2 × 2 bytes) plus the 1 or 2 fp8 bytes, against 2 + 2 (rmsnorm) + 2 + 2 (quantization) unfused.
+#include "core/cuda_check.h"
+#include "core/cuda_stream.h"
+#include "numerics/cuda/quantize_device.cuh"
+#include "ops/cuda/vector.cuh"
+#include "ops/rmsnorm_backends.h"
+
+namespace lockstep::cuda {
+
+namespace {
+
+using quant::Bf16;
+
+// Threads of a row's block: one vector each for narrow rows, at most kRowThreads.
+int row_threads(int64_t C) {
+  return int(std::min<int64_t>(kRowThreads, (C / kVec + 31) / 32 * 32));
+}
+
+// The operations that make rstd and y, shared by every kernel that computes them: _rn intrinsics
+// are never contracted into FMAs, so they round the same way in every kernel (and like the CPU).
+__device__ __forceinline__ float rstd_of(float sum_squares, int64_t C, float eps) {
+  return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(sum_squares, float(C)), eps)));
+}
+__device__ __forceinline__ void normalize(float (&v)[kVec], float rstd, const float (&w)[kVec]) {
+#pragma unroll
+  for (int e = 0; e < kVec; ++e) v[e] = __fmul_rn(__fmul_rn(v[e], rstd), w[e]);
+}
+
+// rstd[r] for row r = blockIdx.x of x [R, C]; with kStoreY also y [R, C].
+template <bool kStoreY>
+__global__ void __launch_bounds__(kRowThreads) rmsnorm_rows_kernel(
+    const uint16_t* __restrict__ x, const float* __restrict__ w, int64_t C, float eps,
+    float* __restrict__ rstd, uint16_t* __restrict__ y) {
+  __shared__ float scratch[kRowThreads / 32];
+  const int64_t r = blockIdx.x, vectors = C / kVec;
+  const uint16_t* xr = x + r * C;
+  float sum = 0;
+  for (int64_t v = threadIdx.x; v < vectors; v += blockDim.x) {
+    float a[kVec];
+    load_bf16x8(xr + v * kVec, a);
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) sum = fmaf(a[e], a[e], sum);
+  }
+  const float rs = rstd_of(block_sum(sum, scratch), C, eps);
+  if (threadIdx.x == 0) rstd[r] = rs;
+  if constexpr (kStoreY) {
+    for (int64_t v = threadIdx.x; v < vectors; v += blockDim.x) {
+      float a[kVec], wv[kVec];
+      load_bf16x8(xr + v * kVec, a);
+      load_f32x8(w + v * kVec, wv);
+      normalize(a, rs, wv);
+      store_bf16x8(y + r * C + v * kVec, a);
+    }
+  }
+}
+
+// Block p: rows [p·rows_per_part, ...) of dx, and their Σ dy·x̂ into partial[p, :].
+// Dynamic shared memory: C floats, this run's dw, touched by each thread for its own columns only:
+// elements 0–3 of vector v at lo[v], 4–7 at hi[v], so consecutive threads access consecutive 16
+// bytes (no bank conflicts).
+__global__ void __launch_bounds__(kRowThreads) rmsnorm_backward_kernel(
+    uint16_t* dx, float* __restrict__ partial, const uint16_t* dy, const uint16_t* x,
+    const float* __restrict__ w, const float* __restrict__ rstd, int64_t R, int64_t C,
+    int64_t rows_per_part) {
+  extern __shared__ float4 dw_shared[];
+  __shared__ float scratch[kRowThreads / 32];
+  const int64_t vectors = C / kVec, begin = blockIdx.x * rows_per_part;
+  const int64_t end = std::min(R, begin + rows_per_part);
+  float4* lo = dw_shared;
+  float4* hi = dw_shared + vectors;
+  for (int64_t v = threadIdx.x; v < vectors; v += blockDim.x) lo[v] = hi[v] = make_float4(0, 0, 0, 0);
+
+  for (int64_t r = begin; r < end; ++r) {
+    const float rs = rstd[r];
+    // x̂ = x·rstd, g = w·dy; dx = rstd·(g − x̂·mean(x̂·g)).
+    float dot = 0;
+    for (int64_t v = threadIdx.x; v < vectors; v += blockDim.x) {
+      float xv[kVec], gv[kVec], wv[kVec];
+      load_bf16x8(x + r * C + v * kVec, xv);
+      load_bf16x8(dy + r * C + v * kVec, gv);
+      load_f32x8(w + v * kVec, wv);
+      float d[kVec];
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) {
+        const float xhat = xv[e] * rs;
+        d[e] = gv[e] * xhat;
+        dot = fmaf(xhat, wv[e] * gv[e], dot);
+      }
+      float4 a = lo[v], b = hi[v];
+      a.x += d[0], a.y += d[1], a.z += d[2], a.w += d[3];
+      b.x += d[4], b.y += d[5], b.z += d[6], b.w += d[7];
+      lo[v] = a, hi[v] = b;
+    }
+    const float mean = block_sum(dot, scratch) / float(C);
+    for (int64_t v = threadIdx.x; v < vectors; v += blockDim.x) {
+      float xv[kVec], gv[kVec], wv[kVec];
+      load_bf16x8(x + r * C + v * kVec, xv);
+      load_bf16x8(dy + r * C + v * kVec, gv);
+      load_f32x8(w + v * kVec, wv);
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) gv[e] = rs * (wv[e] * gv[e] - xv[e] * rs * mean);
+      store_bf16x8(dx + r * C + v * kVec, gv);  // after this thread's reads: dx may alias x or dy
+    }
+  }
+  for (int64_t v = threadIdx.x; v < vectors; v += blockDim.x) {
+    float4* out = reinterpret_cast<float4*>(partial + blockIdx.x * C + v * kVec);
+    out[0] = lo[v];
+    out[1] = hi[v];
+  }
+}
+
+// What one 128×128 tile of the fused forward needs in registers: x, and the rstd of its thread's
+// 8 rows and the w of its 8 columns (prefetched with the tile).
+struct NormTile {
+  Bf16 x;
+  float rstd[Bf16::kRows];
+  float w[kVec];
+};
+
+template <bool kColumnwise>
+__global__ void __launch_bounds__(Bf16::kThreads, 2) rmsnorm_quantize_kernel(
+    const uint16_t* __restrict__ x, const float* __restrict__ rstd, const float* __restrict__ w,
+    int64_t T, int64_t K, uint8_t* __restrict__ q, float* __restrict__ s, uint8_t* __restrict__ qt,
+    float* __restrict__ st, int64_t Tp, bool pow2) {
+  __shared__ quant::ColumnScratch scratch;
+  const int r0 = Bf16::row0(), c0 = Bf16::col0();
+  const auto load = [&](NormTile& tile, int64_t t0, int64_t k0) {
+    tile.x.load(x, K, T, t0, k0);
+#pragma unroll
+    for (int p = 0; p < Bf16::kRows; ++p) tile.rstd[p] = t0 + r0 + p < T ? rstd[t0 + r0 + p] : 0.0f;
+    load_f32x8(w + k0 + c0, tile.w);
+  };
+  quant::for_each_tile<NormTile>(T, K, load, [&](NormTile& tile, int64_t t0, int64_t k0) {
+#pragma unroll
+    for (int p = 0; p < Bf16::kRows; ++p) {
+      if (t0 + r0 + p >= T) continue;  // padding rows stay zero
+      float v[kVec];
+      unpack_bf16x8(tile.x.raw[p], v);
+      normalize(v, tile.rstd[p], tile.w);
+      tile.x.raw[p] = pack_bf16x8(v);
+    }
+    quant::quantize_tile_rows(tile.x, t0, k0, T, K, q, s, pow2);
+    if constexpr (kColumnwise) quant::quantize_tile_columns(tile.x, t0, k0, K, Tp, qt, st, pow2, scratch);
+  });
+}
+
+const uint16_t* bf16_data(const Tensor& t) { return static_cast<const uint16_t*>(t.data()); }
+
+template <bool kStoreY>
+void launch_rows(const Tensor& x, const Tensor& w, float eps, Tensor& rstd, uint16_t* y) {
+  const int64_t R = x.dim(0), C = x.dim(1);
+  if (R == 0) return;
+  rmsnorm_rows_kernel<kStoreY><<<unsigned(R), row_threads(C), 0, current_stream()>>>(
+      bf16_data(x), w.data_as<float>(), C, eps, rstd.data_as<float>(), y);
+  LOCKSTEP_CUDA_CHECK_LAUNCH();
+}
+
+template <bool kColumnwise>
+void launch_quantize(const Tensor& x, const Tensor& rstd, const Tensor& w, Fp8Rows& rows,
+                     Fp8Rows* cols, bool pow2) {
+  constexpr auto kernel = rmsnorm_quantize_kernel<kColumnwise>;
+  const int64_t T = x.dim(0), K = x.dim(1), Tp = round_up(T, quant::kTile);
+  const int64_t tiles = Tp / quant::kTile * (K / quant::kTile);
+  kernel<<<quant::persistent_grid<kernel>(Bf16::kThreads, tiles), Bf16::kThreads, 0, current_stream()>>>(
+      bf16_data(x), rstd.data_as<float>(), w.data_as<float>(), T, K,
+      static_cast<uint8_t*>(rows.data.data()), rows.scales.data_as<float>(),
+      cols ? static_cast<uint8_t*>(cols->data.data()) : nullptr,
+      cols ? cols->scales.data_as<float>() : nullptr, Tp, pow2);
+  LOCKSTEP_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, float eps) {
+  launch_rows<true>(x, w, eps, rstd, static_cast<uint16_t*>(y.data()));
+}
+
+void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w,
+                      const Tensor& rstd) {
+  const int64_t R = x.dim(0), C = x.dim(1);
+  const RowParts split(R);
+  if (split.parts == 0) return;
+  const size_t shared = size_t(C) * sizeof(float);
+  constexpr size_t kMaxShared = 192 * 1024;  // below Hopper's 227 KB per block
+  LOCKSTEP_CHECK(shared <= kMaxShared, "rmsnorm_backward: the CUDA kernel takes rows of at most ",
+                 kMaxShared / sizeof(float), " columns, got ", x.describe());
+  if (shared > 48 * 1024)  // more than the default needs an opt-in
+    LOCKSTEP_CUDA_CHECK(cudaFuncSetAttribute(rmsnorm_backward_kernel,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared)));
+  Tensor partial = Tensor::empty({split.parts, C}, DType::f32, Device::cuda);
+  rmsnorm_backward_kernel<<<unsigned(split.parts), row_threads(C), shared, current_stream()>>>(
+      static_cast<uint16_t*>(dx.data()), partial.data_as<float>(), bf16_data(dy), bf16_data(x),
+      w.data_as<float>(), rstd.data_as<float>(), R, C, split.rows_per_part);
+  LOCKSTEP_CUDA_CHECK_LAUNCH();
+  add_partial_sums(dw.data_as<float>(), partial.data_as<float>(), split.parts, C);
+}
+
+void rmsnorm_forward_fp8(Fp8Rows& y_rows, Fp8Rows* y_cols, Tensor& rstd, const Tensor& x,
+                         const Tensor& w, float eps, bool pow2) {
+  if (x.dim(0) == 0) return;
+  launch_rows<false>(x, w, eps, rstd, nullptr);
+  if (y_cols) launch_quantize<true>(x, rstd, w, y_rows, y_cols, pow2);
+  else launch_quantize<false>(x, rstd, w, y_rows, nullptr, pow2);
+}
+
+}  // namespace lockstep::cuda
