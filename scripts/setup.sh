@@ -3,7 +3,7 @@
 # The CUDA toolkit (nvcc, cuBLASLt) is optional: without it the CPU backend builds alone.
 set -euo pipefail
 
-packages=(cmake ninja-build g++ pkg-config libgtest-dev libomp-dev nlohmann-json3-dev libpcre2-dev libutf8proc-dev)
+packages=(cmake ninja-build g++ pkg-config libgtest-dev libomp-dev nlohmann-json3-dev libpcre2-dev libutf8proc-dev zlib1g-dev)
 
 missing=()
 for p in "${packages[@]}"; do
