@@ -54,12 +54,12 @@ struct PanelSpec {
   std::string_view title;
   size_t first_field, field_count;  // a range of kFields
   PanelKind kind;
-  bool from_zero;  // the y axis includes 0 (durations and rates)
+  bool from_zero;  // a linear y axis includes 0 (errors, durations, rates)
 };
 
 constexpr PanelSpec kPanels[4] = {
     {"(a) reward and accuracy", 0, 4, PanelKind::lines, false},
-    {"(b) train/rollout mismatch", 4, 4, PanelKind::lines_log_when_wide, false},
+    {"(b) train/rollout mismatch", 4, 4, PanelKind::lines_log_when_wide, true},
     {"(c) time per step (s)", 8, 5, PanelKind::stacked, true},
     {"(d) throughput (tokens/s)", 13, 1, PanelKind::lines, true},
 };
@@ -88,13 +88,14 @@ void merge_line(std::string_view line, std::map<double, Record>& by_step) {
   json object;
   try {
     object = json::parse(line);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number like 1e400
     fail(std::string("invalid JSON: ") + e.what());
   }
   LOCKSTEP_CHECK(object.is_object(), "expected a JSON object, not ", object.type_name());
   const auto step = object.find("step");
   LOCKSTEP_CHECK(step != object.end(), "field \"step\" is missing");
-  LOCKSTEP_CHECK(step->is_number() && std::isfinite(step->get<double>()), "field \"step\" must be a finite number, not ",
+  LOCKSTEP_CHECK(step->is_number() && std::isfinite(step->get<double>()),
+                 "field \"step\" must be a finite number, not ",
                  step->is_number() ? step->dump() : std::string(step->type_name()));
   Record& record = by_step[step->get<double>()];
   for (size_t f = 0; f < kFieldCount; ++f) {
@@ -336,9 +337,10 @@ double nice_step(double raw) {
 
 // Round ticks about `intervals` apart covering [lo, hi]; the axis is widened to the outer ticks.
 Axis linear_axis(double lo, double hi, int intervals) {
-  if (hi - lo <= std::abs(hi) * 1e-9) {  // one value: show it in the middle
-    const double pad = hi == 0 ? 1 : std::abs(hi) * 0.1;
-    lo -= pad, hi += pad;
+  LOCKSTEP_CHECK(std::isfinite(hi - lo), "cannot plot values from ", lo, " to ", hi, ": the range overflows a double");
+  if (hi - lo <= std::abs(hi) * 1e-9) {  // one value: 0 at the bottom (an error that is always 0), else in the middle
+    const double pad = std::abs(hi) * 0.1;
+    lo -= pad, hi = hi == 0 ? 1 : hi + pad;
   }
   Axis axis;
   axis.tick_step = nice_step((hi - lo) / intervals);
@@ -532,14 +534,14 @@ void draw_lines(Canvas& canvas, const Frame& frame, const std::vector<Point>& po
 // Each point replaced by the mean of the points up to `half` before and after it, within its stretch
 // between nulls.
 std::vector<Point> moving_average(const std::vector<Point>& points, size_t half) {
+  std::vector<double> prefix(points.size() + 1, 0.0);  // prefix[i] = Σ y over points [0, i)
+  for (size_t i = 0; i < points.size(); ++i) prefix[i + 1] = prefix[i] + points[i].y;
   std::vector<Point> smooth = points;
   for (size_t begin = 0, end; begin < points.size(); begin = end) {
     for (end = begin + 1; end < points.size() && !points[end].breaks;) ++end;
     for (size_t i = begin; i < end; ++i) {
       const size_t from = std::max(begin + half, i) - half, to = std::min(end, i + half + 1);
-      double sum = 0;
-      for (size_t j = from; j < to; ++j) sum += points[j].y;
-      smooth[i].y = sum / double(to - from);
+      smooth[i].y = (prefix[to] - prefix[from]) / double(to - from);
     }
   }
   return smooth;
@@ -626,8 +628,7 @@ void draw_panel(Canvas& canvas, const Run& run, const PanelSpec& spec, int left,
     frame.y = y_axis_for_lines(lines, spec.kind == PanelKind::lines_log_when_wide, spec.from_zero, y_intervals);
 
   draw_axes(canvas, frame, true);
-  const std::string x_title = "step";
-  canvas.text((frame.area.x0 + frame.area.x1 - text_width(x_title, kScale)) / 2, frame.area.y1 + 30, x_title,
+  canvas.text((frame.area.x0 + frame.area.x1 - text_width("step", kScale)) / 2, frame.area.y1 + 30, "step",
               kTickText, kScale);
   if (frame.y.log) {
     const bool left_out = std::ranges::any_of(lines, [](const auto& points) {
@@ -670,7 +671,8 @@ void plot_run(const std::filesystem::path& metrics_jsonl, const std::filesystem:
   const std::string range = "steps " + fixed(run.steps.front(), 3) + " to " + fixed(run.steps.back(), 3) +
                             ", " + std::to_string(run.steps.size()) + " records";
   canvas.text(kPlotWidth - 16 - text_width(range, kScale), 10, range, kTickText, kScale);
-  const std::string title = fit_left("lockstep run " + metrics_jsonl.string(), kPlotWidth - 64 - text_width(range, kScale));
+  const std::string title =
+      fit_left("lockstep run " + metrics_jsonl.string(), kPlotWidth - 64 - text_width(range, kScale));
   canvas.text(16, 10, title, kText, kScale);
   canvas.fill({0, kHeaderHeight - 1, kPlotWidth, kHeaderHeight}, kGrid);
   for (int i = 0; i < 4; ++i)

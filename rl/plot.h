@@ -30,9 +30,10 @@
 // top, at most its top fifth, and below it the plot area with a frame, grid and tick labels (round
 // values, compact: 0.5, 1e-3, 12k). Lines are 2 px wide, clipped to the plot area; series with
 // points at least 10 px apart also get square markers; a series denser than a point per 2 px is
-// drawn raw in a light tint of its colour, under a moving average (over ~8 px) in its colour. Every series has its own colour, distinct
-// across the picture (series_colour). A field absent from the whole file has no series and no
-// legend entry; a panel without any series says "no data".
+// drawn raw in a light tint of its colour, under a moving average (over ~8 px) in its colour.
+// Every series has its own colour, distinct across the picture (series_colour). A field absent
+// from the whole file has no series and no legend entry; a panel without any series says "no data".
+// The y axes of (b), (c) and (d) include 0 when linear.
 // The loop's other metrics (response_length, entropy, kl_ref, clip_frac, grad_norm, lr) are ignored.
 #pragma once
 

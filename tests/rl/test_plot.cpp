@@ -173,8 +173,9 @@ std::string full_metrics(int steps = 100) {
          << R"(, "lr": 1e-6, "entropy": 0.5, "note": "ignored"})";
     lines.push_back(line.str());
     if (s % (steps / 10) == 0)
-      lines.push_back(R"({"step": )" + std::to_string(s) + R"(, "eval_accuracy_greedy": )" + std::to_string(0.2 + 0.5 * t) +
-                      R"(, "eval_accuracy_sampled": )" + std::to_string(0.1 + 0.4 * t) + "}");
+      lines.push_back(R"({"step": )" + std::to_string(s) + R"(, "eval_accuracy_greedy": )" +
+                      std::to_string(0.2 + 0.5 * t) + R"(, "eval_accuracy_sampled": )" + std::to_string(0.1 + 0.4 * t) +
+                      "}");
   }
   // Shuffle whole steps, keeping each step's eval line after its train line (later values win).
   std::mt19937 rng(3);
@@ -255,6 +256,20 @@ TEST_F(Plot, TimeSplitIsStackedBottomToTop) {
   }
 }
 
+// Distinct columns holding the field's colour in the middle tenth of its x extent in panel (a), and
+// the number of columns there.
+std::pair<size_t, size_t> columns_in_middle(const Image& image, const char* field) {
+  const Hits hits = find_in_panel(image, series_colour(field), 0, true);
+  if (hits.count() == 0) return {0, 0};
+  const auto [x_min, x_max] = std::minmax_element(hits.xs.begin(), hits.xs.end());
+  const uint32_t from = *x_min + (*x_max - *x_min) * 45 / 100, to = *x_min + (*x_max - *x_min) * 55 / 100;
+  std::vector<uint32_t> columns;
+  for (const uint32_t x : hits.xs)
+    if (x >= from && x <= to) columns.push_back(x);
+  std::sort(columns.begin(), columns.end());
+  return {size_t(std::unique(columns.begin(), columns.end()) - columns.begin()), size_t(to - from + 1)};
+}
+
 // Absent = not measured: eval (every 10 steps) is one connected line. Null = missing: a gap.
 TEST_F(Plot, NullBreaksTheLineAbsentDoesNot) {
   std::string metrics;
@@ -264,21 +279,25 @@ TEST_F(Plot, NullBreaksTheLineAbsentDoesNot) {
                R"(, "accuracy": 0.4)" + (s % 10 == 0 ? R"(, "eval_accuracy_greedy": 0.45)" : "") + "}\n";
   }
   const Image image = plot(metrics);
-  auto columns_in_middle = [&](const char* field) {  // distinct columns in the middle tenth of the x extent
-    const Hits hits = find_in_panel(image, series_colour(field), 0, true);
-    const auto [x_min, x_max] = std::minmax_element(hits.xs.begin(), hits.xs.end());
-    const uint32_t from = *x_min + (*x_max - *x_min) * 45 / 100, to = *x_min + (*x_max - *x_min) * 55 / 100;
-    std::vector<uint32_t> columns;
-    for (const uint32_t x : hits.xs)
-      if (x >= from && x <= to) columns.push_back(x);
-    std::sort(columns.begin(), columns.end());
-    return std::pair{size_t(std::unique(columns.begin(), columns.end()) - columns.begin()), size_t(to - from + 1)};
-  };
-  EXPECT_EQ(columns_in_middle("reward_mean").first, 0u);  // steps 40..59 are null
-  const auto [eval_columns, width] = columns_in_middle("eval_accuracy_greedy");
+  EXPECT_EQ(columns_in_middle(image, "reward_mean").first, 0u);  // steps 40..59 are null
+  const auto [eval_columns, width] = columns_in_middle(image, "eval_accuracy_greedy");
   EXPECT_EQ(eval_columns, width);  // steps 40 and 50 joined across the steps without eval
-  const auto [accuracy_columns, accuracy_width] = columns_in_middle("accuracy");
+  const auto [accuracy_columns, accuracy_width] = columns_in_middle(image, "accuracy");
   EXPECT_EQ(accuracy_columns, accuracy_width);
+}
+
+// Later lines of a step add to its record and override its fields: a resumed run rewriting steps
+// 40..59 with null rewards leaves a gap, and accuracy logged on separate lines keeps the rewards.
+TEST_F(Plot, LinesOfOneStepAreMerged) {
+  std::string metrics;
+  for (int s = 0; s < 100; ++s) metrics += R"({"step": )" + std::to_string(s) + R"(, "reward_mean": 0.5})" "\n";
+  for (int s = 0; s < 100; ++s) metrics += R"({"step": )" + std::to_string(s) + R"(, "accuracy": 0.4})" "\n";
+  for (int s = 40; s < 60; ++s) metrics += R"({"step": )" + std::to_string(s) + R"(, "reward_mean": null})" "\n";
+  const Image image = plot(metrics);
+  EXPECT_GT(find_in_panel(image, series_colour("reward_mean"), 0, true).count(), 300u);
+  EXPECT_EQ(columns_in_middle(image, "reward_mean").first, 0u);
+  const auto [accuracy_columns, width] = columns_in_middle(image, "accuracy");
+  EXPECT_EQ(accuracy_columns, width);
 }
 
 TEST_F(Plot, MissingFieldsAreLeftOut) {
@@ -306,9 +325,11 @@ TEST_F(Plot, MalformedLinesNameFileAndLine) {
   } cases[] = {
       {good + "\n" + "{\"step\": 2, \"reward_mean\": 0.5\n", {"metrics.jsonl:3:", "invalid JSON"}},
       {good + "[1, 2]\n", {"metrics.jsonl:2:", "JSON object", "array"}},
+      {good + R"({"step": 2, "reward_mean": 1e400})" "\n", {"metrics.jsonl:2:", "invalid JSON", "overflow"}},
       {good + R"({"reward_mean": 0.5})" "\n", {"metrics.jsonl:2:", "\"step\" is missing"}},
       {R"({"step": "3"})" "\n", {"metrics.jsonl:1:", "\"step\" must be a finite number", "string"}},
-      {good + good + R"({"step": 4, "accuracy": "high"})" "\r\n", {"metrics.jsonl:3:", "\"accuracy\"", "number or null", "string"}},
+      {good + good + R"({"step": 4, "accuracy": "high"})" "\r\n",
+       {"metrics.jsonl:3:", "\"accuracy\"", "number or null", "string"}},
       {"\n \n", {"metrics.jsonl", "no metrics"}},
   };
   for (const auto& c : cases) {
@@ -321,7 +342,8 @@ TEST_F(Plot, MalformedLinesNameFileAndLine) {
         EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << "'" << part << "' not in: " << e.what();
     }
   }
-  expect_error([&] { plot_run(dir.file("absent.jsonl"), dir.file("run.png")); }, {"cannot read metrics", "absent.jsonl"});
+  expect_error([&] { plot_run(dir.file("absent.jsonl"), dir.file("run.png")); },
+               {"cannot read metrics", "absent.jsonl"});
   expect_error([] { series_colour("lr"); }, {"\"lr\"", "not a plotted"});
   EXPECT_EQ(dir.list(), std::vector<std::string>{"metrics.jsonl"});  // no picture, no temporary file
 }
