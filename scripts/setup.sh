@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(cmake ninja-build g++ pkg-config libgtest-dev libomp-dev nlohmann-json3-dev libpcre2-dev libutf8proc-dev
-  libtomlplusplus-dev)
+  libtomlplusplus-dev zlib1g-dev)
 
 missing=()
 for p in "${packages[@]}"; do

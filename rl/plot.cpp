@@ -1,0 +1,683 @@
+// rl/plot.cpp — metrics JSONL → records by step → four panels on an RGB canvas → PNG.
+#include "rl/plot.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "io/file_io.h"
+#include "io/png.h"
+
+namespace lockstep {
+namespace {
+
+// --- the series --------------------------------------------------------------------------------
+
+struct FieldSpec {
+  std::string_view name;   // in the metrics JSONL
+  std::string_view label;  // in the legend
+  Rgb colour;
+  double offset;  // added before plotting (mult. prob. error is plotted as its distance from 1)
+};
+
+// Grouped by panel, in kPanels' order. Colours: Tableau 10 for lines, its newer variant for the
+// stacked areas, so no two series share one.
+constexpr FieldSpec kFields[] = {
+    {"reward_mean", "train reward", {31, 119, 180}, 0},
+    {"accuracy", "train accuracy", {255, 127, 14}, 0},
+    {"eval_accuracy_greedy", "eval greedy", {44, 160, 44}, 0},
+    {"eval_accuracy_sampled", "eval sampled", {214, 39, 40}, 0},
+    {"mismatch_abs", "mean |dlogp|", {148, 103, 189}, 0},
+    {"mismatch_mult_prob_error", "mult. prob. err - 1", {140, 86, 75}, -1},
+    {"mismatch_k3", "k3 KL", {227, 119, 194}, 0},
+    {"tis_clip_frac", "TIS clip frac", {23, 190, 207}, 0},
+    {"time_rollout", "rollout", {78, 121, 167}, 0},
+    {"time_scoring", "scoring", {242, 142, 43}, 0},
+    {"time_recompute", "recompute", {89, 161, 79}, 0},
+    {"time_update", "update", {225, 87, 89}, 0},
+    {"time_handover", "hand-over", {176, 122, 161}, 0},
+    {"tokens_per_s", "tokens/s", {0, 137, 123}, 0},
+};
+constexpr size_t kFieldCount = std::size(kFields);
+
+enum class PanelKind { lines, lines_log_when_wide, stacked };
+
+struct PanelSpec {
+  std::string_view title;
+  size_t first_field, field_count;  // a range of kFields
+  PanelKind kind;
+  bool from_zero;  // a linear y axis includes 0 (errors, durations, rates)
+};
+
+constexpr PanelSpec kPanels[4] = {
+    {"(a) reward and accuracy", 0, 4, PanelKind::lines, false},
+    {"(b) train/rollout mismatch", 4, 4, PanelKind::lines_log_when_wide, true},
+    {"(c) time per step (s)", 8, 5, PanelKind::stacked, true},
+    {"(d) throughput (tokens/s)", 13, 1, PanelKind::lines, true},
+};
+
+// --- reading the metrics -----------------------------------------------------------------------
+
+// Per field: nullopt = not measured at this step; NaN = a missing value (null), which breaks lines.
+using Record = std::array<std::optional<double>, kFieldCount>;
+
+struct Run {
+  std::vector<double> steps;  // ascending, distinct
+  std::vector<Record> records;
+};
+
+using json = nlohmann::json;
+
+std::string_view trimmed(std::string_view text) {
+  constexpr std::string_view kSpace = " \t\r\n\f\v";
+  const size_t begin = text.find_first_not_of(kSpace);
+  if (begin == std::string_view::npos) return {};
+  return text.substr(begin, text.find_last_not_of(kSpace) - begin + 1);
+}
+
+// Merges one line's fields into `by_step`; throws lockstep::Error saying what is wrong with it.
+void merge_line(std::string_view line, std::map<double, Record>& by_step) {
+  json object;
+  try {
+    object = json::parse(line);
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number like 1e400
+    fail(std::string("invalid JSON: ") + e.what());
+  }
+  LOCKSTEP_CHECK(object.is_object(), "expected a JSON object, not ", object.type_name());
+  const auto step = object.find("step");
+  LOCKSTEP_CHECK(step != object.end(), "field \"step\" is missing");
+  LOCKSTEP_CHECK(step->is_number() && std::isfinite(step->get<double>()),
+                 "field \"step\" must be a finite number, not ",
+                 step->is_number() ? step->dump() : std::string(step->type_name()));
+  Record& record = by_step[step->get<double>()];
+  for (size_t f = 0; f < kFieldCount; ++f) {
+    const auto it = object.find(kFields[f].name);
+    if (it == object.end()) continue;
+    LOCKSTEP_CHECK(it->is_number() || it->is_null(), "field \"", kFields[f].name, "\" must be a number or null, not ",
+                   it->type_name());
+    const double value = it->is_null() ? NAN : it->get<double>();
+    record[f] = std::isfinite(value) ? value : NAN;
+  }
+}
+
+Run read_run(const std::filesystem::path& path) {
+  const std::string text = read_file(path.string(), "metrics");
+  std::map<double, Record> by_step;
+  size_t line_number = 0;
+  for (size_t begin = 0; begin < text.size();) {
+    size_t end = text.find('\n', begin);
+    if (end == std::string::npos) end = text.size();
+    const std::string_view line(text.data() + begin, end - begin);
+    begin = end + 1;
+    ++line_number;
+    if (trimmed(line).empty()) continue;
+    try {
+      merge_line(line, by_step);
+    } catch (const Error& e) {
+      fail(path.string() + ":" + std::to_string(line_number) + ": " + e.what());
+    }
+  }
+  LOCKSTEP_CHECK(!by_step.empty(), path.string(), ": no metrics: the file is empty (blank lines aside)");
+  Run run;
+  for (auto& [step, record] : by_step) {
+    run.steps.push_back(step);
+    run.records.push_back(record);
+  }
+  return run;
+}
+
+// --- the canvas --------------------------------------------------------------------------------
+
+// The font: ASCII 32–126, 5 columns × 8 rows each (bit 4 = left column; rows 0–6 hold capitals and
+// digits, row 7 descenders). Drawn for lockstep.
+constexpr uint8_t kFont[95][8] = {
+    {0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00},  // space
+    {0x04, 0x04, 0x04, 0x04, 0x04, 0x00, 0x04, 0x00},  // !
+    {0x0A, 0x0A, 0x0A, 0x00, 0x00, 0x00, 0x00, 0x00},  // "
+    {0x0A, 0x0A, 0x1F, 0x0A, 0x1F, 0x0A, 0x0A, 0x00},  // #
+    {0x04, 0x0F, 0x14, 0x0E, 0x05, 0x1E, 0x04, 0x00},  // $
+    {0x18, 0x19, 0x02, 0x04, 0x08, 0x13, 0x03, 0x00},  // %
+    {0x0C, 0x12, 0x14, 0x08, 0x15, 0x12, 0x0D, 0x00},  // &
+    {0x04, 0x04, 0x08, 0x00, 0x00, 0x00, 0x00, 0x00},  // '
+    {0x02, 0x04, 0x08, 0x08, 0x08, 0x04, 0x02, 0x00},  // (
+    {0x08, 0x04, 0x02, 0x02, 0x02, 0x04, 0x08, 0x00},  // )
+    {0x00, 0x04, 0x15, 0x0E, 0x15, 0x04, 0x00, 0x00},  // *
+    {0x00, 0x04, 0x04, 0x1F, 0x04, 0x04, 0x00, 0x00},  // +
+    {0x00, 0x00, 0x00, 0x00, 0x00, 0x0C, 0x04, 0x08},  // ,
+    {0x00, 0x00, 0x00, 0x1F, 0x00, 0x00, 0x00, 0x00},  // -
+    {0x00, 0x00, 0x00, 0x00, 0x00, 0x0C, 0x0C, 0x00},  // .
+    {0x00, 0x01, 0x02, 0x04, 0x08, 0x10, 0x00, 0x00},  // /
+    {0x0E, 0x11, 0x13, 0x15, 0x19, 0x11, 0x0E, 0x00},  // 0
+    {0x04, 0x0C, 0x04, 0x04, 0x04, 0x04, 0x0E, 0x00},  // 1
+    {0x0E, 0x11, 0x01, 0x02, 0x04, 0x08, 0x1F, 0x00},  // 2
+    {0x1F, 0x02, 0x04, 0x02, 0x01, 0x11, 0x0E, 0x00},  // 3
+    {0x02, 0x06, 0x0A, 0x12, 0x1F, 0x02, 0x02, 0x00},  // 4
+    {0x1F, 0x10, 0x1E, 0x01, 0x01, 0x11, 0x0E, 0x00},  // 5
+    {0x06, 0x08, 0x10, 0x1E, 0x11, 0x11, 0x0E, 0x00},  // 6
+    {0x1F, 0x01, 0x02, 0x04, 0x08, 0x08, 0x08, 0x00},  // 7
+    {0x0E, 0x11, 0x11, 0x0E, 0x11, 0x11, 0x0E, 0x00},  // 8
+    {0x0E, 0x11, 0x11, 0x0F, 0x01, 0x02, 0x0C, 0x00},  // 9
+    {0x00, 0x0C, 0x0C, 0x00, 0x0C, 0x0C, 0x00, 0x00},  // :
+    {0x00, 0x0C, 0x0C, 0x00, 0x0C, 0x04, 0x08, 0x00},  // ;
+    {0x02, 0x04, 0x08, 0x10, 0x08, 0x04, 0x02, 0x00},  // <
+    {0x00, 0x00, 0x1F, 0x00, 0x1F, 0x00, 0x00, 0x00},  // =
+    {0x08, 0x04, 0x02, 0x01, 0x02, 0x04, 0x08, 0x00},  // >
+    {0x0E, 0x11, 0x01, 0x02, 0x04, 0x00, 0x04, 0x00},  // ?
+    {0x0E, 0x11, 0x01, 0x0D, 0x15, 0x15, 0x0E, 0x00},  // @
+    {0x0E, 0x11, 0x11, 0x11, 0x1F, 0x11, 0x11, 0x00},  // A
+    {0x1E, 0x11, 0x11, 0x1E, 0x11, 0x11, 0x1E, 0x00},  // B
+    {0x0E, 0x11, 0x10, 0x10, 0x10, 0x11, 0x0E, 0x00},  // C
+    {0x1C, 0x12, 0x11, 0x11, 0x11, 0x12, 0x1C, 0x00},  // D
+    {0x1F, 0x10, 0x10, 0x1E, 0x10, 0x10, 0x1F, 0x00},  // E
+    {0x1F, 0x10, 0x10, 0x1E, 0x10, 0x10, 0x10, 0x00},  // F
+    {0x0E, 0x11, 0x10, 0x17, 0x11, 0x11, 0x0F, 0x00},  // G
+    {0x11, 0x11, 0x11, 0x1F, 0x11, 0x11, 0x11, 0x00},  // H
+    {0x0E, 0x04, 0x04, 0x04, 0x04, 0x04, 0x0E, 0x00},  // I
+    {0x07, 0x02, 0x02, 0x02, 0x02, 0x12, 0x0C, 0x00},  // J
+    {0x11, 0x12, 0x14, 0x18, 0x14, 0x12, 0x11, 0x00},  // K
+    {0x10, 0x10, 0x10, 0x10, 0x10, 0x10, 0x1F, 0x00},  // L
+    {0x11, 0x1B, 0x15, 0x15, 0x11, 0x11, 0x11, 0x00},  // M
+    {0x11, 0x11, 0x19, 0x15, 0x13, 0x11, 0x11, 0x00},  // N
+    {0x0E, 0x11, 0x11, 0x11, 0x11, 0x11, 0x0E, 0x00},  // O
+    {0x1E, 0x11, 0x11, 0x1E, 0x10, 0x10, 0x10, 0x00},  // P
+    {0x0E, 0x11, 0x11, 0x11, 0x15, 0x12, 0x0D, 0x00},  // Q
+    {0x1E, 0x11, 0x11, 0x1E, 0x14, 0x12, 0x11, 0x00},  // R
+    {0x0F, 0x10, 0x10, 0x0E, 0x01, 0x01, 0x1E, 0x00},  // S
+    {0x1F, 0x04, 0x04, 0x04, 0x04, 0x04, 0x04, 0x00},  // T
+    {0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x0E, 0x00},  // U
+    {0x11, 0x11, 0x11, 0x11, 0x11, 0x0A, 0x04, 0x00},  // V
+    {0x11, 0x11, 0x11, 0x15, 0x15, 0x15, 0x0A, 0x00},  // W
+    {0x11, 0x11, 0x0A, 0x04, 0x0A, 0x11, 0x11, 0x00},  // X
+    {0x11, 0x11, 0x0A, 0x04, 0x04, 0x04, 0x04, 0x00},  // Y
+    {0x1F, 0x01, 0x02, 0x04, 0x08, 0x10, 0x1F, 0x00},  // Z
+    {0x0E, 0x08, 0x08, 0x08, 0x08, 0x08, 0x0E, 0x00},  // [
+    {0x00, 0x10, 0x08, 0x04, 0x02, 0x01, 0x00, 0x00},  // backslash
+    {0x0E, 0x02, 0x02, 0x02, 0x02, 0x02, 0x0E, 0x00},  // ]
+    {0x04, 0x0A, 0x11, 0x00, 0x00, 0x00, 0x00, 0x00},  // ^
+    {0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x1F},  // _
+    {0x08, 0x04, 0x02, 0x00, 0x00, 0x00, 0x00, 0x00},  // `
+    {0x00, 0x00, 0x0E, 0x01, 0x0F, 0x11, 0x0F, 0x00},  // a
+    {0x10, 0x10, 0x16, 0x19, 0x11, 0x11, 0x1E, 0x00},  // b
+    {0x00, 0x00, 0x0E, 0x10, 0x10, 0x11, 0x0E, 0x00},  // c
+    {0x01, 0x01, 0x0D, 0x13, 0x11, 0x11, 0x0F, 0x00},  // d
+    {0x00, 0x00, 0x0E, 0x11, 0x1F, 0x10, 0x0E, 0x00},  // e
+    {0x06, 0x09, 0x08, 0x1C, 0x08, 0x08, 0x08, 0x00},  // f
+    {0x00, 0x00, 0x0F, 0x11, 0x11, 0x0F, 0x01, 0x0E},  // g
+    {0x10, 0x10, 0x16, 0x19, 0x11, 0x11, 0x11, 0x00},  // h
+    {0x04, 0x00, 0x0C, 0x04, 0x04, 0x04, 0x0E, 0x00},  // i
+    {0x02, 0x00, 0x06, 0x02, 0x02, 0x02, 0x12, 0x0C},  // j
+    {0x10, 0x10, 0x12, 0x14, 0x18, 0x14, 0x12, 0x00},  // k
+    {0x0C, 0x04, 0x04, 0x04, 0x04, 0x04, 0x0E, 0x00},  // l
+    {0x00, 0x00, 0x1A, 0x15, 0x15, 0x11, 0x11, 0x00},  // m
+    {0x00, 0x00, 0x16, 0x19, 0x11, 0x11, 0x11, 0x00},  // n
+    {0x00, 0x00, 0x0E, 0x11, 0x11, 0x11, 0x0E, 0x00},  // o
+    {0x00, 0x00, 0x1E, 0x11, 0x11, 0x1E, 0x10, 0x10},  // p
+    {0x00, 0x00, 0x0F, 0x11, 0x11, 0x0F, 0x01, 0x01},  // q
+    {0x00, 0x00, 0x16, 0x19, 0x10, 0x10, 0x10, 0x00},  // r
+    {0x00, 0x00, 0x0F, 0x10, 0x0E, 0x01, 0x1E, 0x00},  // s
+    {0x08, 0x08, 0x1C, 0x08, 0x08, 0x09, 0x06, 0x00},  // t
+    {0x00, 0x00, 0x11, 0x11, 0x11, 0x13, 0x0D, 0x00},  // u
+    {0x00, 0x00, 0x11, 0x11, 0x11, 0x0A, 0x04, 0x00},  // v
+    {0x00, 0x00, 0x11, 0x11, 0x15, 0x15, 0x0A, 0x00},  // w
+    {0x00, 0x00, 0x11, 0x0A, 0x04, 0x0A, 0x11, 0x00},  // x
+    {0x00, 0x00, 0x11, 0x11, 0x11, 0x0F, 0x01, 0x0E},  // y
+    {0x00, 0x00, 0x1F, 0x02, 0x04, 0x08, 0x1F, 0x00},  // z
+    {0x02, 0x04, 0x04, 0x08, 0x04, 0x04, 0x02, 0x00},  // {
+    {0x04, 0x04, 0x04, 0x04, 0x04, 0x04, 0x04, 0x04},  // |
+    {0x08, 0x04, 0x04, 0x02, 0x04, 0x04, 0x08, 0x00},  // }
+    {0x00, 0x00, 0x08, 0x15, 0x02, 0x00, 0x00, 0x00},  // ~
+};
+constexpr int kGlyphWidth = 6;  // 5 columns and a space
+
+// [x0, x1) × [y0, y1) in pixels.
+struct Rect {
+  int x0, y0, x1, y1;
+  Rect grown(int by) const { return {x0 - by, y0 - by, x1 + by, y1 + by}; }
+};
+
+class Canvas {
+ public:
+  Canvas(int width, int height, Rgb background)
+      : width_(width), height_(height), pixels_(size_t(width) * size_t(height) * 3) {
+    fill({0, 0, width, height}, background, {0, 0, width, height});
+  }
+
+  void fill(Rect r, Rgb c, const Rect& clip) {
+    const int x0 = std::max({r.x0, clip.x0, 0}), x1 = std::min({r.x1, clip.x1, width_});
+    const int y0 = std::max({r.y0, clip.y0, 0}), y1 = std::min({r.y1, clip.y1, height_});
+    for (int y = y0; y < y1; ++y)
+      for (int x = x0; x < x1; ++x) {
+        uint8_t* p = &pixels_[(size_t(y) * size_t(width_) + size_t(x)) * 3];
+        p[0] = c.r, p[1] = c.g, p[2] = c.b;
+      }
+  }
+  void fill(Rect r, Rgb c) { fill(r, c, {0, 0, width_, height_}); }
+
+  // A 2-px line between pixel coordinates (pixel (i, j) spans [i, i+1) × [j, j+1)), inside `clip`.
+  void line(double x0, double y0, double x1, double y1, Rgb c, const Rect& clip) {
+    // Liang–Barsky: cut the segment to the clip box first, so a far-off point costs nothing.
+    const double dx = x1 - x0, dy = y1 - y0;
+    double t0 = 0, t1 = 1;
+    const double p[4] = {-dx, dx, -dy, dy};
+    const double q[4] = {x0 - clip.x0, clip.x1 - x0, y0 - clip.y0, clip.y1 - y0};
+    for (int i = 0; i < 4; ++i) {
+      if (p[i] == 0) {
+        if (q[i] < 0) return;
+        continue;
+      }
+      const double t = q[i] / p[i];
+      if (p[i] < 0) t0 = std::max(t0, t);
+      else t1 = std::min(t1, t);
+    }
+    if (t0 > t1) return;
+    const double ax = x0 + t0 * dx, ay = y0 + t0 * dy, bx = x0 + t1 * dx, by = y0 + t1 * dy;
+    const int n = std::max(1, int(std::ceil(std::max(std::abs(bx - ax), std::abs(by - ay)))));
+    for (int i = 0; i <= n; ++i) {
+      const double x = ax + (bx - ax) * i / n, y = ay + (by - ay) * i / n;
+      square(x, y, 2, c, clip);
+    }
+  }
+
+  // A size × size square centred on (x, y).
+  void square(double x, double y, int size, Rgb c, const Rect& clip) {
+    const int left = int(std::floor(x - 0.5 * size + 0.5)), top = int(std::floor(y - 0.5 * size + 0.5));
+    fill({left, top, left + size, top + size}, c, clip);
+  }
+
+  // Text with its top-left corner at (x, y), each font pixel drawn as scale × scale.
+  void text(int x, int y, std::string_view s, Rgb c, int scale) {
+    for (const char ch : s) {
+      const int glyph = ch >= 32 && ch <= 126 ? ch - 32 : '?' - 32;
+      for (int row = 0; row < 8; ++row)
+        for (int col = 0; col < 5; ++col)
+          if (kFont[glyph][row] & (0x10 >> col))
+            fill({x + col * scale, y + row * scale, x + (col + 1) * scale, y + (row + 1) * scale}, c);
+      x += kGlyphWidth * scale;
+    }
+  }
+
+  std::span<const uint8_t> pixels() const { return pixels_; }
+
+ private:
+  int width_, height_;
+  std::vector<uint8_t> pixels_;
+};
+
+int text_width(std::string_view s, int scale) { return int(s.size()) * kGlyphWidth * scale - scale; }
+
+// --- axes and ticks ----------------------------------------------------------------------------
+
+struct Axis {
+  double lo = 0, hi = 1;
+  bool log = false;
+  std::vector<double> ticks;
+  double tick_step = 1;  // linear axes: the distance between ticks
+
+  // 0 at lo, 1 at hi; on a log axis values under lo (0 included) sit on lo.
+  double fraction(double v) const {
+    if (log) return (std::log10(std::max(v, lo)) - std::log10(lo)) / (std::log10(hi) - std::log10(lo));
+    return (v - lo) / (hi - lo);
+  }
+};
+
+// 1, 2 or 5 × 10^k, the round step nearest to `raw`.
+double nice_step(double raw) {
+  const double magnitude = std::pow(10.0, std::floor(std::log10(raw)));
+  const double n = raw / magnitude;
+  return (n < 1.5 ? 1 : n < 3.5 ? 2 : n < 7.5 ? 5 : 10) * magnitude;
+}
+
+// Round ticks about `intervals` apart covering [lo, hi]; the axis is widened to the outer ticks.
+Axis linear_axis(double lo, double hi, int intervals) {
+  LOCKSTEP_CHECK(std::isfinite(hi - lo), "cannot plot values from ", lo, " to ", hi, ": the range overflows a double");
+  if (hi - lo <= std::abs(hi) * 1e-9) {  // one value: 0 at the bottom (an error that is always 0), else in the middle
+    const double pad = std::abs(hi) * 0.1;
+    lo -= pad, hi = hi == 0 ? 1 : hi + pad;
+  }
+  Axis axis;
+  axis.tick_step = nice_step((hi - lo) / intervals);
+  const double first = std::floor(lo / axis.tick_step + 1e-9), last = std::ceil(hi / axis.tick_step - 1e-9);
+  for (double k = first; k <= last; ++k) axis.ticks.push_back(k * axis.tick_step);
+  axis.lo = axis.ticks.front(), axis.hi = axis.ticks.back();
+  return axis;
+}
+
+// Whole decades covering [lo, hi], 0 < lo < hi.
+Axis log_axis(double lo, double hi) {
+  Axis axis;
+  axis.log = true;
+  const int first = int(std::floor(std::log10(lo) + 1e-9)), last = int(std::ceil(std::log10(hi) - 1e-9));
+  for (int k = first; k <= std::max(last, first + 1); ++k) axis.ticks.push_back(std::pow(10.0, k));
+  axis.lo = axis.ticks.front(), axis.hi = axis.ticks.back();
+  return axis;
+}
+
+// `value` with `decimals` digits after the point, trailing zeros dropped ("0.50" → "0.5").
+std::string fixed(double value, int decimals) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "%.*f", std::clamp(decimals, 0, 9), value);
+  std::string s = buffer;
+  if (s.find('.') != std::string::npos) {
+    s.erase(s.find_last_not_of('0') + 1);
+    if (s.back() == '.') s.pop_back();
+  }
+  return s == "-0" ? "0" : s;
+}
+
+int decimals_for(double step) { return int(std::ceil(-std::log10(step) - 1e-9)); }
+
+// A compact label for `value` on an axis with ticks `step` apart and values up to `magnitude`:
+// 12k and 1.5M for large values, 2.5e-4 for small ones, 0.05 and 250 in between.
+std::string compact(double value, double step, double magnitude) {
+  if (std::abs(value) < step * 1e-6) return "0";
+  constexpr std::pair<double, char> kUnits[] = {{1e12, 'T'}, {1e9, 'G'}, {1e6, 'M'}, {1e3, 'k'}};
+  for (const auto& [unit, suffix] : kUnits)
+    if (magnitude >= unit) return fixed(value / unit, decimals_for(step / unit)) + suffix;
+  if (magnitude >= 1e-2) return fixed(value, decimals_for(step));
+  int exponent = int(std::floor(std::log10(std::abs(value)) + 1e-9));
+  const int decimals = std::clamp(decimals_for(step / std::pow(10.0, exponent)), 0, 3);
+  double mantissa = value / std::pow(10.0, exponent);
+  const double rounding = std::pow(10.0, decimals);
+  if (std::abs(std::round(mantissa * rounding) / rounding) >= 10) mantissa /= 10, ++exponent;  // 9.996e-4 → 1e-3
+  return fixed(mantissa, decimals) + "e" + std::to_string(exponent);
+}
+
+std::string tick_label(const Axis& axis, double value) {
+  if (axis.log) return compact(value, value, value);
+  return compact(value, axis.tick_step, std::max(std::abs(axis.lo), std::abs(axis.hi)));
+}
+
+// Three significant digits.
+std::string legend_value(double value) {
+  if (value == 0) return "0";
+  const double step = std::pow(10.0, std::floor(std::log10(std::abs(value))) - 2);
+  return compact(value, step, std::abs(value));
+}
+
+// --- the panels --------------------------------------------------------------------------------
+
+constexpr Rgb kWhite{255, 255, 255}, kText{34, 34, 34}, kTickText{85, 85, 85}, kGrid{226, 226, 226},
+    kFrame{110, 110, 110};
+constexpr int kScale = 2;                                    // font pixels → picture pixels
+constexpr int kHeaderHeight = 36;
+constexpr int kPanelWidth = kPlotWidth / 2, kPanelHeight = (kPlotHeight - kHeaderHeight) / 2;
+constexpr int kLegendTop = 38, kLegendLineHeight = 22, kLegendLines = 2;
+constexpr int kMarkerSpacing = 10;  // series with points at least this far apart get markers
+static_assert(kLegendTop + kLegendLines * kLegendLineHeight <= kPanelHeight / 5, "the legend strip is the top fifth");
+
+// One point of a series; `breaks` = a null came before it (no line from the previous point).
+struct Point {
+  double x, y;
+  bool breaks;
+};
+
+std::vector<Point> line_series(const Run& run, size_t field) {
+  std::vector<Point> points;
+  bool pending_break = false;
+  for (size_t i = 0; i < run.records.size(); ++i) {
+    const std::optional<double>& v = run.records[i][field];
+    if (!v) continue;
+    if (std::isnan(*v)) {
+      pending_break = true;
+      continue;
+    }
+    points.push_back({run.steps[i], *v + kFields[field].offset, pending_break});
+    pending_break = false;
+  }
+  return points;
+}
+
+// The cumulative tops of a stack of fields: tops[k] = Σ_{j ≤ k} field j.
+struct StackPoint {
+  double x;
+  std::vector<double> tops;
+  bool breaks;
+};
+
+std::vector<StackPoint> stack_series(const Run& run, size_t first, size_t count) {
+  std::vector<StackPoint> points;
+  bool pending_break = false;
+  for (size_t i = 0; i < run.records.size(); ++i) {
+    const Record& r = run.records[i];
+    const auto begin = r.begin() + ptrdiff_t(first), end = begin + ptrdiff_t(count);
+    if (std::none_of(begin, end, [](const auto& v) { return v.has_value(); })) continue;
+    if (std::any_of(begin, end, [](const auto& v) { return v && std::isnan(*v); })) {
+      pending_break = true;
+      continue;
+    }
+    StackPoint p{run.steps[i], {}, pending_break};
+    double sum = 0;
+    for (auto it = begin; it != end; ++it) p.tops.push_back(sum += it->value_or(0.0));
+    points.push_back(std::move(p));
+    pending_break = false;
+  }
+  return points;
+}
+
+// The plot area of a panel and the mapping of data onto it. The axis ends lie kInset px inside the
+// area, so a line or marker on the outermost tick is drawn whole, clear of the frame.
+constexpr int kInset = 4;
+struct Frame {
+  Rect area;
+  Axis x, y;
+  double px(double v) const { return area.x0 + kInset + 0.5 + x.fraction(v) * (area.x1 - area.x0 - 1 - 2 * kInset); }
+  double py(double v) const { return area.y1 - kInset - 0.5 - y.fraction(v) * (area.y1 - area.y0 - 1 - 2 * kInset); }
+  // The step at the centre of pixel column c (the inverse of px on the linear x axis).
+  double step_at(int c) const {
+    return x.lo + (c - area.x0 - kInset) * (x.hi - x.lo) / (area.x1 - area.x0 - 1 - 2 * kInset);
+  }
+};
+
+// y range of line series: linear, or decades for a wide positive range when allowed.
+Axis y_axis_for_lines(const std::vector<std::vector<Point>>& series, bool may_log, bool from_zero, int intervals) {
+  double lo = INFINITY, hi = -INFINITY, lo_positive = INFINITY;
+  for (const auto& points : series)
+    for (const Point& p : points) {
+      lo = std::min(lo, p.y), hi = std::max(hi, p.y);
+      if (p.y > 0) lo_positive = std::min(lo_positive, p.y);
+    }
+  if (may_log && hi > 0 && hi >= 100 * lo_positive) return log_axis(std::max(lo_positive, hi * 1e-6), hi);
+  if (from_zero) lo = std::min(lo, 0.0), hi = std::max(hi, 0.0);
+  return linear_axis(lo, hi, intervals);
+}
+
+void draw_axes(Canvas& canvas, const Frame& frame, bool x_labels) {
+  const Rect& a = frame.area;
+  for (const double t : frame.y.ticks) {
+    const int y = int(std::floor(frame.py(t)));
+    canvas.fill({a.x0, y, a.x1, y + 1}, kGrid);
+    canvas.fill({a.x0 - 6, y, a.x0 - 1, y + 1}, kFrame);
+    const std::string label = tick_label(frame.y, t);
+    canvas.text(a.x0 - 10 - text_width(label, kScale), y - 7 * kScale / 2, label, kTickText, kScale);
+  }
+  for (const double t : frame.x.ticks) {
+    const int x = int(std::floor(frame.px(t)));
+    canvas.fill({x, a.y0, x + 1, a.y1}, kGrid);
+    canvas.fill({x, a.y1 + 1, x + 1, a.y1 + 6}, kFrame);
+    if (!x_labels) continue;
+    const std::string label = tick_label(frame.x, t);
+    canvas.text(x - text_width(label, kScale) / 2, a.y1 + 10, label, kTickText, kScale);
+  }
+  const Rect outline = a.grown(1);
+  canvas.fill({outline.x0, outline.y0, outline.x1, a.y0}, kFrame);
+  canvas.fill({outline.x0, a.y1, outline.x1, outline.y1}, kFrame);
+  canvas.fill({outline.x0, a.y0, a.x0, a.y1}, kFrame);
+  canvas.fill({a.x1, a.y0, outline.x1, a.y1}, kFrame);
+}
+
+void draw_lines(Canvas& canvas, const Frame& frame, const std::vector<Point>& points, Rgb colour) {
+  const Rect clip = frame.area.grown(1);
+  const bool markers =
+      points.size() == 1 || (frame.area.x1 - frame.area.x0) >= kMarkerSpacing * int(points.size() - 1);
+  double previous_x = 0, previous_y = 0;
+  bool joined = false;  // a point was drawn and no gap came since
+  for (const Point& p : points) {
+    if (frame.y.log && p.y <= 0) {  // not on a log axis: a gap, like a null
+      joined = false;
+      continue;
+    }
+    const double x = frame.px(p.x), y = frame.py(p.y);
+    if (joined && !p.breaks) canvas.line(previous_x, previous_y, x, y, colour, clip);
+    if (markers) canvas.square(x, y, 6, colour, clip);
+    previous_x = x, previous_y = y, joined = true;
+  }
+}
+
+// Each point replaced by the mean of the points up to `half` before and after it, within its stretch
+// between nulls.
+std::vector<Point> moving_average(const std::vector<Point>& points, size_t half) {
+  std::vector<double> prefix(points.size() + 1, 0.0);  // prefix[i] = Σ y over points [0, i)
+  for (size_t i = 0; i < points.size(); ++i) prefix[i + 1] = prefix[i] + points[i].y;
+  std::vector<Point> smooth = points;
+  for (size_t begin = 0, end; begin < points.size(); begin = end) {
+    for (end = begin + 1; end < points.size() && !points[end].breaks;) ++end;
+    for (size_t i = begin; i < end; ++i) {
+      const size_t from = std::max(begin + half, i) - half, to = std::min(end, i + half + 1);
+      smooth[i].y = (prefix[to] - prefix[from]) / double(to - from);
+    }
+  }
+  return smooth;
+}
+
+Rgb tint(Rgb c) {  // 35% of the colour on white
+  auto mix = [](uint8_t v) { return uint8_t(std::lround(255 - 0.35 * (255 - v))); };
+  return {mix(c.r), mix(c.g), mix(c.b)};
+}
+
+// Column by column: the stack interpolated at the column's step, or a point within 1.5 px of it
+// (so a lone step still shows as a bar).
+void draw_stack(Canvas& canvas, const Frame& frame, const std::vector<StackPoint>& points, size_t first_field) {
+  for (int c = frame.area.x0; c < frame.area.x1; ++c) {
+    const double step = frame.step_at(c);
+    const auto after = std::upper_bound(points.begin(), points.end(), step,
+                                        [](double s, const StackPoint& p) { return s < p.x; });
+    std::vector<double> tops;
+    if (after != points.begin() && after != points.end() && !after->breaks) {
+      const StackPoint& a = *(after - 1);
+      const double t = (step - a.x) / (after->x - a.x);
+      for (size_t k = 0; k < a.tops.size(); ++k) tops.push_back(a.tops[k] + t * (after->tops[k] - a.tops[k]));
+    } else {
+      for (const auto it : {after - (after != points.begin()), after})
+        if (it != points.end() && std::abs(frame.px(it->x) - (c + 0.5)) <= 1.5) tops = it->tops;
+    }
+    double bottom = frame.area.y1;  // the stack's floor, 0, is the area's bottom edge: no inset gap
+    for (size_t k = 0; k < tops.size(); ++k) {
+      const double top = frame.py(tops[k]);
+      canvas.fill({c, int(std::lround(top)), c + 1, int(std::lround(bottom))}, kFields[first_field + k].colour,
+                  frame.area);
+      bottom = top;
+    }
+  }
+}
+
+// Legend entries (swatch, label, last value) flowing left to right under the title.
+void draw_legend(Canvas& canvas, int left, int right, int top, const std::vector<std::pair<size_t, double>>& entries) {
+  int x = left, line = 0;
+  for (const auto& [field, last] : entries) {
+    const std::string text = std::string(kFields[field].label) + " " + legend_value(last);
+    const int width = 20 + text_width(text, kScale) + 22;
+    if (x + width > right && x > left && line + 1 < kLegendLines) x = left, ++line;
+    const int y = top + line * kLegendLineHeight;
+    canvas.fill({x, y + 1, x + 14, y + 13}, kFields[field].colour);
+    canvas.text(x + 20, y, text, kText, kScale);
+    x += width;
+  }
+}
+
+void draw_panel(Canvas& canvas, const Run& run, const PanelSpec& spec, int left, int top) {
+  canvas.text(left + 16, top + 10, spec.title, kText, kScale);
+  canvas.text(left + 17, top + 10, spec.title, kText, kScale);  // bold
+  Frame frame;
+  frame.area = {left + 96, top + kLegendTop + kLegendLines * kLegendLineHeight + 14, left + kPanelWidth - 28,
+                top + kPanelHeight - 52};
+  const int y_intervals = std::max(2, (frame.area.y1 - frame.area.y0) / 70);
+  const int x_intervals = std::max(2, (frame.area.x1 - frame.area.x0) / 110);
+  frame.x = linear_axis(run.steps.front(), run.steps.back(), x_intervals);
+
+  // Legend entries and the data, for the fields present in the file.
+  std::vector<std::pair<size_t, double>> legend;
+  std::vector<std::vector<Point>> lines;
+  std::vector<StackPoint> stack;
+  if (spec.kind == PanelKind::stacked) {
+    stack = stack_series(run, spec.first_field, spec.field_count);
+    double hi = 0;
+    for (const StackPoint& p : stack) hi = std::max(hi, p.tops.back());
+    frame.y = linear_axis(0, hi, y_intervals);
+  }
+  for (size_t f = spec.first_field; f < spec.first_field + spec.field_count; ++f) {
+    std::vector<Point> points = line_series(run, f);
+    if (points.empty()) continue;
+    legend.push_back({f, points.back().y});
+    if (spec.kind != PanelKind::stacked) lines.push_back(std::move(points));
+  }
+  if (legend.empty()) {
+    draw_axes(canvas, {frame.area, {}, {}}, false);
+    const Rect& a = frame.area;
+    canvas.text((a.x0 + a.x1 - text_width("no data", kScale)) / 2, (a.y0 + a.y1) / 2 - 8, "no data", kTickText, kScale);
+    return;
+  }
+  if (spec.kind != PanelKind::stacked)
+    frame.y = y_axis_for_lines(lines, spec.kind == PanelKind::lines_log_when_wide, spec.from_zero, y_intervals);
+
+  draw_axes(canvas, frame, true);
+  canvas.text((frame.area.x0 + frame.area.x1 - text_width("step", kScale)) / 2, frame.area.y1 + 30, "step",
+              kTickText, kScale);
+  if (frame.y.log) {
+    const bool left_out = std::ranges::any_of(lines, [](const auto& points) {
+      return std::ranges::any_of(points, [](const Point& p) { return p.y <= 0; });
+    });
+    canvas.text(frame.area.x0 + 8, frame.area.y0 + 8, left_out ? "log scale, values <= 0 left out" : "log scale",
+                kTickText, kScale);
+  }
+  if (spec.kind == PanelKind::stacked) draw_stack(canvas, frame, stack, spec.first_field);
+  // A dense series (over a point per 2 px) is a noisy band: drawn raw in a light tint first, then as
+  // a moving average over about 8 px in the full colour, above every tint.
+  const size_t width = size_t(frame.area.x1 - frame.area.x0);
+  for (size_t i = 0; i < lines.size(); ++i)
+    if (lines[i].size() * 2 > width) draw_lines(canvas, frame, lines[i], tint(kFields[legend[i].first].colour));
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const size_t half_window = lines[i].size() * 4 / width;
+    draw_lines(canvas, frame, lines[i].size() * 2 > width ? moving_average(lines[i], half_window) : lines[i],
+               kFields[legend[i].first].colour);
+  }
+  draw_legend(canvas, left + 16, left + kPanelWidth - 16, top + kLegendTop, legend);
+}
+
+// The tail of `s` that fits in `width` pixels, "..." in front when cut.
+std::string fit_left(const std::string& s, int width) {
+  const size_t fits = size_t(std::max(0, (width + kScale) / (kGlyphWidth * kScale)));
+  return s.size() <= fits ? s : "..." + s.substr(s.size() - (fits - 3));
+}
+
+}  // namespace
+
+Rgb series_colour(std::string_view field) {
+  for (const FieldSpec& spec : kFields)
+    if (spec.name == field) return spec.colour;
+  fail("series_colour: \"" + std::string(field) + "\" is not a plotted metrics field");
+}
+
+void plot_run(const std::filesystem::path& metrics_jsonl, const std::filesystem::path& png_out) {
+  const Run run = read_run(metrics_jsonl);
+  Canvas canvas(kPlotWidth, kPlotHeight, kWhite);
+  const std::string range = "steps " + fixed(run.steps.front(), 3) + " to " + fixed(run.steps.back(), 3) +
+                            ", " + std::to_string(run.steps.size()) + " records";
+  canvas.text(kPlotWidth - 16 - text_width(range, kScale), 10, range, kTickText, kScale);
+  const std::string title =
+      fit_left("lockstep run " + metrics_jsonl.string(), kPlotWidth - 64 - text_width(range, kScale));
+  canvas.text(16, 10, title, kText, kScale);
+  canvas.fill({0, kHeaderHeight - 1, kPlotWidth, kHeaderHeight}, kGrid);
+  for (int i = 0; i < 4; ++i)
+    draw_panel(canvas, run, kPanels[i], (i % 2) * kPanelWidth, kHeaderHeight + (i / 2) * kPanelHeight);
+  write_png(png_out, kPlotWidth, kPlotHeight, canvas.pixels());
+}
+
+}  // namespace lockstep

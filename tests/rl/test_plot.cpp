@@ -1,0 +1,352 @@
+// rl/plot and io/png: the PNG writer checked by an independent minimal reader (signature, chunk
+// order, IHDR fields, every CRC, inflated pixels equal to the input bit for bit), and plot_run's
+// picture checked by where each series' exact colour lands: in its own panel only, a rising reward
+// drawn rising, the time stack in order, a gap where a value is null and a line across steps where
+// a field is absent. The picture is drawn without anti-aliasing, so colours are exact and every
+// check is an exact pixel count or position; no tolerance is needed.
+#include <gtest/gtest.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "io/file_io.h"
+#include "io/png.h"
+#include "rl/plot.h"
+#include "tests/io/io_test_helpers.h"
+
+namespace lockstep {
+namespace {
+
+using testing::expect_error;
+using testing::TempDir;
+using testing::write_bytes;
+
+// --- a minimal PNG reader: 8-bit RGB, filter type None, as io/png.h promises --------------------
+
+struct Image {
+  uint32_t width = 0, height = 0;
+  std::vector<uint8_t> rgb;
+  std::vector<std::string> chunks;  // chunk types in file order
+  Rgb at(uint32_t x, uint32_t y) const {
+    const uint8_t* p = &rgb[(size_t(y) * width + x) * 3];
+    return {p[0], p[1], p[2]};
+  }
+};
+
+uint32_t be32(const std::string& s, size_t at) {
+  return uint32_t(uint8_t(s[at])) << 24 | uint32_t(uint8_t(s[at + 1])) << 16 | uint32_t(uint8_t(s[at + 2])) << 8 |
+         uint32_t(uint8_t(s[at + 3]));
+}
+
+// Throws std::runtime_error on anything a PNG decoder would reject.
+Image read_png(const std::string& path) {
+  const std::string file = read_file(path, "png");
+  auto check = [](bool ok, const std::string& what) {
+    if (!ok) throw std::runtime_error("bad PNG: " + what);
+  };
+  check(file.compare(0, 8, std::string("\x89PNG\r\n\x1a\n", 8)) == 0, "signature");
+  Image image;
+  std::string idat;
+  size_t at = 8;
+  while (at < file.size()) {
+    check(at + 12 <= file.size(), "truncated chunk header");
+    const uint32_t length = be32(file, at);
+    check(at + 12 + length <= file.size(), "truncated chunk");
+    const std::string type = file.substr(at + 4, 4), data = file.substr(at + 8, length);
+    const uLong crc = crc32(crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(file.data() + at + 4), length + 4);
+    check(be32(file, at + 8 + length) == crc, type + " CRC");
+    check(!image.chunks.empty() || type == "IHDR", "IHDR must come first");
+    check(image.chunks.empty() || image.chunks.back() != "IEND", "data after IEND");
+    image.chunks.push_back(type);
+    if (type == "IHDR") {
+      check(length == 13, "IHDR length");
+      image.width = be32(data, 0), image.height = be32(data, 4);
+      check(data.substr(8) == std::string("\x08\x02\x00\x00\x00", 5), "IHDR depth/colour/methods");
+    } else if (type == "IDAT") {
+      idat += data;
+    } else {
+      check(type == "IEND" && length == 0, "unexpected chunk " + type);
+    }
+    at += 12 + length;
+  }
+  check(!image.chunks.empty() && image.chunks.back() == "IEND", "no IEND");
+  const size_t row = size_t(image.width) * 3 + 1;
+  std::vector<uint8_t> raw(row * image.height + 1);  // one spare byte: more data than rows is an error
+  uLongf raw_size = raw.size();
+  check(uncompress(raw.data(), &raw_size, reinterpret_cast<const Bytef*>(idat.data()), idat.size()) == Z_OK,
+        "zlib stream");
+  check(raw_size == row * image.height, "inflated size");
+  for (uint32_t y = 0; y < image.height; ++y) {
+    check(raw[y * row] == 0, "filter type");
+    image.rgb.insert(image.rgb.end(), raw.begin() + ptrdiff_t(y * row + 1), raw.begin() + ptrdiff_t((y + 1) * row));
+  }
+  return image;
+}
+
+TEST(Png, SmallKnownImageDecodes) {
+  TempDir dir;
+  const std::vector<uint8_t> rgb = {255, 0,  0,  0,   255, 0,  0,  0,  255,  // red green blue
+                                    17,  34, 51, 255, 255, 255, 0, 0,  0};   // a grey, white, black
+  write_png(dir.file("small.png"), 3, 2, rgb);
+  const Image image = read_png(dir.file("small.png"));
+  EXPECT_EQ(image.width, 3u);
+  EXPECT_EQ(image.height, 2u);
+  EXPECT_EQ(image.chunks, (std::vector<std::string>{"IHDR", "IDAT", "IEND"}));
+  EXPECT_EQ(image.rgb, rgb);
+  EXPECT_EQ(image.at(0, 1), (Rgb{17, 34, 51}));
+  EXPECT_EQ(dir.list(), std::vector<std::string>{"small.png"});  // no temporary file left behind
+}
+
+TEST(Png, NoiseImageSpansSeveralIdatChunks) {
+  TempDir dir;
+  const uint32_t width = 1000, height = 700;  // 2.1 MB of incompressible bytes: three IDAT chunks
+  std::vector<uint8_t> rgb(size_t(width) * height * 3);
+  std::mt19937 rng(7);
+  for (uint8_t& b : rgb) b = uint8_t(rng());
+  write_png(dir.file("noise.png"), width, height, rgb);
+  const Image image = read_png(dir.file("noise.png"));
+  EXPECT_EQ(image.width, width);
+  EXPECT_EQ(image.height, height);
+  EXPECT_EQ(std::count(image.chunks.begin(), image.chunks.end(), "IDAT"), 3);
+  EXPECT_TRUE(image.rgb == rgb);
+}
+
+TEST(Png, BadArgumentsAreErrors) {
+  TempDir dir;
+  const std::vector<uint8_t> rgb(12, 7);
+  expect_error([&] { write_png(dir.file("a.png"), 2, 3, rgb); }, {"a.png", "rgb", "2*3*3", "12"});
+  expect_error([&] { write_png(dir.file("a.png"), 0, 4, rgb); }, {"a.png", "width and height", "0 x 4"});
+  expect_error([&] { write_png(dir.file("missing/a.png"), 2, 2, rgb); }, {"cannot write", "missing/a.png"});
+  EXPECT_TRUE(dir.list().empty());
+}
+
+// --- plot_run ----------------------------------------------------------------------------------
+
+// Pixels of one colour inside a region of the picture.
+struct Hits {
+  std::vector<uint32_t> xs, ys;
+  size_t count() const { return xs.size(); }
+};
+
+Hits find(const Image& image, Rgb colour, uint32_t x0, uint32_t y0, uint32_t x1, uint32_t y1) {
+  Hits hits;
+  for (uint32_t y = y0; y < y1; ++y)
+    for (uint32_t x = x0; x < x1; ++x)
+      if (image.at(x, y) == colour) hits.xs.push_back(x), hits.ys.push_back(y);
+  return hits;
+}
+
+// The panels are the picture's quadrants, (a) (b) over (c) (d); their plot areas lie below the
+// legend strip, which takes at most a panel's top fifth: below a quadrant's top quarter is data only.
+struct Quadrant {
+  uint32_t x0, y0, x1, y1;
+};
+Quadrant quadrant(int panel) {
+  const uint32_t w = kPlotWidth / 2, h = kPlotHeight / 2;
+  return {(panel % 2) * w, (panel / 2) * h, (panel % 2 + 1) * w, (panel / 2 + 1) * h};
+}
+Hits find_in_panel(const Image& image, Rgb colour, int panel, bool data_only) {
+  const Quadrant q = quadrant(panel);
+  return find(image, colour, q.x0, data_only ? q.y0 + (q.y1 - q.y0) / 4 : q.y0, q.x1, q.y1);
+}
+
+// Every metric the loop writes, steps 0..steps-1: reward and accuracy rising linearly (a zigzag on
+// top), eval every steps/10 steps on a line of its own (merged into the step's record), mismatch
+// metrics spanning decades, the time split and throughput; plus fields plot_run ignores. Lines are
+// written in a shuffled order: the plot sorts by step.
+std::string full_metrics(int steps = 100) {
+  std::vector<std::string> lines;
+  for (int s = 0; s < steps; ++s) {
+    const double t = s / (steps - 1.0), zigzag = (s % 2 ? 0.03 : -0.03);
+    std::ostringstream line;
+    line << R"({"step": )" << s << R"(, "reward_mean": )" << 0.1 + 0.8 * t + zigzag << R"(, "accuracy": )"
+         << 0.05 + 0.7 * t << R"(, "mismatch_abs": )" << 0.02 * (1 - 0.5 * t) << R"(, "mismatch_mult_prob_error": )"
+         << 1.01 << R"(, "mismatch_k3": )" << 2e-4 * (1 + t) << R"(, "tis_clip_frac": )" << 3e-3
+         << R"(, "time_rollout": )" << 10 + 2 * t << R"(, "time_scoring": 1.5, "time_recompute": 3, "time_update": )"
+         << 6 << R"(, "time_handover": 0.9, "tokens_per_s": )" << 20000 + 5000 * t
+         << R"(, "lr": 1e-6, "entropy": 0.5, "note": "ignored"})";
+    lines.push_back(line.str());
+    if (s % (steps / 10) == 0)
+      lines.push_back(R"({"step": )" + std::to_string(s) + R"(, "eval_accuracy_greedy": )" +
+                      std::to_string(0.2 + 0.5 * t) + R"(, "eval_accuracy_sampled": )" + std::to_string(0.1 + 0.4 * t) +
+                      "}");
+  }
+  // Shuffle whole steps, keeping each step's eval line after its train line (later values win).
+  std::mt19937 rng(3);
+  std::shuffle(lines.begin(), lines.end(), rng);
+  std::stable_partition(lines.begin(), lines.end(), [](const std::string& l) { return l.find("eval") == l.npos; });
+  std::string text;
+  for (const std::string& l : lines) text += l + "\n";
+  return text;
+}
+
+const char* const kPanelFields[4][5] = {
+    {"reward_mean", "accuracy", "eval_accuracy_greedy", "eval_accuracy_sampled", nullptr},
+    {"mismatch_abs", "mismatch_mult_prob_error", "mismatch_k3", "tis_clip_frac", nullptr},
+    {"time_rollout", "time_scoring", "time_recompute", "time_update", "time_handover"},
+    {"tokens_per_s", nullptr, nullptr, nullptr, nullptr},
+};
+
+class Plot : public ::testing::Test {
+ protected:
+  Image plot(const std::string& metrics) {
+    write_bytes(dir.file("metrics.jsonl"), metrics);
+    plot_run(dir.file("metrics.jsonl"), dir.file("run.png"));
+    return read_png(dir.file("run.png"));
+  }
+  TempDir dir;
+};
+
+TEST_F(Plot, EverySeriesIsDrawnInItsOwnPanelOnly) {
+  const Image image = plot(full_metrics());
+  ASSERT_EQ(image.width, uint32_t(kPlotWidth));
+  ASSERT_EQ(image.height, uint32_t(kPlotHeight));
+  for (int panel = 0; panel < 4; ++panel)
+    for (const char* field : kPanelFields[panel]) {
+      if (!field) continue;
+      const Rgb colour = series_colour(field);
+      // A 2-px line or a band across the plot area has well over 1000 pixels; overlaps hide some.
+      EXPECT_GT(find_in_panel(image, colour, panel, true).count(), 300u) << field;
+      for (int other = 0; other < 4; ++other)
+        if (other != panel) {
+          EXPECT_EQ(find_in_panel(image, colour, other, false).count(), 0u) << field;
+        }
+    }
+}
+
+// 100 steps are drawn as they are; 2000 (denser than a point per 2 px) as a tinted band under a
+// moving average in the series colour.
+class RisingReward : public Plot, public ::testing::WithParamInterface<int> {};
+
+TEST_P(RisingReward, IsDrawnRising) {
+  const Image image = plot(full_metrics(GetParam()));
+  const Hits reward = find_in_panel(image, series_colour("reward_mean"), 0, true);
+  ASSERT_GT(reward.count(), 0u);
+  const auto [x_min, x_max] = std::minmax_element(reward.xs.begin(), reward.xs.end());
+  const uint32_t quarter = (*x_max - *x_min) / 4;
+  uint32_t left_lowest = 0, right_lowest = 0, left_highest = UINT32_MAX, right_highest = UINT32_MAX;
+  for (size_t i = 0; i < reward.count(); ++i) {  // rows grow downwards
+    const uint32_t x = reward.xs[i], y = reward.ys[i];
+    if (x <= *x_min + quarter) left_lowest = std::max(left_lowest, y), left_highest = std::min(left_highest, y);
+    if (x >= *x_max - quarter) right_lowest = std::max(right_lowest, y), right_highest = std::min(right_highest, y);
+  }
+  // Reward 0.1 → 0.9 over a plot area ~350 px tall: the right quarter sits ≥ 100 px above the left.
+  EXPECT_GT(left_lowest, right_lowest + 100);
+  EXPECT_GT(left_highest, right_highest + 100);
+}
+INSTANTIATE_TEST_SUITE_P(Plot, RisingReward, ::testing::Values(100, 2000));
+
+TEST_F(Plot, TimeSplitIsStackedBottomToTop) {
+  const Image image = plot(full_metrics());
+  double previous_mean_row = kPlotHeight;
+  for (const char* field : kPanelFields[2]) {
+    const Hits hits = find_in_panel(image, series_colour(field), 2, true);
+    ASSERT_GT(hits.count(), 0u) << field;
+    double mean_row = 0;
+    for (const uint32_t y : hits.ys) mean_row += y;
+    mean_row /= double(hits.count());
+    EXPECT_LT(mean_row, previous_mean_row) << field << " is not above the component under it";
+    previous_mean_row = mean_row;
+  }
+}
+
+// Distinct columns holding the field's colour in the middle tenth of its x extent in panel (a), and
+// the number of columns there.
+std::pair<size_t, size_t> columns_in_middle(const Image& image, const char* field) {
+  const Hits hits = find_in_panel(image, series_colour(field), 0, true);
+  if (hits.count() == 0) return {0, 0};
+  const auto [x_min, x_max] = std::minmax_element(hits.xs.begin(), hits.xs.end());
+  const uint32_t from = *x_min + (*x_max - *x_min) * 45 / 100, to = *x_min + (*x_max - *x_min) * 55 / 100;
+  std::vector<uint32_t> columns;
+  for (const uint32_t x : hits.xs)
+    if (x >= from && x <= to) columns.push_back(x);
+  std::sort(columns.begin(), columns.end());
+  return {size_t(std::unique(columns.begin(), columns.end()) - columns.begin()), size_t(to - from + 1)};
+}
+
+// Absent = not measured: eval (every 10 steps) is one connected line. Null = missing: a gap.
+TEST_F(Plot, NullBreaksTheLineAbsentDoesNot) {
+  std::string metrics;
+  for (int s = 0; s < 100; ++s) {
+    const bool missing = s >= 40 && s < 60;
+    metrics += R"({"step": )" + std::to_string(s) + R"(, "reward_mean": )" + (missing ? "null" : "0.5") +
+               R"(, "accuracy": 0.4)" + (s % 10 == 0 ? R"(, "eval_accuracy_greedy": 0.45)" : "") + "}\n";
+  }
+  const Image image = plot(metrics);
+  EXPECT_EQ(columns_in_middle(image, "reward_mean").first, 0u);  // steps 40..59 are null
+  const auto [eval_columns, width] = columns_in_middle(image, "eval_accuracy_greedy");
+  EXPECT_EQ(eval_columns, width);  // steps 40 and 50 joined across the steps without eval
+  const auto [accuracy_columns, accuracy_width] = columns_in_middle(image, "accuracy");
+  EXPECT_EQ(accuracy_columns, accuracy_width);
+}
+
+// Later lines of a step add to its record and override its fields: a resumed run rewriting steps
+// 40..59 with null rewards leaves a gap, and accuracy logged on separate lines keeps the rewards.
+TEST_F(Plot, LinesOfOneStepAreMerged) {
+  std::string metrics;
+  for (int s = 0; s < 100; ++s) metrics += R"({"step": )" + std::to_string(s) + R"(, "reward_mean": 0.5})" "\n";
+  for (int s = 0; s < 100; ++s) metrics += R"({"step": )" + std::to_string(s) + R"(, "accuracy": 0.4})" "\n";
+  for (int s = 40; s < 60; ++s) metrics += R"({"step": )" + std::to_string(s) + R"(, "reward_mean": null})" "\n";
+  const Image image = plot(metrics);
+  EXPECT_GT(find_in_panel(image, series_colour("reward_mean"), 0, true).count(), 300u);
+  EXPECT_EQ(columns_in_middle(image, "reward_mean").first, 0u);
+  const auto [accuracy_columns, width] = columns_in_middle(image, "accuracy");
+  EXPECT_EQ(accuracy_columns, width);
+}
+
+TEST_F(Plot, MissingFieldsAreLeftOut) {
+  std::string metrics;
+  for (int s = 1; s <= 30; ++s) metrics += R"({"step": )" + std::to_string(s * 10) + R"(, "reward_mean": 0.3})" "\n";
+  const Image image = plot(metrics);
+  ASSERT_EQ(image.width, uint32_t(kPlotWidth));
+  EXPECT_GT(find_in_panel(image, series_colour("reward_mean"), 0, true).count(), 300u);
+  for (const char* field : {"accuracy", "eval_accuracy_greedy", "mismatch_abs", "time_rollout", "tokens_per_s"})
+    EXPECT_EQ(find(image, series_colour(field), 0, 0, kPlotWidth, kPlotHeight).count(), 0u) << field;
+}
+
+TEST_F(Plot, OneStepIsEnough) {
+  const Image image = plot(R"({"step": 3, "reward_mean": 0.7, "time_rollout": 2, "tokens_per_s": 900})" "\n");
+  EXPECT_GT(find_in_panel(image, series_colour("reward_mean"), 0, true).count(), 0u);    // a marker
+  EXPECT_GT(find_in_panel(image, series_colour("time_rollout"), 2, true).count(), 0u);   // a thin bar
+  EXPECT_GT(find_in_panel(image, series_colour("tokens_per_s"), 3, true).count(), 0u);
+}
+
+TEST_F(Plot, MalformedLinesNameFileAndLine) {
+  const std::string good = R"({"step": 1, "reward_mean": 0.5})" "\n";
+  const struct {
+    std::string text;
+    std::vector<std::string_view> parts;
+  } cases[] = {
+      {good + "\n" + "{\"step\": 2, \"reward_mean\": 0.5\n", {"metrics.jsonl:3:", "invalid JSON"}},
+      {good + "[1, 2]\n", {"metrics.jsonl:2:", "JSON object", "array"}},
+      {good + R"({"step": 2, "reward_mean": 1e400})" "\n", {"metrics.jsonl:2:", "invalid JSON", "overflow"}},
+      {good + R"({"reward_mean": 0.5})" "\n", {"metrics.jsonl:2:", "\"step\" is missing"}},
+      {R"({"step": "3"})" "\n", {"metrics.jsonl:1:", "\"step\" must be a finite number", "string"}},
+      {good + good + R"({"step": 4, "accuracy": "high"})" "\r\n",
+       {"metrics.jsonl:3:", "\"accuracy\"", "number or null", "string"}},
+      {"\n \n", {"metrics.jsonl", "no metrics"}},
+  };
+  for (const auto& c : cases) {
+    write_bytes(dir.file("metrics.jsonl"), c.text);
+    try {
+      plot_run(dir.file("metrics.jsonl"), dir.file("run.png"));
+      ADD_FAILURE() << "no error for: " << c.text;
+    } catch (const Error& e) {
+      for (std::string_view part : c.parts)
+        EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << "'" << part << "' not in: " << e.what();
+    }
+  }
+  expect_error([&] { plot_run(dir.file("absent.jsonl"), dir.file("run.png")); },
+               {"cannot read metrics", "absent.jsonl"});
+  expect_error([] { series_colour("lr"); }, {"\"lr\"", "not a plotted"});
+  EXPECT_EQ(dir.list(), std::vector<std::string>{"metrics.jsonl"});  // no picture, no temporary file
+}
+
+}  // namespace
+}  // namespace lockstep
