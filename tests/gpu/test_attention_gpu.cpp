@@ -5,6 +5,7 @@
 // max(its own norm, the RMS row norm), so one wrong or unwritten row among thousands fails too.
 // Each test prints the errors it measured ("[ measured ]") so the tolerances can be tightened.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -36,6 +37,17 @@ constexpr double kLseTol = 1e-3;
 // dqkv: additionally dS and P are rounded to bf16 for the dK, dQ and dV products, and dS = P·(dP −
 // D) cancels: about twice the forward's error.
 constexpr double kGradTol = 2e-2, kGradRowTol = 1e-1;
+
+// Runs f with up to 8 OpenMP threads: ctest gives each test one, and the CPU reference of the
+// larger cases takes seconds on one core. Its results do not depend on the thread count
+// (tests/ops/test_attention.cpp checks that).
+template <class F>
+void on_cores(F&& f) {
+  const int before = omp_get_max_threads();
+  omp_set_num_threads(std::min(8, omp_get_num_procs()));
+  f();
+  omp_set_num_threads(before);
+}
 
 Tensor i32_tensor(const std::vector<int32_t>& v) {
   Tensor t = Tensor::empty({int64_t(v.size())}, DType::i32);
@@ -134,7 +146,7 @@ TEST_P(AttentionGpu, ForwardMatchesCpu) {
 
   Tensor out = poisoned({T, layout.q_width()}, DType::bf16, Device::cpu);
   Tensor lse = poisoned({T, layout.q_heads}, DType::f32, Device::cpu);
-  attention_forward(out, lse, qkv, cu, layout);
+  on_cores([&] { attention_forward(out, lse, qkv, cu, layout); });
   Tensor out_g = poisoned({T, layout.q_width()}, DType::bf16, Device::cuda);
   Tensor lse_g = poisoned({T, layout.q_heads}, DType::f32, Device::cuda);
   attention_forward(out_g, lse_g, qkv.to(Device::cuda), cu.to(Device::cuda), layout);
@@ -156,10 +168,11 @@ TEST_P(AttentionGpu, BackwardMatchesCpu) {
   // Both backward passes get the same saved forward results: the CPU's.
   Tensor out = Tensor::empty({T, layout.q_width()}, DType::bf16);
   Tensor lse = Tensor::empty({T, layout.q_heads}, DType::f32);
-  attention_forward(out, lse, qkv, cu, layout);
-
   Tensor dqkv = poisoned({T, layout.qkv_width()}, DType::bf16, Device::cpu);
-  attention_backward(dqkv, dout, qkv, out, lse, cu, layout);
+  on_cores([&] {
+    attention_forward(out, lse, qkv, cu, layout);
+    attention_backward(dqkv, dout, qkv, out, lse, cu, layout);
+  });
   Tensor dqkv_g = poisoned({T, layout.qkv_width()}, DType::bf16, Device::cuda);
   attention_backward(dqkv_g, dout.to(Device::cuda), qkv.to(Device::cuda), out.to(Device::cuda),
                      lse.to(Device::cuda), cu.to(Device::cuda), layout);
