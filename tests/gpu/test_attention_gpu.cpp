@@ -20,6 +20,15 @@
 #include "tests/test_util.h"
 
 namespace lockstep {
+
+// Test names and failure messages print layouts as q16_kv8_d128, not as bytes.
+std::string layout_name(const HeadLayout& l) {
+  std::string name = "q";  // (built by appending: GCC 12 warns falsely on "q" + std::string)
+  name += std::to_string(l.q_heads) + "_kv" + std::to_string(l.kv_heads) + "_d" + std::to_string(l.head_dim);
+  return name;
+}
+void PrintTo(const HeadLayout& l, std::ostream* os) { *os << layout_name(l); }
+
 namespace {
 
 using testing::random_tensor;
@@ -121,12 +130,6 @@ void expect_close(const Vec& out, const Vec& ref, int64_t head_dim, double rel_t
   std::printf("[ measured ] %s: rel %.2e, worst row %.2e\n", what.c_str(), rel, row);
   EXPECT_LE(rel, rel_tol) << what;
   EXPECT_LE(row, row_tol) << what;
-}
-
-std::string layout_name(const HeadLayout& l) {
-  std::string name = "q";  // (built by appending: GCC 12 warns falsely on "q" + std::string)
-  name += std::to_string(l.q_heads) + "_kv" + std::to_string(l.kv_heads) + "_d" + std::to_string(l.head_dim);
-  return name;
 }
 
 // ---- training forward and backward ---------------------------------------------------------
@@ -276,6 +279,8 @@ std::vector<PagedCase> paged_cases() {
       {"many_decode_q16_kv8_d128_bs16", {16, 8, 128}, 16, many},
   };
 }
+
+void PrintTo(const PagedCase& c, std::ostream* os) { *os << c.name; }
 
 class PagedGpu : public ::testing::TestWithParam<PagedCase> {};
 
