@@ -4,7 +4,10 @@
 // to 128, contexts 1K to 64K, Qwen3-8B heads, block size 16), plus prefill chunks.
 // FLOPs: forward 4·d·q_heads·Σ n(n+1)/2 (Q·Kᵀ and P·V over the causal half), backward 2.5× that
 // (five products instead of two). Decode bytes: the K and V rows each sequence's context holds.
-// Every timed call follows a 512 MiB memset, so the KV cache never sits in L2.
+// Every timed call follows a 512 MiB memset, so the KV cache never sits in L2. Training attention
+// calls the backend directly (ops/attention.cpp may dispatch it to cuDNN instead). Scratch
+// (backward: dQ accumulator and row sums; split decode: partial outputs) comes from Tensor::empty
+// inside the timed calls: the numbers assume the stream-ordered memory pool.
 // Usage: bench_attention [--json out.json] [--reps N]
 #include <cuda_runtime.h>
 
@@ -20,6 +23,7 @@
 
 #include "core/cuda_check.h"
 #include "ops/attention.h"
+#include "ops/attention_backends.h"
 
 using namespace lockstep;
 
@@ -88,8 +92,8 @@ void bench_training() {
       for (int64_t t = 0; t <= T; t += n) cu.push_back(int32_t(t));
       const Tensor cu_g = i32_device(cu);
       const double flops = 4.0 * double(l.head_dim) * double(l.q_heads) * double(T / n) * double(n) * double(n + 1) / 2;
-      const double fwd = time_ms([&] { attention_forward(out, lse, qkv, cu_g, l); });
-      const double bwd = time_ms([&] { attention_backward(dqkv, dout, qkv, out, lse, cu_g, l); });
+      const double fwd = time_ms([&] { cuda::attention_forward(out, lse, qkv, cu_g, l); });
+      const double bwd = time_ms([&] { cuda::attention_backward(dqkv, dout, qkv, out, lse, cu_g, l); });
       std::printf("%-11s %8ld | %9.3f %8.0f | %9.3f %8.0f\n", m.name, long(n), fwd, flops / fwd / 1e9, bwd,
                   2.5 * flops / bwd / 1e9);
       add_json("{\"kind\": \"train\", \"model\": \"" + std::string(m.name) + "\", \"T\": " + std::to_string(T) +

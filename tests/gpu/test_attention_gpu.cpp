@@ -1,5 +1,7 @@
 // The CUDA attention kernels (ops/cuda/attention.cu) against the CPU reference on the same bf16
 // inputs, the paged path against the training forward, and what bad index values do on the GPU.
+// Training attention is called through the backend directly (own_forward, own_backward):
+// ops/attention.cpp may send it to another implementation (cuDNN).
 //
 // Errors: ‖gpu − cpu‖/‖cpu‖ over the whole output, and the worst single head row judged against
 // max(its own norm, the RMS row norm), so one wrong or unwritten row among thousands fails too.
@@ -17,6 +19,7 @@
 
 #include "core/error.h"
 #include "ops/attention.h"
+#include "ops/attention_backends.h"
 #include "tests/test_util.h"
 
 namespace lockstep {
@@ -46,6 +49,22 @@ constexpr double kLseTol = 1e-3;
 // dqkv: additionally dS and P are rounded to bf16 for the dK, dQ and dV products, and dS = P·(dP −
 // D) cancels: about twice the forward's error.
 constexpr double kGradTol = 2e-2, kGradRowTol = 1e-1;
+
+#if LOCKSTEP_HAS_CUDA
+void own_forward(Tensor& out, Tensor& lse, const Tensor& qkv, const Tensor& cu, const HeadLayout& layout) {
+  cuda::attention_forward(out, lse, qkv, cu, layout);
+}
+void own_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                  const Tensor& cu, const HeadLayout& layout) {
+  cuda::attention_backward(dqkv, dout, qkv, out, lse, cu, layout);
+}
+#else
+void own_forward(Tensor&, Tensor&, const Tensor&, const Tensor&, const HeadLayout&) { fail("no CUDA backend"); }
+void own_backward(Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                  const HeadLayout&) {
+  fail("no CUDA backend");
+}
+#endif
 
 // Runs f with up to 8 OpenMP threads: ctest gives each test one, and the CPU reference of the
 // larger cases takes seconds on one core. Its results do not depend on the thread count
@@ -152,7 +171,7 @@ TEST_P(AttentionGpu, ForwardMatchesCpu) {
   on_cores([&] { attention_forward(out, lse, qkv, cu, layout); });
   Tensor out_g = poisoned({T, layout.q_width()}, DType::bf16, Device::cuda);
   Tensor lse_g = poisoned({T, layout.q_heads}, DType::f32, Device::cuda);
-  attention_forward(out_g, lse_g, qkv.to(Device::cuda), cu.to(Device::cuda), layout);
+  own_forward(out_g, lse_g, qkv.to(Device::cuda), cu.to(Device::cuda), layout);
 
   const std::string name = "forward " + layout_name(layout);
   expect_close(to_double(out_g), to_double(out), layout.head_dim, kOutTol, kOutRowTol, name + " out");
@@ -177,8 +196,8 @@ TEST_P(AttentionGpu, BackwardMatchesCpu) {
     attention_backward(dqkv, dout, qkv, out, lse, cu, layout);
   });
   Tensor dqkv_g = poisoned({T, layout.qkv_width()}, DType::bf16, Device::cuda);
-  attention_backward(dqkv_g, dout.to(Device::cuda), qkv.to(Device::cuda), out.to(Device::cuda),
-                     lse.to(Device::cuda), cu.to(Device::cuda), layout);
+  own_backward(dqkv_g, dout.to(Device::cuda), qkv.to(Device::cuda), out.to(Device::cuda),
+               lse.to(Device::cuda), cu.to(Device::cuda), layout);
 
   const Vec got = to_double(dqkv_g), ref = to_double(dqkv);
   const int64_t width = layout.qkv_width();
@@ -331,7 +350,7 @@ TEST(PagedGpu, EqualsTheTrainingForward) {
     const Tensor qkv = random_tensor({T, layout.qkv_width()}, DType::bf16, 21).to(Device::cuda);
     Tensor out = poisoned({T, layout.q_width()}, DType::bf16, Device::cuda);
     Tensor lse = poisoned({T, layout.q_heads}, DType::f32, Device::cuda);
-    attention_forward(out, lse, qkv, i32_tensor(cu).to(Device::cuda), layout);
+    own_forward(out, lse, qkv, i32_tensor(cu).to(Device::cuda), layout);
     const Vec train = to_double(out);
 
     // Shuffled blocks; every position's slot from the block table.
@@ -398,14 +417,14 @@ TEST(AttentionGpuBadIndices, MalformedCuSeqlensGivesNaN) {
     // Outputs start as zeros here: NaN must come from the op.
     Tensor out = Tensor::zeros({T, layout.q_width()}, DType::bf16, Device::cuda);
     Tensor lse = Tensor::zeros({T, layout.q_heads}, DType::f32, Device::cuda);
-    attention_forward(out, lse, qkv, cu_g, layout);
+    own_forward(out, lse, qkv, cu_g, layout);
     EXPECT_TRUE(all_nan(to_double(out))) << "forward out, cu_seqlens " << ::testing::PrintToString(cu);
     EXPECT_TRUE(all_nan(to_double(lse))) << "forward lse";
 
     Tensor dqkv = Tensor::zeros({T, layout.qkv_width()}, DType::bf16, Device::cuda);
     const Tensor dout = random_tensor({T, layout.q_width()}, DType::bf16, 5).to(Device::cuda);
     const Tensor lse_ok = Tensor::zeros({T, layout.q_heads}, DType::f32, Device::cuda);
-    attention_backward(dqkv, dout, qkv, dout, lse_ok, cu_g, layout);
+    own_backward(dqkv, dout, qkv, dout, lse_ok, cu_g, layout);
     EXPECT_TRUE(all_nan(to_double(dqkv))) << "backward dqkv";
 
     Tensor paged = Tensor::zeros({T, layout.q_width()}, DType::bf16, Device::cuda);
@@ -484,24 +503,19 @@ void expect_error(F&& f, const std::string& needle) {
   }
 }
 
+// Through attention_paged, which only these kernels serve (training attention may go to cuDNN).
 TEST(AttentionGpuArguments, UnsupportedShapesAndDtypes) {
   LOCKSTEP_REQUIRE_GPU();
-  const Tensor cu = i32_tensor({0, 4}).to(Device::cuda);
-  auto forward = [&](const HeadLayout& l, DType dtype) {
-    Tensor out = Tensor::empty({4, l.q_width()}, dtype, Device::cuda);
-    Tensor lse = Tensor::empty({4, l.q_heads}, DType::f32, Device::cuda);
-    attention_forward(out, lse, Tensor::empty({4, l.qkv_width()}, dtype, Device::cuda), cu, l);
-  };
-  expect_error([&] { forward({4, 2, 64}, DType::f32); }, "bf16");
-  expect_error([&] { forward({4, 2, 96}, DType::bf16); }, "head_dim");
-  const HeadLayout wide{32, 1, 64};
-  Tensor out = Tensor::empty({1, wide.q_width()}, DType::bf16, Device::cuda);
-  const Tensor cache = Tensor::empty({2, 16, 1, 64}, DType::bf16, Device::cuda);
-  expect_error([&] {
-    attention_paged(out, Tensor::empty({1, wide.qkv_width()}, DType::bf16, Device::cuda), cache, cache,
+  auto paged = [](const HeadLayout& l, DType dtype) {
+    Tensor out = Tensor::empty({1, l.q_width()}, dtype, Device::cuda);
+    const Tensor cache = Tensor::empty({2, 16, l.kv_heads, l.head_dim}, dtype, Device::cuda);
+    attention_paged(out, Tensor::empty({1, l.qkv_width()}, dtype, Device::cuda), cache, cache,
                     Tensor::zeros({1, 2}, DType::i32, Device::cuda), i32_tensor({0, 1}).to(Device::cuda),
-                    i32_tensor({1}).to(Device::cuda), wide);
-  }, "16 q heads per kv head");
+                    i32_tensor({1}).to(Device::cuda), l);
+  };
+  expect_error([&] { paged({4, 2, 64}, DType::f32); }, "bf16");
+  expect_error([&] { paged({4, 2, 96}, DType::bf16); }, "head_dim");
+  expect_error([&] { paged({32, 1, 64}, DType::bf16); }, "16 q heads per kv head");
 }
 
 }  // namespace
