@@ -1,9 +1,12 @@
 // ops/attention.cpp — argument checks and backend dispatch for ops/attention.h. The index tensors
 // (cu_seqlens, slots, block tables, context lengths) are checked value by value on the CPU path:
-// an out-of-range index would read or write outside a tensor.
+// an out-of-range index would read or write outside a tensor. On CUDA their values stay on the
+// device (reading them here would synchronize): the kernels guard every access instead.
 #include "ops/attention.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <utility>
 #include <vector>
@@ -62,6 +65,19 @@ int64_t check_caches(const std::string& op, const Tensor& k_cache, const Tensor&
   return shape[0] * shape[1];
 }
 
+// What the CUDA kernels take: bf16 activations (16-byte aligned), head_dim 64 or 128.
+[[maybe_unused]] void check_cuda(const std::string& op, const HeadLayout& layout,
+                                 std::initializer_list<std::pair<const char*, const Tensor*>> acts) {
+  LOCKSTEP_CHECK(layout.head_dim == 64 || layout.head_dim == 128, op,
+                 ": the CUDA backend supports head_dim 64 and 128, got ", layout.head_dim);
+  for (const auto& [name, t] : acts) {
+    LOCKSTEP_CHECK(t->dtype() == DType::bf16, op, ": ", name,
+                   ": the CUDA backend takes bf16 tensors, got ", t->describe());
+    LOCKSTEP_CHECK(reinterpret_cast<uintptr_t>(t->data()) % 16 == 0, op, ": ", name,
+                   ": CUDA tensors must be 16-byte aligned (a view that starts mid-row?)");
+  }
+}
+
 }  // namespace
 
 void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, const Tensor& cu_seqlens,
@@ -73,7 +89,14 @@ void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, const Tensor
   check_act(out, "attention_forward: out", device, {T, layout.q_width()});
   check_tensor(lse, "attention_forward: lse", DType::f32, device);
   check_shape(lse, "attention_forward: lse", {T, layout.q_heads});
-  if (device == Device::cuda) LOCKSTEP_NO_CUDA_OP("attention_forward");
+  if (device == Device::cuda) {
+#if LOCKSTEP_HAS_CUDA
+    check_cuda(op, layout, {{"qkv", &qkv}, {"out", &out}});
+    return cuda::attention_forward(out, lse, qkv, cu_seqlens, layout);
+#else
+    LOCKSTEP_NO_CUDA_OP("attention_forward");
+#endif
+  }
   check_cu_seqlens_values(cu_seqlens, op + ": cu_seqlens", T);
   cpu::attention_forward(out, lse, qkv, cu_seqlens, layout);
 }
@@ -89,7 +112,14 @@ void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, con
   check_tensor(lse, "attention_backward: lse", DType::f32, device);
   check_shape(lse, "attention_backward: lse", {T, layout.q_heads});
   check_act(dqkv, "attention_backward: dqkv", device, {T, layout.qkv_width()});
-  if (device == Device::cuda) LOCKSTEP_NO_CUDA_OP("attention_backward");
+  if (device == Device::cuda) {
+#if LOCKSTEP_HAS_CUDA
+    check_cuda(op, layout, {{"dqkv", &dqkv}, {"dout", &dout}, {"qkv", &qkv}, {"out", &out}});
+    return cuda::attention_backward(dqkv, dout, qkv, out, lse, cu_seqlens, layout);
+#else
+    LOCKSTEP_NO_CUDA_OP("attention_backward");
+#endif
+  }
   check_cu_seqlens_values(cu_seqlens, op + ": cu_seqlens", T);
   cpu::attention_backward(dqkv, dout, qkv, out, lse, cu_seqlens, layout);
 }
@@ -102,7 +132,16 @@ void kv_cache_write(Tensor& k_cache, Tensor& v_cache, const Tensor& qkv, const T
   const int64_t capacity = check_caches(op, k_cache, v_cache, layout, device);
   check_tensor(slots, "kv_cache_write: slots", DType::i32, device);
   check_shape(slots, "kv_cache_write: slots", {T});
-  if (device == Device::cuda) LOCKSTEP_NO_CUDA_OP("kv_cache_write");
+  if (device == Device::cuda) {
+#if LOCKSTEP_HAS_CUDA
+    // Slot values are not checked here: a slot outside the cache is skipped, and two rows with
+    // one slot race (the rollout's allocator hands out distinct slots).
+    check_cuda(op, layout, {{"k_cache", &k_cache}, {"v_cache", &v_cache}, {"qkv", &qkv}});
+    return cuda::kv_cache_write(k_cache, v_cache, qkv, slots, layout);
+#else
+    LOCKSTEP_NO_CUDA_OP("kv_cache_write");
+#endif
+  }
   // Two rows writing one slot would race: the cache would depend on the thread schedule.
   std::vector<std::pair<int32_t, int64_t>> by_slot(static_cast<size_t>(T));
   const int32_t* s = slots.data_as<int32_t>();
@@ -135,7 +174,18 @@ void attention_paged(Tensor& out, const Tensor& qkv, const Tensor& k_cache, cons
                  "attention_paged: block_tables: expected [S = ", S, ", max_blocks], got ",
                  block_tables.describe());
   check_act(out, "attention_paged: out", device, {T, layout.q_width()});
-  if (device == Device::cuda) LOCKSTEP_NO_CUDA_OP("attention_paged");
+  if (device == Device::cuda) {
+#if LOCKSTEP_HAS_CUDA
+    check_cuda(op, layout, {{"out", &out}, {"qkv", &qkv}, {"k_cache", &k_cache}, {"v_cache", &v_cache}});
+    // The decode kernel puts a kv head's q heads into the 16 rows of one MMA tile.
+    LOCKSTEP_CHECK(layout.group() <= 16, op, ": the CUDA backend takes at most 16 q heads per kv head, got ",
+                   layout.q_heads, " q heads over ", layout.kv_heads, " kv heads");
+    return cuda::attention_paged(out, qkv, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens,
+                                 layout);
+#else
+    LOCKSTEP_NO_CUDA_OP("attention_paged");
+#endif
+  }
 
   check_cu_seqlens_values(cu_seqlens_q, op + ": cu_seqlens_q", T);
   const int32_t* cu = cu_seqlens_q.data_as<int32_t>();

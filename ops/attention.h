@@ -24,6 +24,14 @@
 //   positions 0..that position (its own k/v must already be written). Position p of sequence s
 //   lives in block block_tables[s, p / block_size] at offset p % block_size.
 //   block_tables: i32 [S, max_blocks]; context_lens: i32 [S]; out: [T, q_width].
+//
+// CUDA (ops/cuda/attention.cu): bf16 tensors, head_dim 64 or 128, paged at most 16 q heads per
+// kv head. Index values stay on the device and are not checked up front: a malformed cu_seqlens
+// makes every output row NaN, a context length or block id out of range makes that sequence's
+// rows NaN, and kv_cache_write skips rows whose slot is outside the cache (two rows with one slot
+// race). dQ's last bits vary from run to run (atomic adds). Paged rows of multi-row sequences are
+// bit-identical to the training forward's rows; one-row (decode) sequences take the split-context
+// kernel and agree to rounding.
 #pragma once
 
 #include "core/tensor.h"

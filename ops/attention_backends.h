@@ -1,5 +1,7 @@
 // ops/attention_backends.h — per-backend entry points for ops/attention.h; arguments (shapes,
-// dtypes, cu_seqlens, block tables, slots) are checked by ops/attention.cpp.
+// dtypes, cu_seqlens, block tables, slots) are checked by ops/attention.cpp. The CUDA backend takes
+// bf16 tensors and head_dim 64 or 128 (and, paged, at most 16 q heads per kv head); it never
+// reads index values on the host: ops/cuda/attention.cu says what bad values do there.
 #pragma once
 
 #include "core/tensor.h"
@@ -16,3 +18,15 @@ void attention_paged(Tensor& out, const Tensor& qkv, const Tensor& k_cache, cons
                      const Tensor& block_tables, const Tensor& cu_seqlens_q,
                      const Tensor& context_lens, const HeadLayout& layout);
 }  // namespace lockstep::cpu
+
+namespace lockstep::cuda {
+void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, const Tensor& cu_seqlens,
+                       const HeadLayout& layout);
+void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                        const Tensor& lse, const Tensor& cu_seqlens, const HeadLayout& layout);
+void kv_cache_write(Tensor& k_cache, Tensor& v_cache, const Tensor& qkv, const Tensor& slots,
+                    const HeadLayout& layout);
+void attention_paged(Tensor& out, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
+                     const Tensor& block_tables, const Tensor& cu_seqlens_q,
+                     const Tensor& context_lens, const HeadLayout& layout);
+}  // namespace lockstep::cuda

@@ -1,0 +1,1100 @@
+// ops/cuda/attention.cu — ops/attention.h on CUDA: bf16 tensors, head_dim 64 or 128, fp32 softmax
+// and accumulation, bf16 tensor cores (mma.sync m16n8k16). Nothing of size [T, T] is materialized.
+//
+// Kernels:
+//   fwd_kernel     FlashAttention-2 forward: a CTA of 4 warps takes 64 query rows of one q head (16
+//                  a warp, the queries held in registers) and streams 64-key K/V tiles through
+//                  double-buffered shared memory with an online softmax. It serves the training
+//                  forward (keys from the packed qkv rows) and the paged path's multi-row sequences
+//                  (prefill chunks; keys through the block table).
+//   decode_kernel  flash-decoding for the paged path's one-row sequences: a CTA takes one
+//                  partition of a sequence's context for all q heads of one kv head (the group's
+//                  heads are the rows of a 16-row MMA tile, so each K/V byte is read once per
+//                  group), its 4 warps splitting every 64-key tile. Long contexts are split into
+//                  enough partitions to fill the GPU; combine_kernel merges them by their lse.
+//   bwd_kernel     FlashAttention-2 backward: bwd_prep_kernel computes Dᵢ = rowsum(dO ∘ O) and
+//                  zeroes an f32 dQ accumulator; a bwd_kernel CTA takes 64 keys of one kv head (16 a
+//                  warp, dK and dV in registers) and loops over the group's q heads and the 32-row
+//                  query tiles at or after its keys, adding each tile's dQ into the accumulator with
+//                  f32 atomics; bwd_dq_kernel rounds the accumulator into dqkv. dK and dV are
+//                  deterministic; dQ is not (the order of the atomic adds varies from run to run,
+//                  which changes the last bits). A deterministic dQ needs a second pass recomputing
+//                  P and dP per query tile: 7 instead of 5 matrix products.
+//   kv_cache_write_kernel  16-byte copies of each row's k and v heads to its slot.
+//
+// Layout rules, written once (PTX ISA, "Matrix fragments for mma.m16n8k16"): lane l of a warp
+// holds rows l/4 and l/4 + 8 and columns 2·(l%4), 2·(l%4) + 1 of a 16×8 f32 C fragment; a 16×16
+// A fragment is 4 registers of bf16 pairs (rows l/4, l/4 + 8 × k 2·(l%4), +8); a 16×8 B fragment
+// is 2 (k 2·(l%4), +8 × column l/4). Hence:
+// - The C fragments of scores over two adjacent 8-key blocks are exactly the A fragment of their
+//   probabilities over 16 keys: P goes from the softmax to the next MMA in registers.
+// - ldmatrix (without .trans) of row-major K rows gives the B fragments of S = Q·Kᵀ, and with
+//   .trans the B fragments of O += P·V from row-major V rows (likewise Q, dO, dS in the backward).
+// - Shared tiles are rows of 16-byte chunks; chunk c of row r is stored at chunk c ^ (r % 8)
+//   (c ^ (r/2 % 4) for 4-chunk rows), so the 8 rows an ldmatrix reads hit distinct banks.
+//
+// Index tensors (cu_seqlens, context lengths, block tables, slots) are read only on the device,
+// and no read or write ever leaves a tensor on bad values: a malformed cu_seqlens (not from 0 to
+// T, or decreasing) turns every output row into NaN, a context length or block id out of range
+// turns that sequence's rows into NaN, and a kv_cache_write row with a slot out of range is not
+// written.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "core/cuda_check.h"
+#include "core/cuda_stream.h"
+#include "ops/attention_backends.h"
+
+namespace lockstep::cuda {
+
+namespace {
+
+constexpr int kThreads = 128;  // 4 warps in every attention kernel
+constexpr int kWarps = kThreads / 32;
+constexpr int kTileRows = 64;  // query rows of a forward CTA, keys of a backward CTA, keys a K/V tile
+constexpr int kBwdRows = 32;   // query rows a backward step
+constexpr int kGroupRows = 16; // q heads a decode CTA serves: the rows of one MMA tile
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+constexpr uint16_t kBf16NaN = 0x7fc0;
+
+// ---- primitives ------------------------------------------------------------------------------
+
+__device__ __forceinline__ uint32_t smem_address(const void* p) {
+  return uint32_t(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared, asynchronously; zeros (and no read) when !valid.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(dst)), "l"(src),
+               "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async4(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_address(dst)), "l"(src),
+               "r"(valid ? 4 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_address(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_address(p)));
+}
+
+// d += a · b (16×16 bf16 · 16×8 bf16, fp32 accumulate).
+__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two floats rounded to bf16 (nearest even), the first in the low half: one fragment register.
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+__device__ __forceinline__ float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float bf16_hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
+
+// 2^x (ex2.approx: relative error ~2^-22; 2^-inf = 0).
+__device__ __forceinline__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Element offset of chunk c (8 bf16) of row r in a swizzled tile of rows of kChunks chunks.
+template <int kChunks>
+__device__ __forceinline__ int swizzle(int r, int c) {
+  static_assert(kChunks == 4 || kChunks == 8 || kChunks == 16);
+  if constexpr (kChunks == 4) return (r * 4 + (c ^ (r / 2 % 4))) * 8;  // two rows per 128 bytes
+  else return (r * kChunks + (c ^ (r % 8))) * 8;
+}
+
+// Rows 0 .. kRows−1 of a tile of D columns, row r from src(r) (a pointer to its first element, or
+// nullptr for a row of zeros), issued as cp.async by the whole CTA; `fallback` is any readable
+// address (a zero-filled copy reads nothing, but still names one).
+template <int D, int kRows, class Src>
+__device__ __forceinline__ void load_tile(uint16_t* tile, const uint16_t* fallback, Src src) {
+  constexpr int kChunks = D / 8;
+  static_assert(kRows * kChunks % kThreads == 0);
+#pragma unroll
+  for (int j = 0; j < kRows * kChunks / kThreads; ++j) {
+    const int i = threadIdx.x + j * kThreads, r = i / kChunks, c = i % kChunks;
+    const uint16_t* row = src(r);
+    cp_async16(tile + swizzle<kChunks>(r, c), row ? row + c * 8 : fallback, row != nullptr);
+  }
+}
+
+// The A fragment of rows row0 .. row0+15, columns 16·kk .. 16·kk+15 of a tile of D columns.
+template <int D>
+__device__ __forceinline__ void load_a(uint32_t (&a)[4], const uint16_t* tile, int row0, int kk) {
+  const int lane = threadIdx.x % 32;
+  ldmatrix_x4(a, tile + swizzle<D / 8>(row0 + lane % 8 + lane / 8 % 2 * 8, 2 * kk + lane / 16));
+}
+
+// s (16 rows × kKeys) = A · (rows key0 .. key0+kKeys−1 of tile)ᵀ, A (16 × D) given by a(kk, frag)
+// one 16-column step at a time: scores of queries against keys (or keys against queries).
+template <int D, int kKeys, class AFragment>
+__device__ __forceinline__ void multiply_transposed(float (&s)[kKeys / 8][4], AFragment a, const uint16_t* tile,
+                                                    int key0) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int nb = 0; nb < kKeys / 8; ++nb) s[nb][0] = s[nb][1] = s[nb][2] = s[nb][3] = 0.0f;
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    uint32_t af[4];
+    a(kk, af);
+#pragma unroll
+    for (int np = 0; np < kKeys / 16; ++np) {
+      uint32_t b[4];  // keys 16·np .. +7 and +8 .. +15, columns 16·kk .. +15
+      ldmatrix_x4(b, tile + swizzle<D / 8>(key0 + np * 16 + lane % 8 + lane / 16 * 8, 2 * kk + lane / 8 % 2));
+      mma(s[2 * np], af, b[0], b[1]);
+      mma(s[2 * np + 1], af, b[2], b[3]);
+    }
+  }
+}
+
+// A fragments held in registers (the queries of a forward warp), for multiply_transposed.
+template <int D>
+struct HeldA {
+  uint32_t f[D / 16][4];
+  __device__ __forceinline__ void load(const uint16_t* tile, int row0) {
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) load_a<D>(f[kk], tile, row0, kk);
+  }
+  __device__ __forceinline__ void operator()(int kk, uint32_t (&a)[4]) const {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) a[i] = f[kk][i];
+  }
+};
+
+// o (16 rows × kCols) += p · (rows key0 .. key0+16·kSteps−1, columns col0 .. col0+kCols−1 of tile):
+// probabilities times values. kChunks: the tile's row length in chunks.
+template <int kChunks, int kSteps, int kCols>
+__device__ __forceinline__ void multiply_accumulate(float (&o)[kCols / 8][4], const uint32_t (&p)[kSteps][4],
+                                                    const uint16_t* tile, int key0, int col0) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int kk = 0; kk < kSteps; ++kk)
+#pragma unroll
+    for (int dp = 0; dp < kCols / 16; ++dp) {
+      uint32_t b[4];  // keys 16·kk .. +15, columns 16·dp .. +7 and +8 .. +15
+      ldmatrix_x4_trans(b, tile + swizzle<kChunks>(key0 + kk * 16 + lane % 8 + lane / 8 % 2 * 8,
+                                                   col0 / 8 + 2 * dp + lane / 16));
+      mma(o[2 * dp], p[kk], b[0], b[1]);
+      mma(o[2 * dp + 1], p[kk], b[2], b[3]);
+    }
+}
+
+// The C fragments of 16 rows × 16·kSteps columns as bf16 A fragments (the FA2 register reuse).
+template <int kSteps>
+__device__ __forceinline__ void to_a_fragments(uint32_t (&a)[kSteps][4], const float (&c)[2 * kSteps][4]) {
+#pragma unroll
+  for (int kk = 0; kk < kSteps; ++kk) {
+    a[kk][0] = pack_bf16(c[2 * kk][0], c[2 * kk][1]);
+    a[kk][1] = pack_bf16(c[2 * kk][2], c[2 * kk][3]);
+    a[kk][2] = pack_bf16(c[2 * kk + 1][0], c[2 * kk + 1][1]);
+    a[kk][3] = pack_bf16(c[2 * kk + 1][2], c[2 * kk + 1][3]);
+  }
+}
+
+// Online softmax of a warp's 16 rows (this lane's rows l/4 and l/4 + 8) in the log2 domain:
+// x = score · scale · log2(e), m = max x so far, l = Σ 2^(x − m) over this lane's columns (the 4
+// lanes of a row are summed once, at the end).
+struct OnlineSoftmax {
+  float m[2] = {-INFINITY, -INFINITY};
+  float l[2] = {0.0f, 0.0f};
+
+  // Turns the scores s (masked ones −inf) into probabilities 2^(x − m) in place and rescales o,
+  // the running Σ p·v, to the new maxima.
+  template <int kKeys, int kCols>
+  __device__ __forceinline__ void update(float (&s)[kKeys / 8][4], float (&o)[kCols / 8][4], float scale_log2) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int nb = 0; nb < kKeys / 8; ++nb) mx = fmaxf(mx, fmaxf(s[nb][2 * r], s[nb][2 * r + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m[r], mx * scale_log2);
+      // A row that has seen no key yet (possible in a decode warp's slice) keeps p = 0, not NaN.
+      const float base = m_new == -INFINITY ? 0.0f : m_new;
+      const float alpha = exp2_approx(m[r] - base);
+      m[r] = m_new;
+      float sum = 0.0f;
+#pragma unroll
+      for (int nb = 0; nb < kKeys / 8; ++nb)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float& x = s[nb][2 * r + e];
+          x = exp2_approx(fmaf(x, scale_log2, -base));
+          sum += x;
+        }
+      l[r] = fmaf(l[r], alpha, sum);
+#pragma unroll
+      for (int nb = 0; nb < kCols / 8; ++nb) {
+        o[nb][2 * r] *= alpha;
+        o[nb][2 * r + 1] *= alpha;
+      }
+    }
+  }
+
+  // Sums l over the 4 lanes of each row.
+  __device__ __forceinline__ void finish() {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+      l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    }
+  }
+};
+
+// ---- packed sequences ------------------------------------------------------------------------
+
+// Where tile `index` of the packed sequences lies. Tiles are numbered sequence by sequence, a
+// sequence of n ≥ min_rows rows having ceil(n / kRows) of them (fewer rows: none); with kReverse
+// they run from the sequence's last tile to its first (causal: the tiles with the most keys first).
+struct TileSpot {
+  int seq = -1;  // −1: there is no tile `index`
+  int start = 0, rows = 0, tile = 0;
+  bool valid = true;  // cu_seqlens runs from 0 to T without decreasing
+};
+
+// Every warp scans cu_seqlens on its own (S is small: a few to a few hundred sequences), checking
+// all of it, so every CTA knows whether it is well formed.
+template <int kRows, bool kReverse>
+__device__ TileSpot locate_tile(const int32_t* cu, int S, int T, int index, int min_rows) {
+  const int lane = threadIdx.x % 32;
+  TileSpot spot;
+  spot.valid = cu[0] == 0 && cu[S] == T;
+  int before = 0;  // tiles of the sequences already scanned
+  for (int base = 0; base < S; base += 32) {
+    const int s = base + lane;
+    const int a = s < S ? cu[s] : 0, b = s < S ? cu[s + 1] : 0;
+    const bool ok = 0 <= a && a <= b && b <= T;
+    spot.valid &= bool(__all_sync(0xffffffffu, ok));
+    const int rows = ok ? b - a : 0;
+    const int tiles = rows >= min_rows ? (rows + kRows - 1) / kRows : 0;
+    int last = tiles;  // inclusive prefix sum over the lanes
+#pragma unroll
+    for (int o = 1; o < 32; o *= 2) {
+      const int v = __shfl_up_sync(0xffffffffu, last, o);
+      if (lane >= o) last += v;
+    }
+    const int first = before + last - tiles;
+    const unsigned hit = __ballot_sync(0xffffffffu, index >= first && index < before + last);
+    if (hit) {
+      const int src = __ffs(hit) - 1;
+      spot.seq = __shfl_sync(0xffffffffu, s, src);
+      spot.start = __shfl_sync(0xffffffffu, a, src);
+      spot.rows = __shfl_sync(0xffffffffu, rows, src);
+      const int j = index - __shfl_sync(0xffffffffu, first, src);
+      spot.tile = kReverse ? __shfl_sync(0xffffffffu, tiles, src) - 1 - j : j;
+    }
+    before += __shfl_sync(0xffffffffu, last, 31);
+  }
+  return spot;
+}
+
+// Rows blockIdx.x, + gridDim.x, ... < T of a [T, ld] tensor, columns col0 .. col0+cols−1, set to
+// NaN: every CTA's share when cu_seqlens is malformed.
+template <class Element>
+__device__ void nan_rows(Element* x, int64_t ld, int64_t col0, int64_t cols, int T) {
+  Element nan;
+  if constexpr (sizeof(Element) == 2) nan = kBf16NaN;
+  else nan = __int_as_float(0x7fc00000);
+  for (int64_t t = blockIdx.x; t < T; t += gridDim.x)
+    for (int64_t c = threadIdx.x; c < cols; c += kThreads) x[t * ld + col0 + c] = nan;
+}
+
+// ---- forward -----------------------------------------------------------------------------------
+
+struct FwdArgs {
+  const uint16_t* qkv;
+  uint16_t* out;
+  float* lse;          // [T, q_heads]; nullptr on the paged path
+  const int32_t* cu;   // [S + 1]
+  int S, T, q_heads, kv_heads, group;
+  int64_t qkv_width, out_width;
+  float scale_log2;
+  int max_keys;  // keys a sequence may have: T (packed), max_blocks · block_size (paged)
+  // The paged path's cache:
+  const uint16_t* k_cache;
+  const uint16_t* v_cache;
+  const int32_t* block_tables;  // [S, max_blocks]
+  const int32_t* context_lens;  // [S]
+  int max_blocks, block_size, num_blocks;
+  int64_t kv_width;
+};
+
+// Keys 0 .. count−1 of one kv head; offset(p) is the element offset of key p's row (the same for
+// its k and its v), or −1 for a block id outside the cache (which sets `bad`).
+struct PackedKeys {
+  int64_t row0, ld;
+  int count;
+  __device__ int64_t offset(int p, bool&) const { return (row0 + p) * ld; }
+};
+struct PagedKeys {
+  const int32_t* table;  // this sequence's row of block_tables
+  int count, block_size, num_blocks;
+  int64_t ld;  // kv_heads · head_dim
+  __device__ int64_t offset(int p, bool& bad) const {
+    const int32_t block = table[p / block_size];
+    if (block < 0 || block >= num_blocks) {
+      bad = true;
+      return -1;
+    }
+    return (int64_t(block) * block_size + p % block_size) * ld;
+  }
+};
+
+// Keys p0 .. p0+63 into the k and v tiles (zeros past the keys' count); k and v point at the kv
+// head's first column.
+template <int D, class Keys>
+__device__ __forceinline__ void load_keys(uint16_t* sk, uint16_t* sv, const uint16_t* k, const uint16_t* v,
+                                          const Keys& keys, int p0, bool& bad) {
+  constexpr int kChunks = D / 8;
+#pragma unroll
+  for (int j = 0; j < kTileRows * kChunks / kThreads; ++j) {
+    const int i = threadIdx.x + j * kThreads, r = i / kChunks, c = i % kChunks, p = p0 + r;
+    const int64_t offset = p < keys.count ? keys.offset(p, bad) : -1;
+    cp_async16(sk + swizzle<kChunks>(r, c), offset >= 0 ? k + offset + c * 8 : k, offset >= 0);
+    cp_async16(sv + swizzle<kChunks>(r, c), offset >= 0 ? v + offset + c * 8 : v, offset >= 0);
+  }
+}
+
+// One CTA per (64-row query tile, q head) item; on the paged path a CTA loops over items, since the
+// grid is sized without knowing how many rows belong to multi-row sequences.
+template <int D, bool kPaged>
+__global__ void __launch_bounds__(kThreads) fwd_kernel(const FwdArgs a) {
+  constexpr int kChunks = D / 8;
+  extern __shared__ __align__(128) uint16_t smem[];
+  uint16_t* sq = smem;                          // [64, D] queries, then the output tile
+  uint16_t* sk = sq + kTileRows * D;            // [2][64, D]
+  uint16_t* sv = sk + 2 * kTileRows * D;        // [2][64, D]
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+
+  for (int item = blockIdx.x;; item += gridDim.x) {
+    const TileSpot spot = locate_tile<kTileRows, true>(a.cu, a.S, a.T, item / a.q_heads, kPaged ? 2 : 1);
+    if (!spot.valid) {
+      nan_rows(a.out, a.out_width, 0, a.out_width, a.T);
+      if (a.lse) nan_rows(a.lse, a.q_heads, 0, a.q_heads, a.T);
+      return;
+    }
+    if (spot.seq < 0) return;
+    const int h = item % a.q_heads, g = h / a.group, n = spot.rows, m0 = spot.tile * kTileRows;
+    const uint16_t* q = a.qkv + int64_t(spot.start) * a.qkv_width + int64_t(h) * D;
+
+    // The keys of the sequence's kv head g. Query row i sits at position keys.count − n + i (the
+    // sequence's last positions) and attends keys 0 .. that position.
+    const auto keys = [&] {
+      if constexpr (kPaged)
+        return PagedKeys{a.block_tables + int64_t(spot.seq) * a.max_blocks, a.context_lens[spot.seq],
+                         a.block_size, a.num_blocks, a.kv_width};
+      else return PackedKeys{spot.start, a.qkv_width, n};
+    }();
+    const uint16_t* k = kPaged ? a.k_cache + int64_t(g) * D : a.qkv + int64_t(a.q_heads + g) * D;
+    const uint16_t* v = kPaged ? a.v_cache + int64_t(g) * D : a.qkv + int64_t(a.q_heads + a.kv_heads + g) * D;
+    const int q_pos0 = keys.count - n;
+    bool bad = keys.count < n || keys.count > a.max_keys;  // a context length out of range
+
+    float o[D / 8][4] = {};
+    OnlineSoftmax softmax;
+    if (!bad) {
+      const int q_first = q_pos0 + m0, q_last = q_pos0 + min(n, m0 + kTileRows) - 1;
+      const int tiles = q_last / kTileRows + 1;
+      auto load_stage = [&](int j) {
+        load_keys<D>(sk + (j % 2) * kTileRows * D, sv + (j % 2) * kTileRows * D, k, v, keys, j * kTileRows, bad);
+      };
+      load_tile<D, kTileRows>(sq, q, [&](int r) {
+        return m0 + r < n ? q + int64_t(m0 + r) * a.qkv_width : nullptr;
+      });
+      load_stage(0);
+      cp_async_commit();
+      HeldA<D> qa;
+      for (int j = 0; j < tiles; ++j) {
+        cp_async_wait<0>();
+        __syncthreads();  // tile j visible to all; everyone is done with tile j − 1's buffers
+        if (j + 1 < tiles) {
+          load_stage(j + 1);
+          cp_async_commit();
+        }
+        if (j == 0) qa.load(sq, warp * 16);
+        float s[kTileRows / 8][4];
+        multiply_transposed<D, kTileRows>(s, qa, sk + (j % 2) * kTileRows * D, 0);
+        if (j * kTileRows + kTileRows - 1 > q_first) {  // keys past some query's position
+#pragma unroll
+          for (int nb = 0; nb < kTileRows / 8; ++nb)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int key = j * kTileRows + nb * 8 + lane % 4 * 2 + e % 2;
+              const int pos = q_first + warp * 16 + lane / 4 + e / 2 * 8;
+              if (key > pos) s[nb][e] = -INFINITY;
+            }
+        }
+        softmax.update<kTileRows, D>(s, o, a.scale_log2);
+        uint32_t p[kTileRows / 16][4];
+        to_a_fragments<kTileRows / 16>(p, s);
+        multiply_accumulate<kChunks, kTileRows / 16, D>(o, p, sv + (j % 2) * kTileRows * D, 0, 0);
+      }
+      softmax.finish();
+    }
+    bad = __syncthreads_or(bad);  // also: every warp is done with sq and the K/V buffers
+
+    // The warp's 16 rows, normalized and rounded, through its rows of sq: 16-byte row stores.
+    float inv[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) inv[r] = bad ? __int_as_float(0x7fc00000) : 1.0f / softmax.l[r];
+    const int r0 = warp * 16 + lane / 4;
+#pragma unroll
+    for (int nb = 0; nb < D / 8; ++nb) {
+      *reinterpret_cast<uint32_t*>(sq + swizzle<kChunks>(r0, nb) + lane % 4 * 2) =
+          pack_bf16(o[nb][0] * inv[0], o[nb][1] * inv[0]);
+      *reinterpret_cast<uint32_t*>(sq + swizzle<kChunks>(r0 + 8, nb) + lane % 4 * 2) =
+          pack_bf16(o[nb][2] * inv[1], o[nb][3] * inv[1]);
+    }
+    __syncwarp();
+#pragma unroll
+    for (int i = lane; i < 16 * kChunks; i += 32) {
+      const int r = i / kChunks, c = i % kChunks, row = m0 + warp * 16 + r;
+      if (row < n)
+        *reinterpret_cast<uint4*>(a.out + int64_t(spot.start + row) * a.out_width + int64_t(h) * D + c * 8) =
+            *reinterpret_cast<const uint4*>(sq + swizzle<kChunks>(warp * 16 + r, c));
+    }
+    if (a.lse && lane % 4 == 0)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int row = m0 + r0 + r * 8;
+        if (row < n)
+          a.lse[int64_t(spot.start + row) * a.q_heads + h] =
+              bad ? __int_as_float(0x7fc00000) : (softmax.m[r] + log2f(softmax.l[r])) * kLn2;
+      }
+    __syncthreads();  // sq is the next item's query tile
+  }
+}
+
+// ---- decode (paged, one-row sequences) --------------------------------------------------------
+
+struct DecodeArgs {
+  const uint16_t* qkv;
+  uint16_t* out;
+  const uint16_t* k_cache;
+  const uint16_t* v_cache;
+  const int32_t* block_tables;
+  const int32_t* context_lens;
+  const int32_t* cu;
+  float* part_o;    // [S, q_heads, max_parts, D] normalized partial outputs
+  float* part_lse;  // [S, q_heads, max_parts] their log2-domain lse
+  int S, T, q_heads, kv_heads, group, max_blocks, block_size, num_blocks, max_parts;
+  int64_t qkv_width, out_width;
+  float scale_log2;
+};
+
+// Keys per partition of a context of len positions split into at most max_parts partitions:
+// whole 64-key tiles, so that len / span ≤ max_parts. The decode and combine kernels agree on it.
+__device__ __forceinline__ int decode_span(int len, int max_parts) {
+  const int per = (len + max_parts - 1) / max_parts;
+  return (per + kTileRows - 1) / kTileRows * kTileRows;
+}
+
+// The row of a one-row sequence s, or −1 (a multi-row sequence, or a malformed cu_seqlens whose
+// rows fwd_kernel turns into NaN afterwards).
+__device__ __forceinline__ int decode_row(const int32_t* cu, int s, int T) {
+  const int a = cu[s], b = cu[s + 1];
+  return 0 <= a && a <= b && b <= T && b - a == 1 ? a : -1;
+}
+
+// grid (max_parts, kv_heads, S).
+template <int D>
+__global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeArgs a) {
+  constexpr int kChunks = D / 8;
+  extern __shared__ __align__(128) uint16_t smem[];
+  uint16_t* sq = smem;                         // [16, D] the group's queries (rows ≥ group zero)
+  uint16_t* sk = sq + kGroupRows * D;          // [2][64, D]
+  uint16_t* sv = sk + 2 * kTileRows * D;       // [2][64, D]
+  const int part = blockIdx.x, g = blockIdx.y, s = blockIdx.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+
+  const int t = decode_row(a.cu, s, a.T);
+  if (t < 0) return;
+  const int len = a.context_lens[s];
+  uint16_t* out = a.out + int64_t(t) * a.out_width + int64_t(g) * a.group * D;
+  if (len < 1 || len > a.max_blocks * a.block_size) {
+    if (part == 0)
+      for (int i = threadIdx.x; i < a.group * D; i += kThreads) out[i] = kBf16NaN;
+    return;
+  }
+  const int span = decode_span(len, a.max_parts), parts = (len + span - 1) / span;
+  if (part >= parts) return;
+  const int p_begin = part * span, p_end = min(len, p_begin + span);
+  const int tiles = (p_end - p_begin + kTileRows - 1) / kTileRows;
+
+  const uint16_t* q = a.qkv + int64_t(t) * a.qkv_width + int64_t(g) * a.group * D;
+  const PagedKeys keys{a.block_tables + int64_t(s) * a.max_blocks, p_end, a.block_size, a.num_blocks,
+                       int64_t(a.kv_heads) * D};
+  const uint16_t* k = a.k_cache + int64_t(g) * D;
+  const uint16_t* v = a.v_cache + int64_t(g) * D;
+  bool bad = false;
+  auto load_stage = [&](int j) {
+    load_keys<D>(sk + (j % 2) * kTileRows * D, sv + (j % 2) * kTileRows * D, k, v, keys,
+                 p_begin + j * kTileRows, bad);
+  };
+  load_tile<D, kGroupRows>(sq, q, [&](int r) { return r < a.group ? q + int64_t(r) * D : nullptr; });
+  load_stage(0);
+  cp_async_commit();
+
+  float o[D / 8][4] = {};
+  OnlineSoftmax softmax;
+  HeldA<D> qa;
+  for (int j = 0; j < tiles; ++j) {
+    cp_async_wait<0>();
+    __syncthreads();
+    if (j + 1 < tiles) {
+      load_stage(j + 1);
+      cp_async_commit();
+    }
+    if (j == 0) qa.load(sq, 0);
+    // This warp's 16 keys of the tile.
+    float sc[2][4];
+    multiply_transposed<D, 16>(sc, qa, sk + (j % 2) * kTileRows * D, warp * 16);
+#pragma unroll
+    for (int nb = 0; nb < 2; ++nb)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        if (p_begin + j * kTileRows + warp * 16 + nb * 8 + lane % 4 * 2 + e % 2 >= p_end) sc[nb][e] = -INFINITY;
+    softmax.update<16, D>(sc, o, a.scale_log2);
+    uint32_t p[1][4];
+    to_a_fragments<1>(p, sc);
+    multiply_accumulate<kChunks, 1, D>(o, p, sv + (j % 2) * kTileRows * D, warp * 16, 0);
+  }
+  softmax.finish();
+  bad = __syncthreads_or(bad);  // also: the K/V buffers are free for the merge below
+
+  // Merge the 4 warps' (m, l, o) through shared memory (f32 [4][16][D] over the K buffers).
+  float* so = reinterpret_cast<float*>(sk);
+  float* sm = reinterpret_cast<float*>(sv);  // [4][16]
+  float* sl = sm + kWarps * 16;              // [4][16]
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = lane / 4 + r * 8;
+#pragma unroll
+    for (int nb = 0; nb < D / 8; ++nb)
+      *reinterpret_cast<float2*>(so + (warp * 16 + row) * D + nb * 8 + lane % 4 * 2) =
+          make_float2(o[nb][2 * r], o[nb][2 * r + 1]);
+    if (lane % 4 == 0) {
+      sm[warp * 16 + row] = softmax.m[r];
+      sl[warp * 16 + row] = softmax.l[r];
+    }
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < a.group * kChunks; i += kThreads) {
+    const int r = i / kChunks, c = i % kChunks;
+    float m = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) m = fmaxf(m, sm[w * 16 + r]);
+    float l = 0.0f, acc[8] = {};
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float f = exp2_approx(sm[w * 16 + r] - m);  // 0 for a warp without keys (m = −inf)
+      l = fmaf(sl[w * 16 + r], f, l);
+      const float* x = so + (w * 16 + r) * D + c * 8;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) acc[e] = fmaf(x[e], f, acc[e]);
+    }
+    const float inv = bad ? __int_as_float(0x7fc00000) : 1.0f / l;
+    if (parts == 1) {
+      uint4 w;
+      w.x = pack_bf16(acc[0] * inv, acc[1] * inv);
+      w.y = pack_bf16(acc[2] * inv, acc[3] * inv);
+      w.z = pack_bf16(acc[4] * inv, acc[5] * inv);
+      w.w = pack_bf16(acc[6] * inv, acc[7] * inv);
+      *reinterpret_cast<uint4*>(out + r * D + c * 8) = w;
+    } else {
+      const int64_t slot = (int64_t(s) * a.q_heads + g * a.group + r) * a.max_parts + part;
+      float4* dst = reinterpret_cast<float4*>(a.part_o + slot * D + c * 8);
+      dst[0] = make_float4(acc[0] * inv, acc[1] * inv, acc[2] * inv, acc[3] * inv);
+      dst[1] = make_float4(acc[4] * inv, acc[5] * inv, acc[6] * inv, acc[7] * inv);
+      if (c == 0) a.part_lse[slot] = bad ? __int_as_float(0x7fc00000) : m + log2f(l);
+    }
+  }
+}
+
+// One warp per (sequence, q head): o = Σ_p 2^(lse_p − max) · o_p / Σ_p 2^(lse_p − max) over the
+// partitions of a one-row sequence with more than one (a NaN partition makes the row NaN).
+template <int D>
+__global__ void __launch_bounds__(kThreads) combine_kernel(const DecodeArgs a) {
+  constexpr int kPer = D / 32;  // columns a lane
+  const int lane = threadIdx.x % 32;
+  const int64_t pair = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
+  if (pair >= int64_t(a.S) * a.q_heads) return;
+  const int s = int(pair / a.q_heads), h = int(pair % a.q_heads);
+  const int t = decode_row(a.cu, s, a.T);
+  if (t < 0) return;
+  const int len = a.context_lens[s];
+  if (len < 1 || len > a.max_blocks * a.block_size) return;  // decode_kernel wrote NaN
+  const int span = decode_span(len, a.max_parts), parts = (len + span - 1) / span;
+  if (parts == 1) return;  // decode_kernel wrote the row
+  const float* lse = a.part_lse + pair * a.max_parts;
+  float m = -INFINITY;
+  for (int p = lane; p < parts; p += 32) m = fmaxf(m, lse[p]);
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  float l = 0.0f;
+  for (int p = lane; p < parts; p += 32) l += exp2_approx(lse[p] - m);
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) l += __shfl_xor_sync(0xffffffffu, l, o);
+  float acc[kPer] = {};
+  for (int p = 0; p < parts; ++p) {
+    const float w = exp2_approx(lse[p] - m);
+    const float* x = a.part_o + (pair * a.max_parts + p) * D + lane * kPer;
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) acc[e] = fmaf(x[e], w, acc[e]);
+  }
+  uint32_t w[kPer / 2];
+#pragma unroll
+  for (int e = 0; e < kPer / 2; ++e) w[e] = pack_bf16(acc[2 * e] / l, acc[2 * e + 1] / l);
+  uint16_t* dst = a.out + int64_t(t) * a.out_width + int64_t(h) * D + lane * kPer;
+  if constexpr (kPer == 4) *reinterpret_cast<uint2*>(dst) = make_uint2(w[0], w[1]);
+  else *reinterpret_cast<uint32_t*>(dst) = w[0];
+}
+
+// ---- backward ----------------------------------------------------------------------------------
+
+struct BwdArgs {
+  const uint16_t* qkv;
+  const uint16_t* dout;
+  const float* lse;   // [T, q_heads]
+  const float* dsum;  // [T, q_heads]: rowsum(dO ∘ O)
+  float* dq;          // [T, q_heads, D] accumulator
+  uint16_t* dqkv;
+  const int32_t* cu;
+  int S, T, q_heads, kv_heads, group;
+  int64_t qkv_width;
+  float scale, scale_log2;
+};
+
+// dsum[i] = Σ_c dout[i, c] · out[i, c] over the T · q_heads head rows; dq zeroed. D/8 lanes a row.
+template <int D>
+__global__ void bwd_prep_kernel(const uint16_t* dout, const uint16_t* out, float* dsum, float* dq, int64_t rows) {
+  constexpr int kLanes = D / 8;
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, row = i / kLanes;
+  const int c = int(i % kLanes);
+  float sum = 0.0f;
+  if (row < rows) {
+    const uint4 x = *reinterpret_cast<const uint4*>(dout + row * D + c * 8);
+    const uint4 y = *reinterpret_cast<const uint4*>(out + row * D + c * 8);
+    const uint32_t xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      sum = fmaf(bf16_lo(xs[e]), bf16_lo(ys[e]), sum);
+      sum = fmaf(bf16_hi(xs[e]), bf16_hi(ys[e]), sum);
+    }
+    float4* z = reinterpret_cast<float4*>(dq + row * D + c * 8);
+    z[0] = z[1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+#pragma unroll
+  for (int o = kLanes / 2; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  if (row < rows && c == 0) dsum[row] = sum;
+}
+
+// dqkv's q columns = dq · scale, rounded to bf16. One thread per 8 columns.
+template <int D>
+__global__ void bwd_dq_kernel(const float* dq, uint16_t* dqkv, int64_t rows, int q_heads, int64_t qkv_width,
+                              float scale) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, row = i / (D / 8);
+  if (row >= rows) return;
+  const int c = int(i % (D / 8));
+  const float4* x = reinterpret_cast<const float4*>(dq + row * D + c * 8);
+  const float4 u = x[0], w = x[1];
+  const int64_t t = row / q_heads, h = row % q_heads;
+  *reinterpret_cast<uint4*>(dqkv + t * qkv_width + h * D + c * 8) =
+      make_uint4(pack_bf16(u.x * scale, u.y * scale), pack_bf16(u.z * scale, u.w * scale),
+                 pack_bf16(w.x * scale, w.y * scale), pack_bf16(w.z * scale, w.w * scale));
+}
+
+// One CTA per (64-key tile, kv head). Warp w owns keys 16w .. 16w+15 of the tile. Per step (q head
+// h of the group, 32-row query tile), with Sᵀ and dPᵀ in the key-major orientation:
+//   Sᵀ = K·Qᵀ, Pᵀ = 2^(Sᵀ·scale·log2e − lse·log2e) (0 where key > query or past the sequence),
+//   dPᵀ = V·dOᵀ, dSᵀ = Pᵀ ∘ (dPᵀ − Dᵢ), dV += Pᵀ·dO, dK += dSᵀ·Q,
+//   dSᵀ → shared memory, dQ(32 × D) = dS·K: warp w the rows 16·(w%2), columns D/2·(w/2), added
+//   into the f32 accumulator with atomics.
+template <int D>
+__global__ void __launch_bounds__(kThreads) bwd_kernel(const BwdArgs a) {
+  constexpr int kChunks = D / 8;
+  extern __shared__ __align__(128) uint16_t smem[];
+  uint16_t* sk = smem;                         // [64, D]
+  uint16_t* sv = sk + kTileRows * D;           // [64, D]
+  uint16_t* sq = sv + kTileRows * D;           // [2][32, D]
+  uint16_t* sdo = sq + 2 * kBwdRows * D;       // [2][32, D]
+  uint16_t* sds = sdo + 2 * kBwdRows * D;      // [64, 32] dSᵀ
+  float* slse = reinterpret_cast<float*>(sds + kTileRows * kBwdRows);  // [2][32]
+  float* sdsum = slse + 2 * kBwdRows;          // [2][32]
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int item = blockIdx.x, g = item % a.kv_heads;
+
+  const TileSpot spot = locate_tile<kTileRows, false>(a.cu, a.S, a.T, item / a.kv_heads, 1);
+  if (!spot.valid) {
+    nan_rows(a.dq, int64_t(a.q_heads) * D, 0, int64_t(a.q_heads) * D, a.T);
+    nan_rows(a.dqkv, a.qkv_width, int64_t(a.q_heads) * D, int64_t(2) * a.kv_heads * D, a.T);
+    return;
+  }
+  if (spot.seq < 0) return;
+  const int n = spot.rows, k0 = spot.tile * kTileRows;
+  const int64_t start = spot.start;
+  const uint16_t* qkv = a.qkv + start * a.qkv_width;
+  const int64_t k_col = int64_t(a.q_heads + g) * D, v_col = int64_t(a.q_heads + a.kv_heads + g) * D;
+  const int64_t dout_width = int64_t(a.q_heads) * D;
+
+  // Steps: the group's heads, each over query tiles k0/32 .. ceil(n/32)−1.
+  const int qt0 = k0 / kBwdRows, per_head = (n + kBwdRows - 1) / kBwdRows - qt0, steps = a.group * per_head;
+  auto load_step = [&](int it) {
+    const int h = g * a.group + it / per_head, q0 = (qt0 + it % per_head) * kBwdRows, buf = it % 2;
+    load_tile<D, kBwdRows>(sq + buf * kBwdRows * D, qkv, [&](int r) {
+      return q0 + r < n ? qkv + int64_t(q0 + r) * a.qkv_width + int64_t(h) * D : nullptr;
+    });
+    const uint16_t* dout = a.dout + start * dout_width + int64_t(h) * D;
+    load_tile<D, kBwdRows>(sdo + buf * kBwdRows * D, dout, [&](int r) {
+      return q0 + r < n ? dout + int64_t(q0 + r) * dout_width : nullptr;
+    });
+    if (threadIdx.x < 2 * kBwdRows) {
+      const int r = threadIdx.x % kBwdRows;
+      const float* src = (threadIdx.x < kBwdRows ? a.lse : a.dsum) + (start + q0 + r) * a.q_heads + h;
+      float* dst = (threadIdx.x < kBwdRows ? slse : sdsum) + buf * kBwdRows + r;
+      cp_async4(dst, q0 + r < n ? src : a.lse, q0 + r < n);
+    }
+  };
+  load_tile<D, kTileRows>(sk, qkv, [&](int r) {
+    return k0 + r < n ? qkv + int64_t(k0 + r) * a.qkv_width + k_col : nullptr;
+  });
+  load_tile<D, kTileRows>(sv, qkv, [&](int r) {
+    return k0 + r < n ? qkv + int64_t(k0 + r) * a.qkv_width + v_col : nullptr;
+  });
+  load_step(0);
+  cp_async_commit();
+
+  float dk[D / 8][4] = {}, dv[D / 8][4] = {};
+  const int key_lo = k0 + warp * 16 + lane / 4;  // this lane's keys: key_lo and key_lo + 8
+  for (int it = 0; it < steps; ++it) {
+    cp_async_wait<0>();
+    __syncthreads();  // step it visible; every warp is done with step it − 1 (and with sds)
+    if (it + 1 < steps) {
+      load_step(it + 1);
+      cp_async_commit();
+    }
+    const int h = g * a.group + it / per_head, q0 = (qt0 + it % per_head) * kBwdRows, buf = it % 2;
+    const uint16_t* q = sq + buf * kBwdRows * D;
+    const uint16_t* dout = sdo + buf * kBwdRows * D;
+
+    float st[kBwdRows / 8][4], dpt[kBwdRows / 8][4];
+    multiply_transposed<D, kBwdRows>(st, [&](int kk, uint32_t (&f)[4]) { load_a<D>(f, sk, warp * 16, kk); }, q, 0);
+    multiply_transposed<D, kBwdRows>(dpt, [&](int kk, uint32_t (&f)[4]) { load_a<D>(f, sv, warp * 16, kk); }, dout, 0);
+    const bool mask = q0 < k0 + kTileRows - 1 || q0 + kBwdRows > n;
+#pragma unroll
+    for (int nb = 0; nb < kBwdRows / 8; ++nb)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int col = nb * 8 + lane % 4 * 2 + e % 2, query = q0 + col, key = key_lo + e / 2 * 8;
+        const float lse = slse[buf * kBwdRows + col] * kLog2e;
+        float p = exp2_approx(fmaf(st[nb][e], a.scale_log2, -lse));
+        if (mask && (key > query || query >= n)) p = 0.0f;
+        st[nb][e] = p;
+        dpt[nb][e] = p * (dpt[nb][e] - sdsum[buf * kBwdRows + col]);
+      }
+    {
+      uint32_t pa[kBwdRows / 16][4];
+      to_a_fragments<kBwdRows / 16>(pa, st);
+      multiply_accumulate<kChunks, kBwdRows / 16, D>(dv, pa, dout, 0, 0);
+      to_a_fragments<kBwdRows / 16>(pa, dpt);
+      multiply_accumulate<kChunks, kBwdRows / 16, D>(dk, pa, q, 0, 0);
+    }
+#pragma unroll
+    for (int nb = 0; nb < kBwdRows / 8; ++nb) {
+      const int r = warp * 16 + lane / 4;
+      *reinterpret_cast<uint32_t*>(sds + swizzle<4>(r, nb) + lane % 4 * 2) = pack_bf16(dpt[nb][0], dpt[nb][1]);
+      *reinterpret_cast<uint32_t*>(sds + swizzle<4>(r + 8, nb) + lane % 4 * 2) = pack_bf16(dpt[nb][2], dpt[nb][3]);
+    }
+    __syncthreads();
+
+    // dQ rows 16·(w%2) .. +15 of the step, columns D/2·(w/2) .. +D/2−1; dS A fragments come from
+    // the key-major dSᵀ by ldmatrix.trans.
+    float dq[D / 16][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < kTileRows / 16; ++kk) {
+      uint32_t ds[1][4];
+      ldmatrix_x4_trans(ds[0], sds + swizzle<4>(kk * 16 + lane / 16 * 8 + lane % 8, warp % 2 * 2 + lane / 8 % 2));
+      multiply_accumulate<kChunks, 1, D / 2>(dq, ds, sk, kk * 16, warp / 2 * (D / 2));
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = q0 + warp % 2 * 16 + lane / 4 + r * 8;
+      if (row < n) {
+        float* dst = a.dq + ((start + row) * a.q_heads + h) * D + warp / 2 * (D / 2) + lane % 4 * 2;
+#pragma unroll
+        for (int nb = 0; nb < D / 16; ++nb)
+          atomicAdd(reinterpret_cast<float2*>(dst + nb * 8), make_float2(dq[nb][2 * r], dq[nb][2 * r + 1]));
+      }
+    }
+  }
+  __syncthreads();  // every warp is done reading sk: it and sv now stage dK and dV
+
+  const int r0 = warp * 16 + lane / 4;
+#pragma unroll
+  for (int nb = 0; nb < D / 8; ++nb) {
+    const int c = lane % 4 * 2;
+    *reinterpret_cast<uint32_t*>(sk + swizzle<kChunks>(r0, nb) + c) = pack_bf16(dk[nb][0] * a.scale, dk[nb][1] * a.scale);
+    *reinterpret_cast<uint32_t*>(sk + swizzle<kChunks>(r0 + 8, nb) + c) = pack_bf16(dk[nb][2] * a.scale, dk[nb][3] * a.scale);
+    *reinterpret_cast<uint32_t*>(sv + swizzle<kChunks>(r0, nb) + c) = pack_bf16(dv[nb][0], dv[nb][1]);
+    *reinterpret_cast<uint32_t*>(sv + swizzle<kChunks>(r0 + 8, nb) + c) = pack_bf16(dv[nb][2], dv[nb][3]);
+  }
+  __syncwarp();
+  for (int i = lane; i < 16 * kChunks; i += 32) {
+    const int r = i / kChunks, c = i % kChunks, key = k0 + warp * 16 + r;
+    if (key >= n) continue;
+    uint16_t* row = a.dqkv + (start + key) * a.qkv_width;
+    *reinterpret_cast<uint4*>(row + k_col + c * 8) = *reinterpret_cast<const uint4*>(sk + swizzle<kChunks>(warp * 16 + r, c));
+    *reinterpret_cast<uint4*>(row + v_col + c * 8) = *reinterpret_cast<const uint4*>(sv + swizzle<kChunks>(warp * 16 + r, c));
+  }
+}
+
+// ---- kv cache write ----------------------------------------------------------------------------
+
+// One thread per 16-byte chunk of a row's k and v heads (chunks = kv_width / 8 of each).
+__global__ void kv_cache_write_kernel(uint16_t* k_cache, uint16_t* v_cache, const uint16_t* qkv,
+                                      const int32_t* slots, int64_t T, int64_t qkv_width, int64_t k_col,
+                                      int64_t v_col, int64_t chunks, int64_t capacity) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= T * 2 * chunks) return;
+  const int64_t t = i / (2 * chunks), c = i % (2 * chunks), slot = slots[t];
+  if (slot < 0 || slot >= capacity) return;
+  const bool is_v = c >= chunks;
+  const int64_t col = c % chunks * 8;
+  *reinterpret_cast<uint4*>((is_v ? v_cache : k_cache) + slot * chunks * 8 + col) =
+      *reinterpret_cast<const uint4*>(qkv + t * qkv_width + (is_v ? v_col : k_col) + col);
+}
+
+// ---- host --------------------------------------------------------------------------------------
+
+template <int D>
+constexpr size_t kFwdSmem = 5 * kTileRows * D * sizeof(uint16_t);  // q, 2 × (k, v)
+template <int D>
+constexpr size_t kDecodeSmem = (kGroupRows + 4 * kTileRows) * D * sizeof(uint16_t);
+template <int D>
+constexpr size_t kBwdSmem = (4 * kTileRows * D + kTileRows * kBwdRows) * sizeof(uint16_t) + 4 * kBwdRows * sizeof(float);
+
+template <class T>
+T* data(const Tensor& t) {
+  return static_cast<T*>(t.data());
+}
+
+int sm_count() {
+  static const int sms = [] {
+    int device = 0, n = 0;
+    LOCKSTEP_CUDA_CHECK(cudaGetDevice(&device));
+    LOCKSTEP_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+    return n;
+  }();
+  return sms;
+}
+
+// Made once per kernel: its dynamic shared memory limit raised to `smem` bytes; returns how many of
+// its CTAs the device holds at once. (One device per process, as everywhere in lockstep.)
+template <auto kKernel>
+int prepare(size_t smem) {
+  static const int resident = [smem] {
+    LOCKSTEP_CUDA_CHECK(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    int per_sm = 0;
+    LOCKSTEP_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kKernel, kThreads, smem));
+    return sm_count() * std::max(per_sm, 1);
+  }();
+  return resident;
+}
+
+template <class F>
+void with_head_dim(int64_t head_dim, F&& f) {
+  // ops/attention.cpp admits 64 and 128 only.
+  if (head_dim == 64) f(std::integral_constant<int, 64>());
+  else f(std::integral_constant<int, 128>());
+}
+
+int to_int(int64_t v, const char* what) {
+  LOCKSTEP_CHECK(v <= INT32_MAX, what, " (", v, ") exceeds the CUDA attention kernels' 32-bit range");
+  return int(v);
+}
+
+unsigned blocks(int64_t threads, int per_block) { return unsigned((threads + per_block - 1) / per_block); }
+
+// Query tiles of 64 rows (or key tiles) over packed sequences: at most T/64 rounded up, plus one
+// partial tile per sequence.
+int64_t tile_bound(int64_t T, int64_t S) { return (T + kTileRows - 1) / kTileRows + S; }
+
+FwdArgs fwd_args(const Tensor& out, const Tensor& qkv, const Tensor& cu, const HeadLayout& layout) {
+  FwdArgs a{};
+  a.qkv = data<const uint16_t>(qkv);
+  a.out = data<uint16_t>(out);
+  a.cu = data<const int32_t>(cu);
+  a.S = to_int(cu.dim(0) - 1, "sequences");
+  a.T = to_int(qkv.dim(0), "rows T");
+  a.q_heads = int(layout.q_heads);
+  a.kv_heads = int(layout.kv_heads);
+  a.group = int(layout.group());
+  a.qkv_width = layout.qkv_width();
+  a.out_width = layout.q_width();
+  a.scale_log2 = float(1.0 / std::sqrt(double(layout.head_dim))) * kLog2e;
+  return a;
+}
+
+}  // namespace
+
+void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, const Tensor& cu_seqlens,
+                       const HeadLayout& layout) {
+  if (qkv.dim(0) == 0) return;
+  FwdArgs a = fwd_args(out, qkv, cu_seqlens, layout);
+  a.lse = data<float>(lse);
+  a.max_keys = a.T;
+  const int items = to_int(tile_bound(a.T, a.S) * a.q_heads, "attention_forward: CTAs");
+  with_head_dim(layout.head_dim, [&](auto d) {
+    constexpr int D = decltype(d)::value;
+    prepare<fwd_kernel<D, false>>(kFwdSmem<D>);
+    fwd_kernel<D, false><<<items, kThreads, kFwdSmem<D>, current_stream()>>>(a);
+    LOCKSTEP_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                        const Tensor& lse, const Tensor& cu_seqlens, const HeadLayout& layout) {
+  const int64_t T = qkv.dim(0), rows = T * layout.q_heads;
+  if (T == 0) return;
+  const Tensor dsum = Tensor::empty({T, layout.q_heads}, DType::f32, Device::cuda);
+  const Tensor dq = Tensor::empty({T, layout.q_heads, layout.head_dim}, DType::f32, Device::cuda);
+  BwdArgs a{};
+  a.qkv = data<const uint16_t>(qkv);
+  a.dout = data<const uint16_t>(dout);
+  a.lse = data<const float>(lse);
+  a.dsum = data<const float>(dsum);
+  a.dq = data<float>(dq);
+  a.dqkv = data<uint16_t>(dqkv);
+  a.cu = data<const int32_t>(cu_seqlens);
+  a.S = to_int(cu_seqlens.dim(0) - 1, "sequences");
+  a.T = to_int(T, "rows T");
+  a.q_heads = int(layout.q_heads);
+  a.kv_heads = int(layout.kv_heads);
+  a.group = int(layout.group());
+  a.qkv_width = layout.qkv_width();
+  a.scale = float(1.0 / std::sqrt(double(layout.head_dim)));
+  a.scale_log2 = a.scale * kLog2e;
+  const int items = to_int(tile_bound(a.T, a.S) * a.kv_heads, "attention_backward: CTAs");
+  with_head_dim(layout.head_dim, [&](auto d) {
+    constexpr int D = decltype(d)::value;
+    constexpr int kBlock = 256;
+    bwd_prep_kernel<D><<<blocks(rows * (D / 8), kBlock), kBlock, 0, current_stream()>>>(
+        data<const uint16_t>(dout), data<const uint16_t>(out), data<float>(dsum), a.dq, rows);
+    LOCKSTEP_CUDA_CHECK_LAUNCH();
+    prepare<bwd_kernel<D>>(kBwdSmem<D>);
+    bwd_kernel<D><<<items, kThreads, kBwdSmem<D>, current_stream()>>>(a);
+    LOCKSTEP_CUDA_CHECK_LAUNCH();
+    bwd_dq_kernel<D><<<blocks(rows * (D / 8), kBlock), kBlock, 0, current_stream()>>>(
+        a.dq, a.dqkv, rows, a.q_heads, a.qkv_width, a.scale);
+    LOCKSTEP_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void kv_cache_write(Tensor& k_cache, Tensor& v_cache, const Tensor& qkv, const Tensor& slots,
+                    const HeadLayout& layout) {
+  const int64_t T = qkv.dim(0), chunks = layout.kv_width() / 8;
+  if (T == 0) return;
+  constexpr int kBlock = 256;
+  kv_cache_write_kernel<<<blocks(T * 2 * chunks, kBlock), kBlock, 0, current_stream()>>>(
+      data<uint16_t>(k_cache), data<uint16_t>(v_cache), data<const uint16_t>(qkv), data<const int32_t>(slots), T,
+      layout.qkv_width(), layout.k_offset(), layout.v_offset(), chunks, k_cache.dim(0) * k_cache.dim(1));
+  LOCKSTEP_CUDA_CHECK_LAUNCH();
+}
+
+void attention_paged(Tensor& out, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
+                     const Tensor& block_tables, const Tensor& cu_seqlens_q,
+                     const Tensor& context_lens, const HeadLayout& layout) {
+  if (qkv.dim(0) == 0) return;
+  FwdArgs a = fwd_args(out, qkv, cu_seqlens_q, layout);
+  a.k_cache = data<const uint16_t>(k_cache);
+  a.v_cache = data<const uint16_t>(v_cache);
+  a.block_tables = data<const int32_t>(block_tables);
+  a.context_lens = data<const int32_t>(context_lens);
+  a.max_blocks = to_int(block_tables.dim(1), "block_tables' blocks per sequence");
+  a.block_size = to_int(k_cache.dim(1), "block_size");
+  a.num_blocks = to_int(k_cache.dim(0), "num_blocks");
+  a.max_keys = to_int(int64_t(a.max_blocks) * a.block_size, "max_blocks · block_size");
+  a.kv_width = layout.kv_width();
+
+  DecodeArgs d{};
+  d.qkv = a.qkv;
+  d.out = a.out;
+  d.k_cache = a.k_cache;
+  d.v_cache = a.v_cache;
+  d.block_tables = a.block_tables;
+  d.context_lens = a.context_lens;
+  d.cu = a.cu;
+  d.S = a.S;
+  d.T = a.T;
+  d.q_heads = a.q_heads;
+  d.kv_heads = a.kv_heads;
+  d.group = a.group;
+  d.max_blocks = a.max_blocks;
+  d.block_size = a.block_size;
+  d.num_blocks = a.num_blocks;
+  d.qkv_width = a.qkv_width;
+  d.out_width = a.out_width;
+  d.scale_log2 = a.scale_log2;
+  // Partitions per one-row sequence: enough that S · kv_heads · partitions CTAs fill the GPU about
+  // 4 times over (batch 1 at long contexts is bandwidth-bound only if every SM streams K/V), but
+  // no more than the longest possible context has 64-key tiles. The kernels split each context by
+  // its own length (decode_span), so short contexts in a long-capacity table still spread out.
+  const int64_t want = (4 * int64_t(sm_count()) + int64_t(a.S) * a.kv_heads - 1) / std::max<int64_t>(int64_t(a.S) * a.kv_heads, 1);
+  d.max_parts = int(std::clamp<int64_t>(want, 1, std::max<int64_t>(1, (a.max_keys + kTileRows - 1) / kTileRows)));
+  LOCKSTEP_CHECK(a.S <= 65535, "attention_paged: the CUDA decode kernel takes at most 65535 sequences, got ", a.S);
+  Tensor part_o, part_lse;
+  if (d.max_parts > 1) {
+    part_o = Tensor::empty({a.S, a.q_heads, d.max_parts, layout.head_dim}, DType::f32, Device::cuda);
+    part_lse = Tensor::empty({a.S, a.q_heads, d.max_parts}, DType::f32, Device::cuda);
+    d.part_o = data<float>(part_o);
+    d.part_lse = data<float>(part_lse);
+  }
+  const int items = to_int(tile_bound(a.T, a.S) * a.q_heads, "attention_paged: CTAs");
+
+  with_head_dim(layout.head_dim, [&](auto dim) {
+    constexpr int D = decltype(dim)::value;
+    // One-row sequences first: fwd_kernel, which takes the multi-row ones, also overwrites every
+    // row with NaN when cu_seqlens_q is malformed, and must come last for that.
+    if (a.S > 0) {
+      prepare<decode_kernel<D>>(kDecodeSmem<D>);
+      decode_kernel<D><<<dim3(d.max_parts, a.kv_heads, a.S), kThreads, kDecodeSmem<D>, current_stream()>>>(d);
+      LOCKSTEP_CUDA_CHECK_LAUNCH();
+      if (d.max_parts > 1) {
+        combine_kernel<D><<<blocks(int64_t(a.S) * a.q_heads, kWarps), kThreads, 0, current_stream()>>>(d);
+        LOCKSTEP_CUDA_CHECK_LAUNCH();
+      }
+    }
+    // Persistent CTAs: how many rows belong to multi-row sequences is known only on the device.
+    const int resident = prepare<fwd_kernel<D, true>>(kFwdSmem<D>);
+    fwd_kernel<D, true><<<std::min(items, resident), kThreads, kFwdSmem<D>, current_stream()>>>(a);
+    LOCKSTEP_CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace lockstep::cuda
