@@ -147,9 +147,8 @@ Tensor Transformer::layer_forward(size_t i, const Tensor& x, const Tensor& posit
   const int64_t t = x.dim(0), hidden = config_.hidden_size;
   const bool train = save != nullptr;
 
-  Tensor xn = empty_act(t, hidden), input_rstd = Tensor::empty({t}, DType::f32, device());
-  rmsnorm_forward(xn, input_rstd, x, p.input_norm, eps_);
-  LinearInput qkv_in = linear_input(recipe_, xn, train);
+  Tensor input_rstd = Tensor::empty({t}, DType::f32, device());
+  LinearInput qkv_in = normed_input(x, p.input_norm, input_rstd, train);
   Tensor qkv_raw = empty_act(t, layout_.qkv_width());
   linear_forward(qkv_raw, qkv_in, w.qkv, p.qkv_bias);
 
@@ -166,14 +165,11 @@ Tensor Transformer::layer_forward(size_t i, const Tensor& x, const Tensor& posit
   linear_forward(h, linear_input(recipe_, attn, false), w.o, p.o_bias);
   add_into(h, x);
 
-  Tensor hn = empty_act(t, hidden), post_rstd = Tensor::empty({t}, DType::f32, device());
-  rmsnorm_forward(hn, post_rstd, h, p.post_norm, eps_);
-  LinearInput gate_up_in = linear_input(recipe_, hn, train);
+  Tensor post_rstd = Tensor::empty({t}, DType::f32, device());
+  LinearInput gate_up_in = normed_input(h, p.post_norm, post_rstd, train);
   Tensor gate_up = empty_act(t, 2 * config_.intermediate_size);
   linear_forward(gate_up, gate_up_in, w.gate_up, p.gate_up_bias);
-  Tensor a = empty_act(t, config_.intermediate_size);
-  swiglu_forward(a, gate_up);
-  LinearInput down_in = linear_input(recipe_, a, train);
+  LinearInput down_in = swiglu_input(gate_up, train);
   Tensor out = empty_act(t, hidden);
   linear_forward(out, down_in, w.down, p.down_bias);
   add_into(out, h);
@@ -198,20 +194,44 @@ Tensor Transformer::layer_forward(size_t i, const Tensor& x, const Tensor& posit
   return out;
 }
 
+// In fp8 the norm writes the E4M3 copies directly (no bf16 output in memory).
+LinearInput Transformer::normed_input(const Tensor& x, const Tensor& w, Tensor& rstd,
+                                      bool for_backward) const {
+  const int64_t t = x.dim(0), hidden = config_.hidden_size;
+  if (recipe_ != Recipe::fp8) {
+    Tensor xn = empty_act(t, hidden);
+    rmsnorm_forward(xn, rstd, x, w, eps_);
+    return linear_input(recipe_, xn, for_backward);
+  }
+  LinearInput in;
+  in.rows = Fp8Rows::empty(t, hidden, device());
+  if (for_backward) in.cols = Fp8Rows::empty_columnwise(t, hidden, device());
+  rmsnorm_forward_fp8(in.rows, in.cols, rstd, x, w, eps_);
+  return in;
+}
+
+LinearInput Transformer::swiglu_input(const Tensor& gate_up, bool for_backward) const {
+  const int64_t t = gate_up.dim(0), inter = config_.intermediate_size;
+  if (recipe_ != Recipe::fp8) {
+    Tensor a = empty_act(t, inter);
+    swiglu_forward(a, gate_up);
+    return linear_input(recipe_, a, for_backward);
+  }
+  LinearInput in;
+  in.rows = Fp8Rows::empty(t, inter, device());
+  if (for_backward) in.cols = Fp8Rows::empty_columnwise(t, inter, device());
+  swiglu_forward_fp8(in.rows, in.cols, gate_up);
+  return in;
+}
+
 // The same bits the forward made (every op is deterministic), from what it kept.
 void Transformer::recompute_inputs(size_t i, LayerActivations& s) const {
   const LayerParameters& p = params_.layers[i];
-  const int64_t t = s.x.dim(0);
-  auto normed = [&](const Tensor& x, const Tensor& w) {
-    Tensor xn = empty_act(t, config_.hidden_size), rstd = Tensor::empty({t}, DType::f32, device());
-    rmsnorm_forward(xn, rstd, x, w, eps_);
-    return linear_saved_input(recipe_, xn);
-  };
-  s.qkv_in = normed(s.x, p.input_norm);
-  s.gate_up_in = normed(s.h, p.post_norm);
-  Tensor a = empty_act(t, config_.intermediate_size);
-  swiglu_forward(a, s.gate_up);
-  s.down_in = linear_saved_input(recipe_, a);
+  Tensor rstd = Tensor::empty({s.x.dim(0)}, DType::f32, device());
+  s.qkv_in = normed_input(s.x, p.input_norm, rstd, true);
+  s.gate_up_in = normed_input(s.h, p.post_norm, rstd, true);
+  s.down_in = swiglu_input(s.gate_up, true);
+  for (LinearInput* in : {&s.qkv_in, &s.gate_up_in, &s.down_in}) keep_for_backward(*in);
 }
 
 Tensor Transformer::layer_backward(size_t i, LayerActivations& s, const Tensor& dout,
@@ -344,16 +364,18 @@ Tensor Transformer::forward_infer(const InferBatch& batch, KvCache& cache) {
   for (size_t i = 0; i < params_.layers.size(); ++i)
     x = layer_forward(i, x, batch.positions, attend, nullptr);
 
-  // Only each sequence's last row goes on to the head.
+  // Only each sequence's last row goes on to the head: gathered by row index (the embedding
+  // lookup is exactly that gather, with x as the table).
   const std::vector<int32_t> cu = host_i32(batch.cu_seqlens_q);
   const int64_t sequences = int64_t(cu.size()) - 1;
-  Tensor last = empty_act(sequences, config_.hidden_size);
+  Tensor last_rows = Tensor::empty({sequences}, DType::i32);
   for (int64_t s = 0; s < sequences; ++s) {
     LOCKSTEP_CHECK(cu[size_t(s)] < cu[size_t(s) + 1] && cu[size_t(s) + 1] <= t,
                    "infer batch: sequence ", s, " has no rows in cu_seqlens_q");
-    Tensor row = last.rows(s, s + 1);
-    row.copy_from(x.rows(cu[size_t(s) + 1] - 1, cu[size_t(s) + 1]));
+    last_rows.data_as<int32_t>()[s] = cu[size_t(s) + 1] - 1;
   }
+  Tensor last = empty_act(sequences, config_.hidden_size);
+  embedding_forward(last, device() == Device::cpu ? last_rows : last_rows.to(device()), x);
   Tensor h = empty_act(sequences, config_.hidden_size);
   Tensor rstd = Tensor::empty({sequences}, DType::f32, device());
   rmsnorm_forward(h, rstd, last, params_.final_norm, eps_);

@@ -128,6 +128,9 @@ class Transformer {
   Tensor layer_backward(size_t i, LayerActivations& saved, const Tensor& dout,
                         const Tensor& positions, const Tensor& cu_seqlens);
   void recompute_inputs(size_t i, LayerActivations& saved) const;
+  // The input of the linear layer after an RMSNorm, or after the SwiGLU, in the recipe's form.
+  LinearInput normed_input(const Tensor& x, const Tensor& w, Tensor& rstd, bool for_backward) const;
+  LinearInput swiglu_input(const Tensor& gate_up, bool for_backward) const;
   Tensor empty_act(int64_t rows, int64_t cols) const;
 
   ModelConfig config_;
