@@ -185,7 +185,7 @@ __device__ u64 top_k_threshold(const float* row, int64_t V, u64 top_k, SampleSme
     for_each_chunk(row, V, [&](const float (&x)[kLoads][kVec], int64_t v0) {
       count_bins(x, v0, V, s.count, [&](float logit, int v) {
         const u64 key = sort_key(logit, v);
-        return (key >> high) == prefix ? int(key >> shift) & (bins - 1) : -1;
+        return (key >> high) == prefix ? int((key >> shift) & u64(bins - 1)) : -1;
       });
     });
     __syncthreads();
@@ -221,7 +221,7 @@ __device__ u64 top_p_threshold(const float* row, int64_t V, float top_p, u64 kep
         if (key < kept_from || (key >> high) != prefix) return -1;
         const u64 w = weight_of(logit, inv_t, max_z);
         if (w == 0) return -1;
-        const int b = int(key >> shift) & (bins - 1);
+        const int b = int((key >> shift) & u64(bins - 1));
         atomicAdd(&s.weight[b], w);  // per lane: a warp's shares of a bin differ
         own += w;
         return b;
@@ -304,7 +304,11 @@ __global__ void __launch_bounds__(kThreads)
   if (!(spec.row >= 0 && spec.row < rows && isfinite(spec.temperature) &&
         spec.temperature >= 0.0f && spec.top_p > 0.0f && spec.top_p <= 1.0f && spec.top_k >= 0))
     return refuse();
-  if (threadIdx.x == 0) s.token = -1;  // stays −1 only if the draw below went wrong
+  if (threadIdx.x == 0) {  // defined even if a search below went wrong: token −1, no stray index
+    s.token = -1;
+    s.found_bin = 0;
+    s.found_above = 0;
+  }
 
   const float* row = logits + spec.row * V;
   const bool greedy = spec.temperature == 0.0f;
