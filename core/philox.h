@@ -41,6 +41,12 @@ LOCKSTEP_HD float philox_uniform(uint32_t bits) {
   return float((bits >> 8) + 1u) * (1.0f / 16777216.0f);
 }
 
+// Uniform double in (0, 1]: 53 random bits of words 0 and 1, never 0 (the sampler's draw).
+LOCKSTEP_HD double philox_uniform53(const Philox4& r) {
+  const uint64_t bits = (uint64_t(r.v[0]) << 32 | r.v[1]) >> 11;
+  return double(bits + 1) * 0x1p-53;
+}
+
 // The four random words for (seed, stream, position): stream is e.g. a sample id, position a
 // token index. Distinct (stream, position) pairs never share a counter.
 LOCKSTEP_HD Philox4 philox_at(uint64_t seed, uint64_t stream, uint64_t position) {

@@ -6,10 +6,12 @@
 #include <cmath>
 #include <cstring>
 #include <optional>
+#include <span>
 #include <string>
 
 #include "core/error.h"
-#include "ops/lm_head.h"
+#include "ops/block_copy.h"
+#include "ops/sample.h"
 #include "rollout/scheduler.h"
 
 namespace lockstep {
@@ -26,17 +28,29 @@ struct Sequence {
   std::string text;  // the generated text, kept for stop strings only
 };
 
-// A token drawn this step: from logits row `row` for sequence `seq`.
+// A token to draw this step: from logits row `row` for sequence `seq`.
 struct Draw {
   int64_t seq = 0, row = 0;
-  int32_t token = 0;
-  float temperature = 1;  // of its logprob: the request's, 1 for greedy
 };
 
-EngineOptions checked(const EngineOptions& o) {
-  LOCKSTEP_CHECK(o.num_blocks > 0 && o.block_size > 0,
-                 "engine: num_blocks and block_size must be positive, got ", o.num_blocks, " and ",
-                 o.block_size);
+// The options with num_blocks made from memory_fraction when it is 0.
+EngineOptions checked(EngineOptions o, const Transformer& model) {
+  LOCKSTEP_CHECK(o.block_size > 0, "engine: block_size must be positive, got ", o.block_size);
+  LOCKSTEP_CHECK(o.num_blocks >= 0 && o.memory_fraction >= 0 && o.memory_fraction <= 1 &&
+                     (o.num_blocks > 0) != (o.memory_fraction > 0),
+                 "engine: set either num_blocks > 0 or memory_fraction in (0, 1], got num_blocks ",
+                 o.num_blocks, " and memory_fraction ", o.memory_fraction);
+  if (o.num_blocks == 0) {
+    LOCKSTEP_CHECK(model.device() == Device::cuda, "engine: memory_fraction sizes the KV cache ",
+                   "from free GPU memory, and the model is on the CPU: set num_blocks");
+    const int64_t block =
+        KvCache::block_bytes(model.config(), model.activation_dtype(), o.block_size);
+    const size_t free = device_memory_stats().free;
+    o.num_blocks = std::min(int64_t(o.memory_fraction * double(free) / double(block)),
+                            INT32_MAX / o.block_size);
+    LOCKSTEP_CHECK(o.num_blocks > 0, "engine: memory_fraction ", o.memory_fraction, " of the ",
+                   free, " free GPU bytes holds no KV block of ", block, " bytes");
+  }
   LOCKSTEP_CHECK(o.num_blocks <= INT32_MAX / o.block_size,
                  "engine: num_blocks · block_size = ", o.num_blocks, " · ", o.block_size,
                  " slots do not fit the i32 slot indices");
@@ -46,31 +60,34 @@ EngineOptions checked(const EngineOptions& o) {
   return o;
 }
 
-// Copy-on-write: every layer's k and v rows of each source block into its fresh block.
-void copy_blocks(KvCache& cache, const std::vector<BlockCopy>& copies) {
-  for (const BlockCopy& c : copies)
-    for (std::vector<Tensor>* kv : {&cache.k, &cache.v})
-      for (Tensor& layer : *kv)
-        layer.rows(c.dst, c.dst + 1).copy_from(layer.rows(c.src, c.src + 1));
-}
+// What a step uploads: the InferBatch, the copy-on-write pairs (i32 [C, 2]) and the sample specs
+// of its draws, built in one host buffer (each part 16-byte aligned) that goes to the device in
+// one copy. Block table rows are padded with block 0, never read.
+struct StepInputs {
+  InferBatch batch;
+  Tensor copies;
+  Tensor specs;  // a view of `storage`
+  Tensor storage;
+};
 
-// The step's InferBatch, built in one host buffer (each part 16-byte aligned) that goes to the
-// device in one copy. Block table rows are padded with block 0, never read.
-InferBatch build_batch(const StepPlan& plan, const Scheduler& scheduler,
-                       const std::vector<Sequence>& seqs, Device device) {
+StepInputs build_step(const StepPlan& plan, const Scheduler& scheduler,
+                      const std::vector<Sequence>& seqs, std::span<const int32_t> copies,
+                      std::span<const SampleSpec> specs, Device device) {
   const int64_t block = scheduler.block_size(), s_count = int64_t(plan.chunks.size());
   int64_t t_count = 0, width = 0;
   for (const ScheduledChunk& c : plan.chunks) {
     t_count += c.end - c.begin;
     width = std::max(width, int64_t(scheduler.blocks(c.seq).size()));
   }
-  // tokens, positions, slots, cu_seqlens_q, context_lens, block_tables
-  const int64_t sizes[6] = {t_count, t_count, t_count, s_count + 1, s_count, s_count * width};
-  int64_t offsets[7] = {0};
-  for (int i = 0; i < 6; ++i) offsets[i + 1] = offsets[i] + (sizes[i] + 3) / 4 * 4;
-  Tensor host = Tensor::zeros({offsets[6]}, DType::i32);
-  int32_t* part[6];
-  for (int i = 0; i < 6; ++i) part[i] = host.data_as<int32_t>() + offsets[i];
+  const int64_t spec_words = int64_t(sizeof(SampleSpec) / sizeof(int32_t));
+  // tokens, positions, slots, cu_seqlens_q, context_lens, block_tables, copies, specs
+  const int64_t sizes[8] = {t_count, t_count, t_count, s_count + 1, s_count, s_count * width,
+                            int64_t(copies.size()), int64_t(specs.size()) * spec_words};
+  int64_t offsets[9] = {0};
+  for (int i = 0; i < 8; ++i) offsets[i + 1] = offsets[i] + (sizes[i] + 3) / 4 * 4;
+  Tensor host = Tensor::zeros({offsets[8]}, DType::i32);
+  int32_t* part[8];
+  for (int i = 0; i < 8; ++i) part[i] = host.data_as<int32_t>() + offsets[i];
 
   int64_t t = 0;
   for (int64_t s = 0; s < s_count; ++s) {
@@ -85,39 +102,28 @@ InferBatch build_batch(const StepPlan& plan, const Scheduler& scheduler,
     part[4][s] = int32_t(c.end);
     std::copy(blocks.begin(), blocks.end(), part[5] + s * width);
   }
+  std::copy(copies.begin(), copies.end(), part[6]);
+  if (!specs.empty()) std::memcpy(part[7], specs.data(), specs.size_bytes());
 
   const Tensor all = device == Device::cpu ? host : host.to(device);
   auto view = [&](int i) { return all.rows(offsets[i], offsets[i] + sizes[i]); };
-  return {view(0), view(1), view(2), view(3), view(4), view(5).reshape({s_count, width})};
+  return {{view(0), view(1), view(2), view(3), view(4), view(5).reshape({s_count, width})},
+          view(6).reshape({int64_t(copies.size()) / 2, 2}),
+          Tensor::view_of(all.data_as<int32_t>() + offsets[7],
+                          {int64_t(specs.size()), kSampleSpecWords}, DType::i64, device),
+          all};
 }
 
-// logits_logprob of each draw's token in its row, one call per distinct temperature.
-std::vector<float> logprobs_of(const Tensor& logits, const std::vector<Draw>& draws) {
-  const int64_t vocab = logits.dim(1);
-  std::vector<float> out(draws.size());
-  std::vector<bool> done(draws.size(), false);
-  for (size_t first = 0; first < draws.size(); ++first) {
-    if (done[first]) continue;
-    const float temperature = draws[first].temperature;
-    std::vector<size_t> group;
-    for (size_t d = first; d < draws.size(); ++d)
-      if (!done[d] && draws[d].temperature == temperature) {
-        group.push_back(d);
-        done[d] = true;
-      }
-    const int64_t n = int64_t(group.size());
-    Tensor rows = Tensor::empty({n, vocab}, DType::f32), targets = Tensor::empty({n}, DType::i32);
-    Tensor logprob = Tensor::empty({n}, DType::f32), entropy = Tensor::empty({n}, DType::f32);
-    for (int64_t i = 0; i < n; ++i) {
-      const Draw& d = draws[group[size_t(i)]];
-      std::memcpy(rows.data_as<float>() + i * vocab, logits.data_as<float>() + d.row * vocab,
-                  size_t(vocab) * sizeof(float));
-      targets.data_as<int32_t>()[i] = d.token;
-    }
-    logits_logprob(logprob, entropy, rows, targets, temperature);
-    for (int64_t i = 0; i < n; ++i) out[group[size_t(i)]] = logprob.data_as<float>()[i];
+// Copy-on-write: every layer's K and V block of each copy (`host_pairs`: the pairs as uploaded),
+// one copy_blocks call per run of copies that do not depend on each other (normally one run).
+void copy_on_write(KvCache& cache, const Tensor& pairs, std::span<const int32_t> host_pairs) {
+  std::vector<Tensor> tensors = cache.k;
+  tensors.insert(tensors.end(), cache.v.begin(), cache.v.end());
+  for (int64_t first = 0; first < pairs.dim(0);) {
+    const int64_t count = independent_copies(host_pairs.subspan(size_t(2 * first)));
+    copy_blocks(tensors, pairs.rows(first, first + count));
+    first += count;
   }
-  return out;
 }
 
 // The stop rules of rollout/engine.h after `s` got its latest token.
@@ -149,9 +155,9 @@ std::string_view finish_reason_name(FinishReason reason) {
 
 Engine::Engine(Transformer& model, const EngineOptions& options, const Tokenizer* tokenizer)
     : model_(model),
-      options_(checked(options)),
+      options_(checked(options, model)),
       tokenizer_(tokenizer),
-      cache_(model.config(), model.activation_dtype(), options.num_blocks, options.block_size,
+      cache_(model.config(), model.activation_dtype(), options_.num_blocks, options_.block_size,
              model.device()) {}
 
 void Engine::check_request(const GenerationRequest& request, size_t index) const {
@@ -196,17 +202,15 @@ std::vector<std::vector<GeneratedSample>> Engine::generate(
     }
   }
 
+  const Device device = model_.device();
+  const int64_t vocab = model_.config().vocab_size;
   while (!scheduler.idle()) {
     const StepPlan plan = scheduler.schedule();
-    copy_blocks(cache_, plan.copies);
-    const Tensor out = model_.logits(
-        model_.forward_infer(build_batch(plan, scheduler, seqs, model_.device()), cache_));
-    const Tensor logits = out.is_cuda() ? out.to(Device::cpu) : out;
     ++stats_.steps;
     stats_.block_copies += int64_t(plan.copies.size());
     for (const ScheduledChunk& c : plan.chunks) stats_.tokens_computed += c.end - c.begin;
 
-    // A token for each sequence whose chunk reached its last token (a prompt whose prefill
+    // A token for each sequence whose chunk reaches its last token (a prompt whose prefill
     // continues next step gets none); a shared prompt first forks its other samples.
     std::vector<Draw> draws;
     for (size_t row = 0; row < plan.chunks.size(); ++row) {
@@ -224,20 +228,45 @@ std::vector<std::vector<GeneratedSample>> Engine::generate(
         }
       }
     }
-    const int64_t vocab = logits.dim(1);
-    for (Draw& d : draws) {
+    std::vector<SampleSpec> specs;
+    for (const Draw& d : draws) {
       const Sequence& s = seqs[size_t(d.seq)];
       const SamplingParams& p = requests[s.request].sampling;
-      d.token = sample_token({logits.data_as<float>() + d.row * vocab, size_t(vocab)}, p, s.sample,
-                             s.tokens.size());
-      d.temperature = p.temperature > 0 ? p.temperature : 1.0f;
+      specs.push_back({.seed = p.seed,
+                       .stream = s.sample,
+                       .position = s.tokens.size(),
+                       .row = int32_t(d.row),
+                       .temperature = p.temperature,
+                       .top_p = p.top_p,
+                       .top_k = p.top_k < vocab ? int32_t(p.top_k) : 0});
     }
-    const std::vector<float> logprobs = logprobs_of(logits, draws);
+    std::vector<int32_t> copies;
+    for (const BlockCopy& c : plan.copies) copies.insert(copies.end(), {c.src, c.dst});
+
+    const StepInputs in = build_step(plan, scheduler, seqs, copies, specs, device);
+    copy_on_write(cache_, in.copies, copies);
+    const Tensor hidden = model_.forward_infer(in.batch, cache_);
+    if (draws.empty()) continue;
+
+    // Tokens and logprobs on the model's device; only they come back to the host (in one copy:
+    // the step's one wait for the device).
+    const int64_t count = int64_t(draws.size());
+    const Tensor out = Tensor::empty({2 * count}, DType::i32, device);
+    Tensor tokens = out.rows(0, count);
+    Tensor logprobs =
+        Tensor::view_of(out.data_as<int32_t>() + count, {count}, DType::f32, device);
+    sample_tokens(tokens, logprobs, model_.logits(hidden), in.specs);
+    const Tensor drawn = device == Device::cpu ? out : out.to(Device::cpu);
+    const int32_t* token = drawn.data_as<int32_t>();
+    const float* logprob = static_cast<const float*>(drawn.data()) + count;
 
     for (size_t i = 0; i < draws.size(); ++i) {
       Sequence& s = seqs[size_t(draws[i].seq)];
-      s.tokens.push_back(draws[i].token);
-      s.logprobs.push_back(logprobs[i]);
+      LOCKSTEP_CHECK(token[i] >= 0, "engine: request ", s.request, ", sample ", s.sample,
+                     ": the logits at position ", s.tokens.size(), " hold a NaN or have no ",
+                     "finite maximum (a diverged model?)");
+      s.tokens.push_back(token[i]);
+      s.logprobs.push_back(logprob[i]);
       const std::optional<FinishReason> reason = finish_reason(s, requests[s.request], tokenizer_);
       if (!reason) {
         scheduler.append(draws[i].seq);

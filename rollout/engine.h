@@ -12,9 +12,15 @@
 // trainer must use the same τ. Greedy (τ = 0) reports the logprob under softmax(logits), τ = 1.
 //
 // Randomness: sample j of a request draws the token at position p (its index in prompt +
-// generated tokens) with Philox at (request seed, j, p) (rollout/sampler.h). A sample therefore
-// does not depend on the other requests, on the batch, on preemption or on prompt sharing; two
+// generated tokens) with Philox at (request seed, j, p) (ops/sample.h). A sample therefore does
+// not depend on the other requests, on the batch, on preemption or on prompt sharing; two
 // requests with the same prompt and seed give the same samples, so give each request its own seed.
+//
+// Sampling runs on the model's device (ops/sample.h's sample_tokens over the step's [S, V]
+// logits); only the drawn tokens and their logprobs come back to the host. On CUDA they are the
+// CPU's up to rounding (ops/sample.h), and the logprobs are the CUDA logits_logprob's. A logits row
+// with a NaN or no finite maximum (a diverged model) throws, naming the request, sample and
+// position.
 //
 // Stop rules, checked after each generated token in this order:
 //   - the token is one of stop_token_ids: finish `stop`, the token returned (with its logprob: the
@@ -26,12 +32,16 @@
 //
 // Scheduling (rollout/scheduler.h): each step runs the next token (or prompt chunk) of every
 // running sequence and starts waiting ones, within max_step_tokens and max_step_sequences;
-// finished sequences leave at once. The KV cache holds num_blocks blocks of block_size tokens;
-// when it is full the newest sequences are preempted and recomputed later, never dropped. Every
-// request must fit the cache on its own: prompt + max_new_tokens − 1 tokens.
+// finished sequences leave at once. The KV cache holds num_blocks blocks of block_size tokens —
+// or, with num_blocks = 0 on CUDA, as many as memory_fraction of the GPU memory free when the
+// engine is made holds (core/device.h's device_memory_stats().free; at most what i32 slot indices
+// reach); when it is full the newest sequences are preempted and recomputed later, never dropped.
+// Every request must fit the cache on its own: prompt + max_new_tokens − 1 tokens. Each step
+// uploads its indices, copy-on-write pairs and sample specs in one copy.
 //
 // Prompt sharing (share_prompts): the n samples of a request prefill the prompt once, then share
-// its blocks; the partially filled last block is copied on a sample's first write (copy-on-write).
+// its blocks; the partially filled last block is copied on a sample's first write (copy-on-write:
+// all of a step's copies in one ops/block_copy.h call, unless some depend on others).
 // Without it every sample prefills the prompt itself: the same tokens and logprobs, more work.
 #pragma once
 
@@ -47,7 +57,8 @@
 namespace lockstep {
 
 struct EngineOptions {
-  int64_t num_blocks = 0;  // the KV cache budget, in blocks
+  int64_t num_blocks = 0;        // the KV cache budget, in blocks; or 0 and memory_fraction
+  double memory_fraction = 0;    // (0, 1]: the budget as this fraction of free GPU memory
   int64_t block_size = 16;
   int64_t max_step_tokens = 2048;    // per step: prompt chunks + decoded tokens
   int64_t max_step_sequences = 256;  // per step
@@ -88,6 +99,8 @@ class Engine {
       const std::vector<GenerationRequest>& requests);
 
   const EngineStats& stats() const { return stats_; }
+  // The KV cache's blocks (options.num_blocks, or what memory_fraction made).
+  int64_t num_blocks() const { return options_.num_blocks; }
 
  private:
   void check_request(const GenerationRequest& request, size_t index) const;

@@ -365,6 +365,11 @@ TEST(Engine, RefusesBadRequestsNamingTheField) {
   bad([](GenerationRequest& r) { r.sampling.max_new_tokens = 13; },
       "the prompt (5 tokens) and max_new_tokens (13) need more than the KV cache's 16");
   expect_error([&] { Engine(model, {.num_blocks = 0}); }, "num_blocks");
+  expect_error([&] { Engine(model, {.num_blocks = 4, .memory_fraction = 0.5}); },
+               "set either num_blocks > 0 or memory_fraction");
+  expect_error([&] { Engine(model, {.memory_fraction = 1.5}); }, "memory_fraction in (0, 1]");
+  expect_error([&] { Engine(model, {.memory_fraction = 0.5}); },
+               "the model is on the CPU: set num_blocks");
   // 5 + 12 − 1 = 16 tokens fill the 16 slots exactly: accepted.
   GenerationRequest fits = good;
   fits.sampling.max_new_tokens = 12;

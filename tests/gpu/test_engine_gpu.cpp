@@ -1,0 +1,151 @@
+// tests/gpu/test_engine_gpu.cpp — the generation engine with the model on the GPU
+// (rollout/engine.h): sampling and copy-on-write on the device, the KV cache sized from free GPU
+// memory.
+//
+// The CUDA forward rounds differently from the CPU's (tests/gpu/test_model_gpu.cpp), so tokens are
+// not compared with a CPU run; the GPU's tokens are checked against the CPU model instead. Each
+// greedy token is an argmax of the CPU logits up to 0.05 (a bf16 forward moves logits of order 1
+// by ~1e-2). The logprobs match the CPU training forward of the generated sequences to the model
+// test's logprob tolerance doubled (bf16 2e-2, fp8 8e-2 relative L2): the paged inference forward
+// adds its own rounding to the training forward's.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "../model/model_test_util.h"
+#include "../test_util.h"
+#include "rollout/engine.h"
+
+namespace lockstep::testing {
+namespace {
+
+// Dimensions that fp8 accepts and the CUDA attention kernels take (as test_model_gpu.cpp).
+ModelConfig engine_gpu_config() {
+  TinyShape s;
+  s.hidden = 256;
+  s.heads = 4;
+  s.kv_heads = 2;
+  s.head_dim = 128;
+  s.intermediate = 384;
+  s.layers = 2;
+  s.vocab = 1000;
+  return tiny_config(ModelFamily::qwen3, s);
+}
+
+ModelParameters on(Device d, const ModelParameters& p) {
+  ModelParameters out = p;
+  out.for_each([&](const std::string&, Tensor& t) { t = t.to(d); });
+  return out;
+}
+
+std::vector<GenerationRequest> make_requests(const std::vector<int>& prompt_lengths,
+                                             const SamplingParams& sampling, uint64_t seed) {
+  std::vector<GenerationRequest> requests;
+  for (const std::vector<int32_t>& prompt : random_sequences(prompt_lengths, 1000, seed)) {
+    requests.push_back({prompt, sampling});
+    requests.back().sampling.seed = seed * 1000 + requests.size();
+  }
+  return requests;
+}
+
+// Relative L2 error of the engine's logprobs against the CPU training forward's over the same
+// sequences (prompt + generated tokens, at each request's temperature, 1 when greedy).
+double logprob_error(Transformer& cpu_model, const std::vector<GenerationRequest>& requests,
+                     const std::vector<std::vector<GeneratedSample>>& results) {
+  std::vector<double> engine, forward;
+  for (size_t r = 0; r < requests.size(); ++r) {
+    const float temperature = requests[r].sampling.temperature;
+    const size_t length = requests[r].prompt.size();
+    for (const GeneratedSample& s : results[r]) {
+      EXPECT_EQ(s.logprobs.size(), s.tokens.size());
+      std::vector<int32_t> seq = requests[r].prompt;
+      seq.insert(seq.end(), s.tokens.begin(), s.tokens.end());
+      const TrainForward f = cpu_model.forward(pack({seq}), temperature > 0 ? temperature : 1.0f,
+                                               false);
+      for (size_t i = 0; i < s.tokens.size(); ++i) {
+        engine.push_back(s.logprobs[i]);
+        forward.push_back(f.logprob.data_as<float>()[length - 1 + i]);
+      }
+    }
+  }
+  return rel_error(engine, forward);
+}
+
+TEST(EngineGpu, GreedyTokensAreCpuArgmaxes) {
+  LOCKSTEP_REQUIRE_GPU();
+  const ModelConfig c = engine_gpu_config();
+  const ModelParameters init = random_parameters(c, 31);
+  Transformer gpu_model(c, on(Device::cuda, init), Recipe::bf16);
+  Transformer cpu_model(c, init, Recipe::bf16);
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  greedy.max_new_tokens = 12;
+  const auto requests = make_requests({5, 40, 17}, greedy, 1);
+  Engine engine(gpu_model, {.num_blocks = 64, .block_size = 16});
+  const auto results = engine.generate(requests);
+
+  for (size_t r = 0; r < requests.size(); ++r) {
+    const GeneratedSample& s = results[r][0];
+    ASSERT_EQ(s.tokens.size(), 12u);
+    std::vector<int32_t> seq = requests[r].prompt;
+    seq.insert(seq.end(), s.tokens.begin(), s.tokens.end());
+    const Tensor logits = cpu_model.logits(cpu_model.hidden_states(pack({seq})));
+    for (size_t i = 0; i < s.tokens.size(); ++i) {
+      const float* row = logits.data_as<float>() + (requests[r].prompt.size() - 1 + i) * 1000;
+      const float best = *std::max_element(row, row + 1000);
+      EXPECT_GE(row[s.tokens[i]], best - 0.05f) << "request " << r << " token " << i;
+    }
+  }
+  EXPECT_LE(logprob_error(cpu_model, requests, results), 2e-2);
+}
+
+class EngineGpuRecipe : public ::testing::TestWithParam<Recipe> {};
+
+// A small cache and step budget: chunked prefill, preemption and copy-on-write on the device.
+TEST_P(EngineGpuRecipe, SampledLogprobsMatchTheCpuForward) {
+  LOCKSTEP_REQUIRE_GPU();
+  const ModelConfig c = engine_gpu_config();
+  const ModelParameters init = random_parameters(c, 32);
+  Transformer gpu_model(c, on(Device::cuda, init), GetParam());
+  Transformer cpu_model(c, init, GetParam());
+  SamplingParams sampling;
+  sampling.n = 4;
+  sampling.temperature = 0.9f;
+  sampling.top_k = 50;
+  sampling.top_p = 0.9f;
+  sampling.max_new_tokens = 10;
+  auto requests = make_requests({7, 13, 22, 10}, sampling, 2);
+  requests[1].sampling.temperature = 1.3f;
+  requests[2].sampling.top_k = 0;
+  Engine engine(gpu_model, {.num_blocks = 24, .block_size = 4, .max_step_tokens = 24});
+  const auto results = engine.generate(requests);
+  EXPECT_GT(engine.stats().preemptions, 0);
+  EXPECT_GT(engine.stats().block_copies, 0);
+  for (const auto& samples : results)
+    for (const GeneratedSample& s : samples) {
+      EXPECT_EQ(s.tokens.size(), 10u);
+      for (int32_t t : s.tokens) EXPECT_TRUE(t >= 0 && t < 1000) << t;
+    }
+  EXPECT_LE(logprob_error(cpu_model, requests, results), GetParam() == Recipe::bf16 ? 2e-2 : 8e-2);
+}
+
+INSTANTIATE_TEST_SUITE_P(Recipes, EngineGpuRecipe, ::testing::Values(Recipe::bf16, Recipe::fp8),
+                         [](const auto& info) { return std::string(recipe_name(info.param)); });
+
+TEST(EngineGpu, MemoryFractionSizesTheCache) {
+  LOCKSTEP_REQUIRE_GPU();
+  const ModelConfig c = engine_gpu_config();
+  Transformer model(c, on(Device::cuda, random_parameters(c, 33)), Recipe::bf16);
+  const int64_t block = KvCache::block_bytes(c, model.activation_dtype(), 16);
+  const DeviceMemoryStats before = device_memory_stats();
+  Engine engine(model, {.memory_fraction = 0.02, .block_size = 16});
+  const double expected = 0.02 * double(before.free) / double(block);
+  EXPECT_NEAR(double(engine.num_blocks()), expected, 0.01 * expected + 1);
+  EXPECT_GE(device_memory_stats().in_use, before.in_use + size_t(engine.num_blocks() * block));
+  SamplingParams sampling;
+  sampling.max_new_tokens = 4;
+  EXPECT_EQ(engine.generate(make_requests({9}, sampling, 3))[0][0].tokens.size(), 4u);
+}
+
+}  // namespace
+}  // namespace lockstep::testing
