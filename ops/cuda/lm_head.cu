@@ -27,6 +27,7 @@
 
 #include "core/cuda_check.h"
 #include "core/cuda_stream.h"
+#include "ops/cuda/softmax_fold.cuh"
 #include "ops/gemm.h"
 #include "ops/lm_head.h"
 #include "ops/lm_head_backends.h"
@@ -35,119 +36,15 @@ namespace lockstep::cuda {
 
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kWarps = kThreads / 32;
-constexpr int kVec = 4;                                       // fp32 per 16-byte load
-constexpr int kLoads = int(kVocabChunk) / (kThreads * kVec);  // 16-byte loads per thread and chunk
-static_assert(kVocabChunk % (kThreads * kVec) == 0);
 constexpr int kPack = 8;  // fp32 values read per bf16 16-byte store (dz, dh)
 
-__host__ __device__ __forceinline__ bool aligned16(const void* p) {
-  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
-}
-
-// The CTA's max (NaNs ignored, as fmaxf), the same in every thread. smem: kWarps floats.
-__device__ float block_max(float v, float* smem) {
-#pragma unroll
-  for (int o = 16; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  if (threadIdx.x % 32 == 0) smem[threadIdx.x / 32] = v;
-  __syncthreads();
-  float r = smem[0];
-#pragma unroll
-  for (int w = 1; w < kWarps; ++w) r = fmaxf(r, smem[w]);
-  __syncthreads();  // smem is written again by the next reduction
-  return r;
-}
-
-// The CTA's sums of a and of b, the same in every thread. smem: kWarps float2.
-__device__ float2 block_sum2(float a, float b, float2* smem) {
-#pragma unroll
-  for (int o = 16; o > 0; o /= 2) {
-    a += __shfl_xor_sync(0xffffffffu, a, o);
-    b += __shfl_xor_sync(0xffffffffu, b, o);
-  }
-  if (threadIdx.x % 32 == 0) smem[threadIdx.x / 32] = make_float2(a, b);
-  __syncthreads();
-  float2 r = smem[0];
-#pragma unroll
-  for (int w = 1; w < kWarps; ++w) {
-    r.x += smem[w].x;
-    r.y += smem[w].y;
-  }
-  __syncthreads();
-  return r;
-}
-
-struct Smem {
-  float max[kWarps];
-  float2 sum[kWarps];
-};
-
-// A row's softmax statistics over the vocabulary folded so far (ops/cpu/lm_head.cpp's RowFold):
-// max z, sum = Σ exp(z − max), shifted = Σ exp(z − max)·(z − max); z_target: the target's z, NaN
-// until its chunk is folded.
-struct RowFold {
-  float max = -INFINITY, sum = 0.0f, shifted = 0.0f, z_target = NAN;
-};
-
-// A thread's share of row[0, n), n ≤ kVocabChunk: element (i·kThreads + thread)·kVec + j in
-// x[i][j] (coalesced 16-byte loads when the row is 16-byte aligned), −inf past n.
-__device__ __forceinline__ void load_chunk(float (&x)[kLoads][kVec], const float* row, int n) {
-  const bool vector = aligned16(row);
-#pragma unroll
-  for (int i = 0; i < kLoads; ++i) {
-    const int v = (i * kThreads + int(threadIdx.x)) * kVec;
-    if (vector && v + kVec <= n) {
-      const float4 q = *reinterpret_cast<const float4*>(row + v);
-      x[i][0] = q.x;
-      x[i][1] = q.y;
-      x[i][2] = q.z;
-      x[i][3] = q.w;
-    } else {
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) x[i][j] = v + j < n ? row[v + j] : -INFINITY;
-    }
-  }
-}
-
-// Folds the z = x·inv_t of a chunk loaded by load_chunk into f, as the CPU's fold_span: rescale
-// once if the chunk raises the max, then add its terms. Called by every thread of the CTA with the
-// same f.
-__device__ void fold_chunk(RowFold& f, const float (&x)[kLoads][kVec], float inv_t, Smem& smem) {
-  float m = -INFINITY;
-#pragma unroll
-  for (int i = 0; i < kLoads; ++i)
-#pragma unroll
-    for (int j = 0; j < kVec; ++j) m = fmaxf(m, x[i][j]);
-  // Rounded scaling by inv_t > 0 is monotonic, so this is the max of the z; + 0 makes a −0 max +0.
-  m = block_max(m, smem.max) * inv_t + 0.0f;
-  if (m > f.max) {
-    if (f.sum > 0.0f) {
-      const float shift = f.max - m, scale = expf(shift);
-      f.shifted = (f.shifted + f.sum * shift) * scale;
-      f.sum *= scale;
-    }
-    f.max = m;
-  }
-  float s = 0.0f, d = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kLoads; ++i)
-#pragma unroll
-    for (int j = 0; j < kVec; ++j) {
-      const float zm = x[i][j] * inv_t - f.max, e = expf(zm);
-      s += e;
-      d = fmaf(e, e > 0.0f ? zm : 0.0f, d);  // an e of 0 (−inf past n) adds 0, not 0·(−inf)
-    }
-  const float2 r = block_sum2(s, d, smem.sum);
-  f.sum += r.x;
-  f.shifted += r.y;
-}
-
+// Rounded step by step as the CPU's write_outputs and as fold_logprob (no contraction into fmas),
+// so the forward, logits_logprob and the sampler (ops/cuda/sample.cu) agree bit for bit.
 __device__ void write_outputs(const RowFold& f, int64_t t, float* logprob, float* entropy,
                               float* lse) {
-  const float log_sum = logf(f.sum), row_lse = f.max + log_sum;
-  logprob[t] = f.z_target - row_lse;
-  entropy[t] = log_sum - f.shifted / f.sum;
+  const float log_sum = logf(f.sum), row_lse = __fadd_rn(f.max, log_sum);
+  logprob[t] = __fsub_rn(f.z_target, row_lse);
+  entropy[t] = __fsub_rn(log_sum, __fdiv_rn(f.shifted, f.sum));
   if (lse) lse[t] = row_lse;
 }
 
@@ -170,38 +67,25 @@ __global__ void __launch_bounds__(kThreads)
   fold_chunk(f, x, inv_t, smem);
   if (threadIdx.x != 0) return;
   const int64_t target = targets[t] - v0;
-  if (target >= 0 && target < n) f.z_target = row[target] * inv_t;
+  if (target >= 0 && target < n) f.z_target = __fmul_rn(row[target], inv_t);
   if (last) write_outputs(f, t, logprob, entropy, lse);
   else state[t] = make_float4(f.max, f.sum, f.shifted, f.z_target);
 }
 
-// CTA t folds row t of logits [T, V], chunk by chunk. The next chunk's loads are issued before the
-// current chunk is folded (and first waited for when it is moved into x after the fold), so a CTA
-// keeps memory busy through its reductions: at sampling time T is small and each CTA walks the
-// whole vocabulary.
+// CTA t folds row t of logits [T, V], chunk by chunk (for_each_chunk keeps the next chunk's loads
+// in flight through the reductions: at sampling time T is small and each CTA walks the whole
+// vocabulary).
 __global__ void __launch_bounds__(kThreads)
     logits_logprob_kernel(const float* logits, int64_t V, const int32_t* targets, float inv_t,
                           float* logprob, float* entropy) {
   __shared__ Smem smem;
   const int64_t t = blockIdx.x;
   const float* row = logits + t * V;
-  auto width = [&](int64_t v0) { return int(V - v0 < kVocabChunk ? V - v0 : kVocabChunk); };
   RowFold f;
-  float x[kLoads][kVec], next[kLoads][kVec];
-  load_chunk(x, row, width(0));
-  for (int64_t v0 = 0; v0 < V; v0 += kVocabChunk) {
-    const bool more = v0 + kVocabChunk < V;
-    if (more) load_chunk(next, row + v0 + kVocabChunk, width(v0 + kVocabChunk));
-    fold_chunk(f, x, inv_t, smem);
-    if (!more) break;
-#pragma unroll
-    for (int i = 0; i < kLoads; ++i)
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) x[i][j] = next[i][j];
-  }
+  for_each_chunk(row, V, [&](const float (&x)[kLoads][kVec], int64_t) { fold_chunk(f, x, inv_t, smem); });
   if (threadIdx.x != 0) return;
   const int64_t target = targets[t];
-  if (target >= 0 && target < V) f.z_target = row[target] * inv_t;
+  if (target >= 0 && target < V) f.z_target = __fmul_rn(row[target], inv_t);
   write_outputs(f, t, logprob, entropy, nullptr);
 }
 

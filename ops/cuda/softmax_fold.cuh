@@ -4,10 +4,8 @@
 // CPU's fold_span does; the CTA's max and sums are reduced by xor shuffles and then over the warps
 // in a fixed order, so every thread ends with the same statistics, the same on every run.
 //
-// These are the device functions of ops/cuda/lm_head.cu (branch h-cuda-lmhead) moved to a header
-// so that its logits_logprob and ops/cuda/sample.cu share one fold: once both are merged,
-// lm_head.cu should include this header instead of keeping its own copies, and write its logprob
-// with fold_logprob, so the sampler's logprobs equal logits_logprob's bit for bit.
+// Shared by ops/cuda/lm_head.cu (the forward's fold and logits_logprob) and ops/cuda/sample.cu, so
+// the sampler's logprobs equal logits_logprob's bit for bit.
 #pragma once
 
 #include <cstdint>
