@@ -1,8 +1,8 @@
 // ops/cuda/attention_cudnn.cpp — see ops/cuda/attention_cudnn.h. The only file that includes the
 // cuDNN frontend. It is compiled by the host compiler rather than nvcc, and without the frontend's
 // JSON serialization (CUDNN_FRONTEND_SKIP_JSON_LIB, set in ops/CMakeLists.txt; nothing here
-// serializes plans): ~35 s of CPU instead of ~250 s under nvcc. Its two small kernels are in
-// attention_cudnn_index.cu.
+// serializes plans), at -O1: ~40 s of CPU, where nvcc took ~250 s for the bare include. Its two
+// small kernels are in attention_cudnn_index.cu.
 //
 // Graph layout (W = qkv_width, s = the bucket's length bound, b = its sequence count):
 //   q, k, v and dq, dk, dv: [b, heads, s, d], strides [s·W, d, W, 1], base pointers at the head
@@ -34,6 +34,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <utility>
 
 #include "core/cuda_check.h"
 #include "core/cuda_stream.h"
@@ -185,11 +186,13 @@ std::shared_ptr<fe::graph::Graph> new_graph() {
   return g;
 }
 
-std::shared_ptr<fe::graph::Graph> forward_graph(const Key& key) {
+std::shared_ptr<fe::graph::Graph> forward_graph(const Key& key,
+                                                fe::AttentionImplementation_t implementation) {
   auto g = new_graph();
   const Inputs in = make_inputs(*g, key);
   auto options = fe::graph::SDPA_attributes()
                      .set_name("attention_forward")
+                     .set_implementation(implementation)
                      .set_generate_stats(true)
                      .set_attn_scale(softmax_scale(key))
                      .set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)
@@ -231,9 +234,10 @@ std::shared_ptr<fe::graph::Graph> backward_graph(const Key& key) {
   return g;
 }
 
-Plan build(Context& ctx, const Key& key) {
+// Validates `graph`, picks and compiles its plan.
+Plan build(Context& ctx, const Key& key, std::shared_ptr<fe::graph::Graph> graph) {
   try {
-    Plan plan{key.backward ? backward_graph(key) : forward_graph(key)};
+    Plan plan{std::move(graph)};
     fe::graph::Graph& g = *plan.graph;
     check(g.validate(), "validate", key);
     check(g.build_operation_graph(ctx.handle), "build_operation_graph", key);
@@ -247,6 +251,23 @@ Plan build(Context& ctx, const Key& key) {
     throw;
   } catch (const std::exception& e) {  // parts of the frontend throw rather than return errors
     fail(detail::concat(describe(key), ": ", e.what()));
+  }
+}
+
+// The forward lets the frontend pick its implementation (the newer UNIFIED one where its support
+// surface allows); the long-standing COMPOSITE one, the backward's, is the fallback when the
+// pick cannot be built with the cuDNN at hand.
+Plan build(Context& ctx, const Key& key) {
+  if (key.backward) return build(ctx, key, backward_graph(key));
+  try {
+    return build(ctx, key, forward_graph(key, fe::AttentionImplementation_t::AUTO));
+  } catch (const Error& automatic) {
+    try {
+      return build(ctx, key, forward_graph(key, fe::AttentionImplementation_t::COMPOSITE));
+    } catch (const Error& composite) {
+      fail(detail::concat(automatic.what(), "; with the COMPOSITE implementation: ",
+                          composite.what()));
+    }
   }
 }
 
