@@ -25,14 +25,18 @@
 
 #include <algorithm>
 #include <bit>
+#include <chrono>
 #include <cmath>
 #include <compare>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 
@@ -234,9 +238,15 @@ std::shared_ptr<fe::graph::Graph> backward_graph(const Key& key) {
   return g;
 }
 
-// Validates `graph`, picks and compiles its plan.
+// Validates `graph`, picks and compiles its plan. LOCKSTEP_SDPA_VERBOSE=1 prints one line per plan
+// (build time, workspace) on stderr.
 Plan build(Context& ctx, const Key& key, std::shared_ptr<fe::graph::Graph> graph) {
+  static const bool verbose = [] {
+    const char* env = std::getenv("LOCKSTEP_SDPA_VERBOSE");
+    return env && std::string_view(env) == "1";
+  }();
   try {
+    const auto start = std::chrono::steady_clock::now();
     Plan plan{std::move(graph)};
     fe::graph::Graph& g = *plan.graph;
     check(g.validate(), "validate", key);
@@ -246,6 +256,11 @@ Plan build(Context& ctx, const Key& key, std::shared_ptr<fe::graph::Graph> graph
     check(g.check_support(), "not supported (check_support)", key);
     check(g.build_plans(), "build_plans", key);
     check(g.get_workspace_size(plan.workspace_bytes), "get_workspace_size", key);
+    if (verbose) {
+      const std::chrono::duration<double> seconds = std::chrono::steady_clock::now() - start;
+      std::fprintf(stderr, "%s: plan built in %.2f s, workspace %.1f MiB\n", describe(key).c_str(),
+                   seconds.count(), double(plan.workspace_bytes) / (1 << 20));
+    }
     return plan;
   } catch (const Error&) {
     throw;

@@ -14,7 +14,8 @@
 // sequence count rounded up to a power of two, T rounded up to a quarter of its power of two — and
 // reused after that; make every bucket's plan before capturing a CUDA graph. Work goes on
 // current_stream(); like ops/cuda/gemm.cu, one GPU per process. Scratch (cuDNN's workspace and the
-// per-sequence tensors) comes from Tensor::empty.
+// per-sequence tensors) comes from Tensor::empty. LOCKSTEP_SDPA_VERBOSE=1 prints each plan's build
+// time and workspace size on stderr.
 #pragma once
 
 #include <cstddef>
