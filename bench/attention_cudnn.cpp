@@ -74,9 +74,11 @@ struct Result {
 int main(int argc, char** argv) {
   const char* json = nullptr;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
-    else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) g_reps = std::max(1, std::atoi(argv[++i]));
-    else {
+    if (!std::strcmp(argv[i], "--json") && i + 1 < argc) {
+      json = argv[++i];
+    } else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) {
+      g_reps = std::max(1, std::atoi(argv[++i]));
+    } else {
       std::fprintf(stderr, "usage: %s [--json out.json] [--reps N]\n", argv[0]);
       return 2;
     }
@@ -103,7 +105,8 @@ int main(int argc, char** argv) {
   std::printf("cuDNN SDPA, q_heads %lld, kv_heads %lld, head_dim %lld, T = %lld, bf16\n",
               (long long)layout.q_heads, (long long)layout.kv_heads, (long long)layout.head_dim,
               (long long)T);
-  std::printf("%-22s %10s %10s %10s %10s\n", "sequences", "fwd ms", "fwd TF/s", "bwd ms", "bwd TF/s");
+  std::printf("%-22s %10s %10s %10s %10s\n", "sequences", "fwd ms", "fwd TF/s", "bwd ms",
+              "bwd TF/s");
   std::vector<Result> results;
   for (const Case& c : cases) {
     Tensor cu_host = Tensor::empty({int64_t(c.lengths.size()) + 1}, DType::i32);
@@ -136,8 +139,9 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < results.size(); ++i) {
       const Result& r = results[i];
       std::fprintf(f,
-                   "  {\"case\": \"%s\", \"sequences\": %zu, \"tokens\": %lld, \"forward_ms\": %.4f, "
-                   "\"forward_tflops\": %.2f, \"backward_ms\": %.4f, \"backward_tflops\": %.2f}%s\n",
+                   "  {\"case\": \"%s\", \"sequences\": %zu, \"tokens\": %lld, "
+                   "\"forward_ms\": %.4f, \"forward_tflops\": %.2f, \"backward_ms\": %.4f, "
+                   "\"backward_tflops\": %.2f}%s\n",
                    r.name.c_str(), r.sequences, (long long)T, r.forward_ms, r.forward_tflops,
                    r.backward_ms, r.backward_tflops, i + 1 < results.size() ? "," : "");
     }

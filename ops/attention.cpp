@@ -4,9 +4,7 @@
 #include "ops/attention.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <string>
-#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -14,6 +12,9 @@
 #include "ops/act_check.h"
 #include "ops/attention_backends.h"
 #if LOCKSTEP_HAS_CUDNN
+#include <cstdlib>
+#include <string_view>
+
 #include "ops/cuda/attention_cudnn.h"
 #endif
 
@@ -67,17 +68,19 @@ int64_t check_caches(const std::string& op, const Tensor& k_cache, const Tensor&
   return shape[0] * shape[1];
 }
 
+}  // namespace
+
 #if LOCKSTEP_HAS_CUDNN
+namespace {
 // Training attention on bf16 CUDA tensors goes through cuDNN's SDPA where it can run, unless the
 // environment says LOCKSTEP_ATTENTION=own.
 bool use_cudnn(const Tensor& qkv) {
   const char* choice = std::getenv("LOCKSTEP_ATTENTION");
-  return qkv.dtype() == DType::bf16 && !(choice && std::string_view(choice) == "own") &&
-         cudnn::sdpa_available();
+  return qkv.device() == Device::cuda && qkv.dtype() == DType::bf16 &&
+         !(choice && std::string_view(choice) == "own") && cudnn::sdpa_available();
 }
-#endif
-
 }  // namespace
+#endif
 
 void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, const Tensor& cu_seqlens,
                        const HeadLayout& layout) {
@@ -88,12 +91,10 @@ void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, const Tensor
   check_act(out, "attention_forward: out", device, {T, layout.q_width()});
   check_tensor(lse, "attention_forward: lse", DType::f32, device);
   check_shape(lse, "attention_forward: lse", {T, layout.q_heads});
-  if (device == Device::cuda) {
 #if LOCKSTEP_HAS_CUDNN
-    if (use_cudnn(qkv)) return cudnn::attention_forward(out, lse, qkv, cu_seqlens, layout);
+  if (use_cudnn(qkv)) return cudnn::attention_forward(out, lse, qkv, cu_seqlens, layout);
 #endif
-    LOCKSTEP_NO_CUDA_OP("attention_forward");
-  }
+  if (device == Device::cuda) LOCKSTEP_NO_CUDA_OP("attention_forward");
   check_cu_seqlens_values(cu_seqlens, op + ": cu_seqlens", T);
   cpu::attention_forward(out, lse, qkv, cu_seqlens, layout);
 }
@@ -109,13 +110,11 @@ void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, con
   check_tensor(lse, "attention_backward: lse", DType::f32, device);
   check_shape(lse, "attention_backward: lse", {T, layout.q_heads});
   check_act(dqkv, "attention_backward: dqkv", device, {T, layout.qkv_width()});
-  if (device == Device::cuda) {
 #if LOCKSTEP_HAS_CUDNN
-    if (use_cudnn(qkv))
-      return cudnn::attention_backward(dqkv, dout, qkv, out, lse, cu_seqlens, layout);
+  if (use_cudnn(qkv))
+    return cudnn::attention_backward(dqkv, dout, qkv, out, lse, cu_seqlens, layout);
 #endif
-    LOCKSTEP_NO_CUDA_OP("attention_backward");
-  }
+  if (device == Device::cuda) LOCKSTEP_NO_CUDA_OP("attention_backward");
   check_cu_seqlens_values(cu_seqlens, op + ": cu_seqlens", T);
   cpu::attention_backward(dqkv, dout, qkv, out, lse, cu_seqlens, layout);
 }

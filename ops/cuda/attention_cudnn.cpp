@@ -16,8 +16,8 @@
 // Shape buckets: s must bound every sequence's length, and without reading cu_seqlens on the host
 // (a sync) the only bound is T, as in Transformer Engine's THD path. T is rounded up to a quarter
 // of its power of two (at most 25% over, four plans per doubling of T) and the sequence count to a
-// power of two (the extra sequences are empty). The backward also gets s as max_total_seq_len, which
-// sizes its fp32 accumulators by tokens (ragged, like dq) instead of by b·s.
+// power of two (the extra sequences are empty). The backward also gets s as max_total_seq_len,
+// which sizes its fp32 accumulators by tokens (ragged, like dq) instead of by b·s.
 #include "ops/cuda/attention_cudnn.h"
 
 #include <cudnn.h>
@@ -215,7 +215,8 @@ std::shared_ptr<fe::graph::Graph> forward_graph(const Key& key,
 std::shared_ptr<fe::graph::Graph> backward_graph(const Key& key) {
   auto g = new_graph();
   const Inputs in = make_inputs(*g, key);
-  const int64_t q_width = key.q_heads * key.head_dim, row = q_width + 2 * key.kv_heads * key.head_dim;
+  const int64_t q_width = key.q_heads * key.head_dim;
+  const int64_t row = q_width + 2 * key.kv_heads * key.head_dim;
   auto o = rows_input(*g, "o", kO, key, key.q_heads, q_width, in.offsets_o);
   auto dout = rows_input(*g, "dout", kDO, key, key.q_heads, q_width, in.offsets_o);
   auto stats = g->tensor(fe::graph::Tensor_attributes());

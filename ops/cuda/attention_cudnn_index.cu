@@ -53,8 +53,9 @@ __global__ void __launch_bounds__(kThreads)
 
 void make_sdpa_index(const SdpaIndex& index, const int32_t* cu_seqlens, int64_t sequences,
                      int64_t batch, int64_t rows, const int64_t (&row_elements)[3]) {
-  sdpa_index_kernel<<<1, kThreads, 0, current_stream()>>>(
-      index, cu_seqlens, sequences, batch, rows, {{row_elements[0], row_elements[1], row_elements[2]}});
+  const RowElements elements{{row_elements[0], row_elements[1], row_elements[2]}};
+  sdpa_index_kernel<<<1, kThreads, 0, current_stream()>>>(index, cu_seqlens, sequences, batch, rows,
+                                                          elements);
   LOCKSTEP_CUDA_CHECK_LAUNCH();
 }
 
