@@ -327,10 +327,20 @@ void run(const char* op, const Key& key, const Tensor& qkv, const Tensor& cu_seq
   fill_if_invalid(index.invalid, outputs);
 }
 
-void check_bf16(const Tensor& t, const char* what) {
-  LOCKSTEP_CHECK(t.dtype() == DType::bf16, what, ": cuDNN SDPA takes bf16, got ", t.describe());
+// cuDNN assumes 16-byte aligned tensors when it picks its kernels.
+void check_aligned(const Tensor& t, const char* what) {
   LOCKSTEP_CHECK(reinterpret_cast<uintptr_t>(t.data()) % kAlign == 0, what,
                  ": cuDNN SDPA needs 16-byte aligned data, got address ", t.data());
+}
+
+void check_bf16(const Tensor& t, const char* what) {
+  LOCKSTEP_CHECK(t.dtype() == DType::bf16, what, ": cuDNN SDPA takes bf16, got ", t.describe());
+  check_aligned(t, what);
+}
+
+void check_lse(const Tensor& lse, const char* what) {
+  check_tensor(lse, what, DType::f32, Device::cuda);
+  check_aligned(lse, what);
 }
 
 void check_head_dim(const char* op, const HeadLayout& layout) {
@@ -363,7 +373,7 @@ void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, const Tensor
   check_head_dim(op, layout);
   check_bf16(qkv, "attention_forward (cuDNN): qkv");
   check_bf16(out, "attention_forward (cuDNN): out");
-  check_tensor(lse, "attention_forward (cuDNN): lse", DType::f32, Device::cuda);
+  check_lse(lse, "attention_forward (cuDNN): lse");
   if (qkv.dim(0) == 0) return;
   const Key key = key_for(false, qkv, cu_seqlens, layout);
   run(op, key, qkv, cu_seqlens,
@@ -383,7 +393,7 @@ void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, con
   check_bf16(out, "attention_backward (cuDNN): out");
   check_bf16(dout, "attention_backward (cuDNN): dout");
   check_bf16(dqkv, "attention_backward (cuDNN): dqkv");
-  check_tensor(lse, "attention_backward (cuDNN): lse", DType::f32, Device::cuda);
+  check_lse(lse, "attention_backward (cuDNN): lse");
   if (qkv.dim(0) == 0) return;
   const Key key = key_for(true, qkv, cu_seqlens, layout);
   run(op, key, qkv, cu_seqlens,
