@@ -1,6 +1,7 @@
 // cuDNN's SDPA attention (ops/cuda/attention_cudnn.h) against the CPU reference on the same bf16
 // inputs: forward out and lse, backward dq, dk and dv, each compared sequence by sequence (a wrong
-// offset or length of one short sequence would hide in the norm of a whole batch).
+// offset or length of one short sequence would hide in the norm of a whole batch). Each check
+// prints the worst error it measured ("[ measured ]") so the tolerances can be tightened.
 //
 // Tolerances, ‖gpu − cpu‖/‖cpu‖ per sequence and part (the CPU computes in fp32 and rounds once):
 // - out 1e-2: the CPU's only rounding is the bf16 output (≤ 2^-9 relative); cuDNN also rounds the
@@ -16,6 +17,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -119,24 +121,32 @@ void expect_close_per_sequence(const Tensor& gpu, const Tensor& cpu, const Batch
   const std::vector<double> x = to_double(gpu), y = to_double(cpu);
   const int64_t width = cpu.dim(1);
   const int32_t* c = b.cu.data_as<int32_t>();
-  for (size_t s = 0; s < b.lengths.size(); ++s) {
-    if (b.lengths[s] == 0) continue;
-    for (const Part& p : parts) {
-      if (b.lengths[s] == 1 && p.zero_for_one_token)
+  for (const Part& p : parts) {
+    double worst = 0;
+    for (size_t s = 0; s < b.lengths.size(); ++s) {
+      if (b.lengths[s] == 0) continue;
+      if (b.lengths[s] == 1 && p.zero_for_one_token) {
         EXPECT_LE(block_max_abs(x, width, c[s], c[s + 1], p.begin, p.end), kZeroGradTol)
             << p.name << " of one-token sequence " << s << ": largest absolute value";
-      else
-        EXPECT_LE(block_rel_error(x, y, width, c[s], c[s + 1], p.begin, p.end), tol)
-            << p.name << ", sequence " << s << " (" << b.lengths[s] << " tokens)";
+        continue;
+      }
+      const double rel = block_rel_error(x, y, width, c[s], c[s + 1], p.begin, p.end);
+      EXPECT_LE(rel, tol) << p.name << ", sequence " << s << " (" << b.lengths[s] << " tokens)";
+      worst = std::isnan(rel) ? rel : std::max(worst, rel);
     }
+    std::printf("[ measured ] %s: worst sequence rel %.2e\n", p.name, worst);
   }
 }
 
 void expect_lse_close(const Tensor& gpu, const Tensor& cpu) {
   const std::vector<double> x = to_double(gpu), y = to_double(cpu);
   double worst = 0;
-  for (size_t i = 0; i < y.size(); ++i) worst = std::max(worst, std::abs(x[i] - y[i]));
-  EXPECT_LE(worst, kLseTol) << "lse: largest absolute difference";  // NaN fails too
+  for (size_t i = 0; i < y.size(); ++i) {
+    const double d = std::abs(x[i] - y[i]);
+    worst = std::isnan(d) ? d : std::max(worst, d);
+  }
+  std::printf("[ measured ] lse: max abs %.2e\n", worst);
+  EXPECT_LE(worst, kLseTol) << "lse: largest absolute difference";
 }
 
 // out and lse from `forward` (cuDNN's, or the public op) against the CPU's.
