@@ -14,6 +14,12 @@
 #include "core/error.h"
 #include "ops/act_check.h"
 #include "ops/attention_backends.h"
+#if LOCKSTEP_HAS_CUDNN
+#include <cstdlib>
+#include <string_view>
+
+#include "ops/cuda/attention_cudnn.h"
+#endif
 
 namespace lockstep {
 
@@ -80,6 +86,18 @@ int64_t check_caches(const std::string& op, const Tensor& k_cache, const Tensor&
 
 }  // namespace
 
+#if LOCKSTEP_HAS_CUDNN
+namespace {
+// Training attention on bf16 CUDA tensors goes through cuDNN's SDPA where it can run, unless the
+// environment says LOCKSTEP_ATTENTION=own.
+bool use_cudnn(const Tensor& qkv) {
+  const char* choice = std::getenv("LOCKSTEP_ATTENTION");
+  return qkv.device() == Device::cuda && qkv.dtype() == DType::bf16 &&
+         !(choice && std::string_view(choice) == "own") && cudnn::sdpa_available();
+}
+}  // namespace
+#endif
+
 void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, const Tensor& cu_seqlens,
                        const HeadLayout& layout) {
   const std::string op = "attention_forward";
@@ -92,6 +110,9 @@ void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, const Tensor
   if (device == Device::cuda) {
 #if LOCKSTEP_HAS_CUDA
     check_cuda(op, layout, {{"qkv", &qkv}, {"out", &out}});
+#if LOCKSTEP_HAS_CUDNN
+    if (use_cudnn(qkv)) return cudnn::attention_forward(out, lse, qkv, cu_seqlens, layout);
+#endif
     return cuda::attention_forward(out, lse, qkv, cu_seqlens, layout);
 #else
     LOCKSTEP_NO_CUDA_OP("attention_forward");
@@ -115,6 +136,10 @@ void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, con
   if (device == Device::cuda) {
 #if LOCKSTEP_HAS_CUDA
     check_cuda(op, layout, {{"dqkv", &dqkv}, {"dout", &dout}, {"qkv", &qkv}, {"out", &out}});
+#if LOCKSTEP_HAS_CUDNN
+    if (use_cudnn(qkv))
+      return cudnn::attention_backward(dqkv, dout, qkv, out, lse, cu_seqlens, layout);
+#endif
     return cuda::attention_backward(dqkv, dout, qkv, out, lse, cu_seqlens, layout);
 #else
     LOCKSTEP_NO_CUDA_OP("attention_backward");
