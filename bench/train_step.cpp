@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "core/device.h"
 #include "core/error.h"
 #include "model/micro_batch.h"
@@ -28,6 +29,7 @@
 #include "ops/gemm.h"
 
 using namespace lockstep;
+using namespace lockstep::bench;
 
 namespace {
 
@@ -40,34 +42,6 @@ struct Options {
   int steps = 3;
   std::string json;
 };
-
-ModelConfig model_config(const std::string& name) {
-  ModelConfig c;
-  c.family = ModelFamily::qwen3;
-  c.qk_norm = true;
-  c.head_dim = 128;
-  c.num_key_value_heads = 8;
-  c.vocab_size = 151936;
-  c.max_position_embeddings = 40960;
-  c.rms_norm_eps = 1e-6;
-  c.rope_theta = 1e6;
-  if (name == "qwen3-8b") {
-    c.hidden_size = 4096;
-    c.intermediate_size = 12288;
-    c.num_hidden_layers = 36;
-    c.num_attention_heads = 32;
-    c.tie_word_embeddings = false;
-  } else if (name == "qwen3-1.7b") {
-    c.hidden_size = 2048;
-    c.intermediate_size = 6144;
-    c.num_hidden_layers = 28;
-    c.num_attention_heads = 16;
-    c.tie_word_embeddings = true;
-  } else {
-    fail("--model: expected qwen3-8b or qwen3-1.7b, got '" + name + "'");
-  }
-  return c;
-}
 
 // Matrix FLOPs of one training step (forward ×3).
 struct Flops {
@@ -86,10 +60,6 @@ Flops step_flops(const ModelConfig& c, const std::vector<int64_t>& seqs) {
   const double linear = tokens * 2.0 * (h * qkvw + qw * h + h * 2.0 * i + i * h);
   return {3.0 * double(c.num_hidden_layers) * (linear + attention),
           3.0 * tokens * 2.0 * h * double(c.vocab_size)};
-}
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 // Dense bf16 TFLOP/s of this GPU: an 8192³ GEMM through the same cuBLASLt path as the model.
@@ -181,21 +151,6 @@ Result run_steps(const ModelConfig& c, Recipe recipe, const Step& step, int step
     r.peak_bytes = std::max(r.peak_bytes, device_memory_stats().peak);
   }
   return r;
-}
-
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream in(s);
-  for (std::string item; std::getline(in, item, ',');) out.push_back(item);
-  return out;
-}
-
-int64_t parse_int(const std::string& flag, const std::string& value) {
-  char* end = nullptr;
-  const long long v = std::strtoll(value.c_str(), &end, 10);
-  LOCKSTEP_CHECK(!value.empty() && *end == '\0' && v >= 0, flag, ": expected a non-negative integer, got '",
-                 value, "'");
-  return v;
 }
 
 Options parse(int argc, char** argv) {

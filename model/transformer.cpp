@@ -71,11 +71,14 @@ std::optional<RopeScaling> rope_scaling_of(const ModelConfig& c) {
 
 }  // namespace
 
-Transformer::Transformer(const ModelConfig& config, ModelParameters params, Recipe recipe)
+Transformer::Transformer(const ModelConfig& config, ModelParameters params, Recipe recipe,
+                         TransformerOptions options)
     : config_(config),
       recipe_(recipe),
       layout_{config.num_attention_heads, config.num_key_value_heads, config.head_dim},
       eps_(float(config.rms_norm_eps)),
+      trainable_(options.trainable),
+      device_(params.embed.device()),
       params_(std::move(params)) {
   check_head_layout(layout_);
   LOCKSTEP_CHECK(params_.layers.size() == size_t(config.num_hidden_layers),
@@ -83,23 +86,36 @@ Transformer::Transformer(const ModelConfig& config, ModelParameters params, Reci
                  config.num_hidden_layers);
   LOCKSTEP_CHECK(recipe != Recipe::fp32 || device() == Device::cpu,
                  "the fp32 recipe runs on the CPU only");
-  grads_ = ModelParameters::zeros(config_, device());
+  if (trainable_) grads_ = ModelParameters::zeros(config_, device());
   for (LayerParameters& l : params_.layers)
     weights_.push_back({LinearWeight(recipe_, l.qkv), LinearWeight(recipe_, l.o),
                         LinearWeight(recipe_, l.gate_up), LinearWeight(recipe_, l.down)});
   const Tensor freq = rope_inv_freq(config_.head_dim, config_.rope_theta, rope_scaling_of(config_));
   inv_freq_ = device() == Device::cpu ? freq : freq.to(device());
   refresh_weights();
+  if (trainable_ || recipe_ == Recipe::fp32) return;  // fp32 GEMMs read the masters themselves
+  params_.embed = params_.lm_head = Tensor();
+  for (LayerParameters& p : params_.layers) p.qkv = p.o = p.gate_up = p.down = Tensor();
+  for (LayerWeights& w : weights_) {
+    for (LinearWeight* l : {&w.qkv, &w.o, &w.gate_up, &w.down}) {
+      l->master = Tensor();
+      l->fp8.wt = Fp8Blocks();  // read by the backward's DGrad only
+    }
+  }
 }
 
 DType Transformer::activation_dtype() const { return lockstep::activation_dtype(recipe_); }
-Device Transformer::device() const { return params_.embed.device(); }
+Device Transformer::device() const { return device_; }
 
 Tensor Transformer::empty_act(int64_t rows, int64_t cols) const {
   return Tensor::empty({rows, cols}, activation_dtype(), device());
 }
 
 void Transformer::refresh_weights() {
+  // An inference-only model makes its copies once, in the constructor, before the release.
+  LOCKSTEP_CHECK(params_.embed.defined(),
+                 "refresh_weights: this model is inference-only (TransformerOptions::trainable = "
+                 "false): its fp32 masters were released once its weight copies were made");
   for (LayerWeights& w : weights_)
     for (LinearWeight* l : {&w.qkv, &w.o, &w.gate_up, &w.down}) l->refresh();
   if (recipe_ == Recipe::fp32) {
@@ -329,6 +345,8 @@ TrainForward Transformer::forward(const TrainBatch& batch, float temperature, bo
 Tensor Transformer::hidden_states(const TrainBatch& batch) { return trunk(batch, nullptr); }
 
 void Transformer::backward(TrainForward& forward, const Tensor& dlogprob, const Tensor& dentropy) {
+  LOCKSTEP_CHECK(trainable_, "backward: this model is inference-only ",
+                 "(TransformerOptions::trainable = false): it has no gradients");
   LOCKSTEP_CHECK(forward.saved, "backward: the forward was run without for_backward, or its ",
                  "activations were already used by a backward");
   const std::shared_ptr<TrainActivations> s = std::move(forward.saved);

@@ -61,11 +61,21 @@ struct TrainForward {
   std::shared_ptr<TrainActivations> saved;  // null when the forward was run without backward
 };
 
+struct TransformerOptions {
+  // false: an inference-only model (benchmarks, evaluation) that holds only what its forward
+  // reads, with the same outputs bit for bit. It has no gradients, and backward() is an error. In
+  // the bf16 and fp8 recipes the fp32 masters of the linear layers, embedding and LM head are
+  // released once their copies are made (fp8: and the Wᵀ blocks only the backward reads), so
+  // params() keeps only the norms and biases, and refresh_weights() is an error.
+  bool trainable = true;
+};
+
 class Transformer {
  public:
   // `params`: fp32 masters of the config's shapes (ModelParameters::initialized, or
-  // load_hf_parameters). Gradients are allocated (zero) alongside.
-  Transformer(const ModelConfig& config, ModelParameters params, Recipe recipe);
+  // load_hf_parameters). Gradients are allocated (zero) alongside, unless inference-only.
+  Transformer(const ModelConfig& config, ModelParameters params, Recipe recipe,
+              TransformerOptions options = {});
 
   const ModelConfig& config() const { return config_; }
   Recipe recipe() const { return recipe_; }
@@ -73,7 +83,8 @@ class Transformer {
   Device device() const;
   const HeadLayout& head_layout() const { return layout_; }
 
-  // The fp32 masters. Change them in place, then call refresh_weights().
+  // The fp32 masters (of an inference-only model: what TransformerOptions says is kept). Change
+  // them in place, then call refresh_weights().
   ModelParameters& params() { return params_; }
   const ModelParameters& params() const { return params_; }
   ModelParameters& grads() { return grads_; }
@@ -137,6 +148,8 @@ class Transformer {
   Recipe recipe_;
   HeadLayout layout_;
   float eps_;
+  bool trainable_;
+  Device device_;
   bool recompute_ = false;
   ModelParameters params_, grads_;
   std::vector<LayerWeights> weights_;

@@ -97,7 +97,7 @@ void gemm_wgrad(Tensor& dw, const Tensor& dy, const Tensor& x, bool accumulate) 
 void gemm_fprop(Tensor& y, const Fp8Rows& x, const Fp8Weight& w) {
   const Device d = x.data.device();
   check_fp8_rows(x, "gemm_fprop: x", d);
-  check_weight(w, d);
+  check_fp8_blocks(w.w, "gemm_fprop: w.w", d);
   check_k(x.cols(), w.w.cols(), "gemm_fprop", x.data, w.w.data);
   check_output(y, "gemm_fprop: y", d, {x.rows(), w.w.rows()});
   if (d == Device::cpu) return cpu::gemm_tn_fp8(y, x, w.w, false);

@@ -26,7 +26,8 @@ void gemm_fprop(Tensor& y, const Tensor& x, const Tensor& w);
 void gemm_dgrad(Tensor& dx, const Tensor& dy, const Tensor& w, bool accumulate = false);
 void gemm_wgrad(Tensor& dw, const Tensor& dy, const Tensor& x, bool accumulate);
 
-// fp8 recipe. dy_t, x_t: columnwise copies (Fp8Rows of [N, Tp] and [K, Tp]).
+// fp8 recipe. dy_t, x_t: columnwise copies (Fp8Rows of [N, Tp] and [K, Tp]). FProp reads only
+// w.w: an inference-only model leaves w.wt empty.
 void gemm_fprop(Tensor& y, const Fp8Rows& x, const Fp8Weight& w);
 void gemm_dgrad(Tensor& dx, const Fp8Rows& dy, const Fp8Weight& w);
 void gemm_wgrad(Tensor& dw, const Fp8Rows& dy_t, const Fp8Rows& x_t, bool accumulate);
