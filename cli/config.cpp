@@ -311,14 +311,14 @@ const std::vector<Section>& schema() {
             at_least(1)),
     }),
     section<F>("sft", "supervised fine-tuning", {"sft"}, &Config::sft, {
-      field("steps", &F::steps, "optimizer steps", at_least(1)),
+      field("steps", &F::steps, "SFT optimizer steps (`train` runs them before RL; 0: none)", at_least(0)),
       field("lr", &F::lr, "peak learning rate", above(0)),
       field("batch_size", &F::batch_size, "sequences per step", at_least(1)),
       field("warmup_steps", &F::warmup_steps, "steps of linear warm-up", at_least(0)),
     }),
     section<U>("run", "length, seed and outputs", {"train", "sft", "eval", "generate", "plot"},
                &Config::run, {
-      field("steps", &U::steps, "RL steps", at_least(1)),
+      field("steps", &U::steps, "GRPO steps (0: none)", at_least(0)),
       field("seed", &U::seed, "seed of every random choice", at_least(0)),
       field("out_dir", &U::out_dir, "folder of metrics, checkpoints and this config", non_empty()),
       field("eval_every", &U::eval_every, "evaluate every this many steps (0: off)", at_least(0)),

@@ -55,12 +55,12 @@ struct DataOptions {
 };
 
 struct RolloutOptions {
-  int64_t prompts_per_step = 8;    // B
-  int64_t samples_per_prompt = 4;  // G ≥ 2
+  int64_t prompts_per_step = 32;   // B
+  int64_t samples_per_prompt = 8;  // G ≥ 2
   double temperature = 1.0;        // > 0
   double top_p = 1.0;              // (0, 1]
   int64_t top_k = 0;               // 0: off
-  int64_t max_new_tokens = 32;
+  int64_t max_new_tokens = 6;
   std::vector<std::string> stop;
   double kv_cache_fraction = 0.5;  // (0, 1]
   int64_t block_size = 16;
@@ -82,7 +82,7 @@ struct LossOptions {
 };
 
 struct OptimOptions {
-  double lr = 3e-4;
+  double lr = 2e-4;
   double min_lr = 0.0;               // ≤ lr
   std::string schedule = "constant";  // "constant" | "cosine"
   int64_t warmup_steps = 0;
@@ -98,19 +98,19 @@ struct OptimOptions {
 };
 
 struct SftOptions {
-  int64_t steps = 200;
-  double lr = 1e-3;
-  int64_t batch_size = 16;  // sequences
-  int64_t warmup_steps = 10;
+  int64_t steps = 900;
+  double lr = 2e-3;
+  int64_t batch_size = 64;  // sequences
+  int64_t warmup_steps = 50;
   bool operator==(const SftOptions&) const = default;
 };
 
 struct RunOptions {
-  int64_t steps = 50;
+  int64_t steps = 300;
   int64_t seed = 1;
   std::string out_dir = "runs/default";
-  int64_t eval_every = 10;        // 0: off
-  int64_t eval_problems = 64;     // 0: the whole test set
+  int64_t eval_every = 25;        // 0: off
+  int64_t eval_problems = 256;     // 0: the whole test set
   int64_t checkpoint_every = 0;   // 0: only at the end
   bool resume = false;
   int64_t max_skipped_steps = 3;  // consecutive non-finite steps before the run stops

@@ -33,10 +33,10 @@ TEST(RunConfig, DefaultsWithoutFileOrOptions) {
   EXPECT_EQ(c.model.path, "builtin");
   EXPECT_EQ(c.model.precision, "fp8");
   EXPECT_EQ(c.data.train, "synthetic");
-  EXPECT_EQ(c.rollout.samples_per_prompt, 4);
+  EXPECT_EQ(c.rollout.samples_per_prompt, 8);
   EXPECT_TRUE(c.rollout.stop.empty());
   EXPECT_EQ(c.loss.aggregation, "token-mean");
-  EXPECT_EQ(c.optim.lr, 3e-4);
+  EXPECT_EQ(c.optim.lr, 2e-4);
 }
 
 TEST(RunConfig, OptionsOverrideFileOverridesDefaults) {

@@ -76,6 +76,25 @@ TEST(Train, ResumeReproducesTheUninterruptedRun) {
   }
 }
 
+// The default job's recipe, shortened to 150 GRPO steps: held-out greedy accuracy after GRPO
+// against after SFT, seed 1. Measured with this configuration on the CPU: seed 1 0.227 -> 0.371,
+// seed 2 0.852 -> 0.895, seed 3 0.832 -> 0.848 (256 problems; SFT's end lands before or after the
+// model "groks" addition depending on the seed, hence the spread). The margin asserted, +0.01 of
+// accuracy, held for every seed tried; seed 1's run is deterministic on the CPU.
+TEST(Train, GrpoImprovesHeldOutAccuracy) {
+  Config c;
+  c.model.device = "cpu";
+  c.run.seed = 1;
+  c.run.steps = 150;
+  c.run.eval_every = 0;
+  c.run.out_dir = fresh_dir("improves").string();
+  c.run.log_every = 50;
+  const TrainSummary s = run_train(c);
+  std::printf("held-out greedy accuracy: after SFT %.4f, after GRPO %.4f\n", s.sft_accuracy,
+              s.final_accuracy);
+  EXPECT_GE(s.final_accuracy, s.sft_accuracy + 0.01);
+}
+
 TEST(Train, ResumeWithoutACheckpointIsAnError) {
   Config c = small_config(fresh_dir("no_checkpoint"));
   c.run.resume = true;
