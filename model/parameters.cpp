@@ -96,9 +96,13 @@ ModelParameters ModelParameters::initialized(const ModelConfig& config, uint64_t
     }
     ++stream;
   });
-  if (device == Device::cpu) return p;
-  p.for_each([&](const std::string&, Tensor& t) { t = t.to(device); });
-  return p;
+  return device == Device::cpu ? p : p.copy_to(device);
+}
+
+ModelParameters ModelParameters::copy_to(Device device) const {
+  ModelParameters copy = *this;
+  copy.for_each([&](const std::string&, Tensor& t) { t = t.to(device); });
+  return copy;
 }
 
 void ModelParameters::for_each(const std::function<void(const std::string&, Tensor&)>& fn) {

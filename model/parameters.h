@@ -47,6 +47,9 @@ struct ModelParameters {
   static ModelParameters initialized(const ModelConfig& config, uint64_t seed,
                                      Device device = Device::cpu);
 
+  // A deep copy on `device` (a frozen reference, or a second model from the same start).
+  ModelParameters copy_to(Device device) const;
+
   // Every defined tensor with a stable name ("embed", "layers.3.qkv", ...), in a fixed order.
   void for_each(const std::function<void(const std::string&, Tensor&)>& fn);
   void for_each(const std::function<void(const std::string&, const Tensor&)>& fn) const;

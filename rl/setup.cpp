@@ -157,8 +157,7 @@ ModelParameters initial_parameters(const Setup& setup, const std::filesystem::pa
     p = ModelParameters::initialized(setup.model_config, uint64_t(setup.config.run.seed));
   else
     p = load_hf_parameters(setup.model_config, setup.config.model.path);
-  if (setup.device != Device::cpu) p.for_each([&](const std::string&, Tensor& t) { t = t.to(setup.device); });
-  return p;
+  return setup.device == Device::cpu ? p : p.copy_to(setup.device);
 }
 
 Policy::Policy(const Setup& setup, ModelParameters params) {

@@ -466,13 +466,9 @@ TrainSummary run_train(const Config& config, const TrainHooks& hooks) {
   if (c.loss.kl_coef > 0) {
     LOCKSTEP_CHECK(run.state.step == 0, "loss.kl_coef > 0: resuming after RL steps is not "
                    "supported (the reference weights are not in the checkpoint)");
-    ModelParameters copy = ModelParameters::zeros(run.setup.model_config, run.setup.device);
-    std::vector<Tensor> src;
-    run.policy->trainer().params().for_each([&](const std::string&, const Tensor& t) { src.push_back(t); });
-    size_t i = 0;
-    copy.for_each([&](const std::string&, Tensor& t) { t.copy_from(src[i++]); });
-    reference = std::make_unique<Transformer>(run.setup.model_config, std::move(copy),
-                                              run.policy->trainer().recipe());
+    reference = std::make_unique<Transformer>(
+        run.setup.model_config, run.policy->trainer().params().copy_to(run.setup.device),
+        run.policy->trainer().recipe(), TransformerOptions{.trainable = false});
   }
   MetricsLog log(run.out_dir / "metrics.jsonl", run.state.step);
   if (run.state.step == 0 && c.run.eval_every > 0) {

@@ -41,9 +41,7 @@ struct Options {
 int run(const std::string& model_dir, const std::string& tokens_path, const std::string& out_dir,
         const Options& o) {
   const ModelConfig config = load_model_config(model_dir);
-  ModelParameters params = load_hf_parameters(config, model_dir);
-  params.for_each([&](const std::string&, Tensor& t) { t = t.to(o.device); });
-  Transformer model(config, std::move(params), o.recipe);
+  Transformer model(config, load_hf_parameters(config, model_dir).copy_to(o.device), o.recipe);
 
   const auto doc = nlohmann::json::parse(read_file(tokens_path, "tokens"), nullptr, false);
   LOCKSTEP_CHECK(doc.is_object() && doc.contains("sequences") && doc["sequences"].is_array(),

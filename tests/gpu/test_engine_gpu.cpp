@@ -32,12 +32,6 @@ ModelConfig engine_gpu_config() {
   return tiny_config(ModelFamily::qwen3, s);
 }
 
-ModelParameters on(Device d, const ModelParameters& p) {
-  ModelParameters out = p;
-  out.for_each([&](const std::string&, Tensor& t) { t = t.to(d); });
-  return out;
-}
-
 std::vector<GenerationRequest> make_requests(const std::vector<int>& prompt_lengths,
                                              const SamplingParams& sampling, uint64_t seed) {
   std::vector<GenerationRequest> requests;
@@ -75,7 +69,7 @@ TEST(EngineGpu, GreedyTokensAreCpuArgmaxes) {
   LOCKSTEP_REQUIRE_GPU();
   const ModelConfig c = engine_gpu_config();
   const ModelParameters init = random_parameters(c, 31);
-  Transformer gpu_model(c, on(Device::cuda, init), Recipe::bf16);
+  Transformer gpu_model(c, init.copy_to(Device::cuda), Recipe::bf16);
   Transformer cpu_model(c, init, Recipe::bf16);
   SamplingParams greedy;
   greedy.temperature = 0;
@@ -106,7 +100,7 @@ TEST_P(EngineGpuRecipe, SampledLogprobsMatchTheCpuForward) {
   LOCKSTEP_REQUIRE_GPU();
   const ModelConfig c = engine_gpu_config();
   const ModelParameters init = random_parameters(c, 32);
-  Transformer gpu_model(c, on(Device::cuda, init), GetParam());
+  Transformer gpu_model(c, init.copy_to(Device::cuda), GetParam());
   Transformer cpu_model(c, init, GetParam());
   SamplingParams sampling;
   sampling.n = 4;
@@ -135,7 +129,7 @@ INSTANTIATE_TEST_SUITE_P(Recipes, EngineGpuRecipe, ::testing::Values(Recipe::bf1
 TEST(EngineGpu, MemoryFractionSizesTheCache) {
   LOCKSTEP_REQUIRE_GPU();
   const ModelConfig c = engine_gpu_config();
-  Transformer model(c, on(Device::cuda, random_parameters(c, 33)), Recipe::bf16);
+  Transformer model(c, random_parameters(c, 33).copy_to(Device::cuda), Recipe::bf16);
   const int64_t block = KvCache::block_bytes(c, model.activation_dtype(), 16);
   const DeviceMemoryStats before = device_memory_stats();
   Engine engine(model, {.memory_fraction = 0.02, .block_size = 16});

@@ -43,12 +43,6 @@ ModelConfig gpu_config() {
   return tiny_config(ModelFamily::qwen3, s);
 }
 
-ModelParameters on(Device d, const ModelParameters& p) {
-  ModelParameters out = p;
-  out.for_each([&](const std::string&, Tensor& t) { t = t.to(d); });
-  return out;
-}
-
 struct StepResult {
   Tensor logprob, entropy;
   double loss = 0;
@@ -59,7 +53,7 @@ struct StepResult {
 // [split, end) as two micro-batches; split = size: one batch), then one AdamW step.
 StepResult run_step(Device d, Recipe recipe, const ModelConfig& c, const ModelParameters& init,
                     const Sequences& seqs, size_t split) {
-  Transformer model(c, on(d, init), recipe);
+  Transformer model(c, init.copy_to(d), recipe);
   StepResult r;
   int64_t counted = 0;
   for (const auto& s : seqs) counted += int64_t(s.size()) - 1;
@@ -88,7 +82,7 @@ StepResult run_step(Device d, Recipe recipe, const ModelConfig& c, const ModelPa
   std::copy(logprob.begin(), logprob.end(), r.logprob.data_as<float>());
   r.entropy = Tensor::empty({int64_t(entropy.size())}, DType::f32);
   std::copy(entropy.begin(), entropy.end(), r.entropy.data_as<float>());
-  r.grads = on(Device::cpu, model.grads());
+  r.grads = model.grads().copy_to(Device::cpu);
 
   ModelParameters m = ModelParameters::zeros(c, d), v = ModelParameters::zeros(c, d);
   std::vector<Tensor*> ps, gs, ms, vs;
@@ -99,7 +93,7 @@ StepResult run_step(Device d, Recipe recipe, const ModelConfig& c, const ModelPa
   AdamWHyper hyper;
   hyper.weight_decay = 0.1f;
   for (size_t i = 0; i < ps.size(); ++i) adamw_step(*ps[i], *ms[i], *vs[i], *gs[i], hyper, 1, 1.0f);
-  r.weights = on(Device::cpu, model.params());
+  r.weights = model.params().copy_to(Device::cpu);
   return r;
 }
 
@@ -120,7 +114,7 @@ std::pair<double, std::string> worst(const ModelParameters& out, const ModelPara
 ModelParameters minus(const ModelParameters& a, const ModelParameters& b) {
   std::vector<Tensor> bs;
   b.for_each([&](const std::string&, const Tensor& t) { bs.push_back(t); });
-  ModelParameters out = on(Device::cpu, a);
+  ModelParameters out = a.copy_to(Device::cpu);
   size_t i = 0;
   out.for_each([&](const std::string&, Tensor& t) {
     Tensor d = Tensor::empty(t.shape(), DType::f32);

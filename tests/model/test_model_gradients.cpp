@@ -103,12 +103,7 @@ TEST(RecipeGradients, CloseToFp32) {
     b.data_as<float>()[i] = 0.01f;
   }
   auto gradients = [&](Recipe recipe) {
-    ModelParameters copy = ModelParameters::zeros(config);
-    std::vector<Tensor> sources;
-    params.for_each([&](const std::string&, const Tensor& src) { sources.push_back(src); });
-    size_t i = 0;
-    copy.for_each([&](const std::string&, Tensor& dst) { dst.copy_from(sources[i++]); });
-    Transformer model(config, std::move(copy), recipe);
+    Transformer model(config, params.copy_to(Device::cpu), recipe);
     TrainForward f = model.forward(batch);
     model.backward(f, a, b);
     return by_name(model.grads());
@@ -145,12 +140,7 @@ TEST(Recompute, SameGradientsBitForBit) {
   }
   for (Recipe recipe : {Recipe::fp32, Recipe::bf16, Recipe::fp8}) {
     auto run = [&](bool recompute) {
-      ModelParameters copy = ModelParameters::zeros(config);
-      std::vector<Tensor> sources;
-      params.for_each([&](const std::string&, const Tensor& src) { sources.push_back(src); });
-      size_t i = 0;
-      copy.for_each([&](const std::string&, Tensor& dst) { dst.copy_from(sources[i++]); });
-      Transformer model(config, std::move(copy), recipe);
+      Transformer model(config, params.copy_to(Device::cpu), recipe);
       model.set_recompute(recompute);
       TrainForward f = model.forward(batch);
       const std::vector<float> logprob = testing::to_floats(f.logprob);
