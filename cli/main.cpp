@@ -67,7 +67,8 @@ int generate(const Config& config) {
   r.sampling.max_new_tokens = config.generate.max_new_tokens;
   r.sampling.stop_token_ids = setup.stop_token_ids;
   r.sampling.seed = uint64_t(config.run.seed);
-  for (const GeneratedSample& s : engine.generate({r})[0])
+  const auto samples = engine.generate({r});
+  for (const GeneratedSample& s : samples[0])
     std::printf("%s%s  [%s]\n", config.generate.prompt.c_str(),
                 setup.tokenizer->decode(s.tokens, true).c_str(),
                 std::string(finish_reason_name(s.finish_reason)).c_str());
