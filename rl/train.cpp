@@ -300,10 +300,7 @@ Metrics grpo_step(Run& run, Transformer* reference, int64_t step, StepTimes& tim
                {"answer_found", found / n},
                {"response_length", response_tokens / n},
                {"groups_kept", double(groups.size())}};
-  if (groups.empty()) {  // nothing to learn from this step (dynamic sampling dropped every group)
-    skipped = "";
-    return m;
-  }
+  if (groups.empty()) return m;  // nothing to learn from: dynamic sampling dropped every group
 
   // 4. old-policy (and reference) logprobs
   t0 = Clock::now();
