@@ -1,6 +1,7 @@
 // bench/train_step — one optimizer step on the GPU: forward + backward over packed sequences (in
-// micro-batches under a token budget, gradients accumulating) + AdamW over every fp32 master +
-// refreshing the recipe's weight copies, for the bf16 and the unified fp8 recipe.
+// micro-batches under a token budget, gradients accumulating) + AdamW over every fp32 master,
+// writing the recipe's weight copies (bf16, or fp8 blocks and their transposes) in the same pass,
+// for the bf16 and the unified fp8 recipe.
 //
 // Reports per recipe: step time, tokens/s, MFU (matrix FLOPs — linear layers, attention scores and
 // values (causal half), LM head; forward ×3 for forward + backward — over the dense bf16 peak
@@ -123,7 +124,11 @@ Result run_steps(const ModelConfig& c, Recipe recipe, const Step& step, int step
   ModelParameters m = ModelParameters::zeros(c, Device::cuda);
   ModelParameters v = ModelParameters::zeros(c, Device::cuda);
   std::vector<Tensor*> params, grads, ms, vs;
-  model.params().for_each([&](const std::string&, Tensor& t) { params.push_back(&t); });
+  std::vector<WeightCopies> copies;  // what the update pass writes besides the master
+  model.params().for_each([&](const std::string& name, Tensor& t) {
+    params.push_back(&t);
+    copies.push_back(model.weight_copies(name));
+  });
   model.grads().for_each([&](const std::string&, Tensor& t) { grads.push_back(&t); });
   m.for_each([&](const std::string&, Tensor& t) { ms.push_back(&t); });
   v.for_each([&](const std::string&, Tensor& t) { vs.push_back(&t); });
@@ -144,8 +149,7 @@ Result run_steps(const ModelConfig& c, Recipe recipe, const Step& step, int step
       model.backward(f, step.dlogprob[b], Tensor());
     }
     for (size_t i = 0; i < params.size(); ++i)
-      adamw_step(*params[i], *ms[i], *vs[i], *grads[i], AdamWHyper{}, s + 1, 1.0f);
-    model.refresh_weights();
+      adamw_step(*params[i], *ms[i], *vs[i], *grads[i], AdamWHyper{}, s + 1, 1.0f, copies[i]);
     device_synchronize();
     if (s > 0) r.step_s += seconds_since(t0) / steps;
     r.peak_bytes = std::max(r.peak_bytes, device_memory_stats().peak);
