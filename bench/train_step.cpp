@@ -11,7 +11,8 @@
 // layers alone.
 //
 // Usage: bench_train_step [--model qwen3-8b|qwen3-1.7b] [--layers N] [--seqs 4096,2048,1024,1024]
-//                         [--micro-batch-tokens N] [--recipes bf16,fp8] [--steps N] [--json FILE]
+//                         [--micro-batch-tokens N] [--recipes bf16,fp8] [--recompute 0|1]
+//                         [--steps N] [--json FILE]
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -40,6 +41,7 @@ struct Options {
   std::vector<int64_t> seqs = {4096, 2048, 1024, 1024};
   int64_t micro_batch_tokens = 0;  // 0: the whole step in one
   std::vector<std::string> recipes = {"bf16", "fp8"};
+  bool recompute = false;  // Transformer::set_recompute
   int steps = 3;
   std::string json;
 };
@@ -119,8 +121,9 @@ struct Result {
 };
 
 // Builds the model on the GPU and times `steps` steps after one warm-up step.
-Result run_steps(const ModelConfig& c, Recipe recipe, const Step& step, int steps) {
+Result run_steps(const ModelConfig& c, Recipe recipe, bool recompute, const Step& step, int steps) {
   Transformer model(c, ModelParameters::initialized(c, 7, Device::cuda), recipe);
+  model.set_recompute(recompute);
   ModelParameters m = ModelParameters::zeros(c, Device::cuda);
   ModelParameters v = ModelParameters::zeros(c, Device::cuda);
   std::vector<Tensor*> params, grads, ms, vs;
@@ -169,6 +172,7 @@ Options parse(int argc, char** argv) {
     else if (arg == "--steps") o.steps = int(parse_int(arg, value));
     else if (arg == "--json") o.json = value;
     else if (arg == "--recipes") o.recipes = split(value);
+    else if (arg == "--recompute") o.recompute = parse_int(arg, value) != 0;
     else if (arg == "--seqs") {
       o.seqs.clear();
       for (const std::string& s : split(value)) o.seqs.push_back(parse_int(arg, s));
@@ -192,17 +196,18 @@ int main(int argc, char** argv) try {
   for (int64_t l : o.seqs) tokens += l;
   const Flops flops = step_flops(c, o.seqs);
   const double peak = measure_bf16_peak();
-  std::printf("%s, %lld layers, %lld parameters; %lld tokens in %zu sequences, %zu micro-batch(es); "
+  std::printf("%s, %lld layers, %lld parameters; %lld tokens in %zu sequences, %zu micro-batch(es)%s; "
               "dense bf16 peak %.0f TFLOP/s\n",
               o.model.c_str(), (long long)c.num_hidden_layers, (long long)parameter_count(c),
-              (long long)tokens, o.seqs.size(), step.batches.size(), peak);
+              (long long)tokens, o.seqs.size(), step.batches.size(),
+              o.recompute ? ", recompute" : "", peak);
   std::printf("%-6s %9s %10s %7s %9s %10s %7s %9s %10s\n", "recipe", "step ms", "tokens/s", "MFU",
               "layers ms", "layers t/s", "MFU", "peak GiB", "saved GiB");
   std::string rows;
   for (const std::string& name : o.recipes) {
     const Recipe recipe = parse_recipe(name);
-    const Result full = run_steps(c, recipe, step, o.steps);
-    const Result head = run_steps(head_only, recipe, step, o.steps);
+    const Result full = run_steps(c, recipe, o.recompute, step, o.steps);
+    const Result head = run_steps(head_only, recipe, o.recompute, step, o.steps);
     const double layers_s = full.step_s - head.step_s;
     const double mfu = (flops.layers + flops.head) / full.step_s / (peak * 1e12);
     const double layers_mfu = flops.layers / layers_s / (peak * 1e12);
@@ -226,7 +231,8 @@ int main(int argc, char** argv) try {
     std::string seqs;
     for (int64_t l : o.seqs) seqs += (seqs.empty() ? "" : ", ") + std::to_string(l);
     std::ofstream(o.json) << "{\n  \"model\": \"" << o.model << "\",\n  \"layers\": "
-                          << c.num_hidden_layers << ",\n  \"sequences\": [" << seqs
+                          << c.num_hidden_layers << ",\n  \"recompute\": " << o.recompute
+                          << ",\n  \"sequences\": [" << seqs
                           << "],\n  \"micro_batches\": " << step.batches.size()
                           << ",\n  \"bf16_peak_tflops\": " << peak << ",\n  \"results\": [" << rows
                           << "\n  ]\n}\n";

@@ -23,7 +23,8 @@ struct Transformer::LayerActivations {
   Tensor attn, lse;          // attention output, log-sum-exp
   Tensor h, post_rstd;       // residual after attention, its norm's rstd
   LinearInput gate_up_in;
-  Tensor gate_up;            // SwiGLU input
+  Tensor gate_up;            // SwiGLU input (fp8 with recompute: remade from gate_up_fp8)
+  Fp8Rows gate_up_fp8;       // fp8 with recompute: the SwiGLU input in E4M3, 1×128 groups
   LinearInput down_in;
 };
 
@@ -185,7 +186,7 @@ Tensor Transformer::layer_forward(size_t i, const Tensor& x, const Tensor& posit
   LinearInput gate_up_in = normed_input(h, p.post_norm, post_rstd, train);
   Tensor gate_up = empty_act(t, 2 * config_.intermediate_size);
   linear_forward(gate_up, gate_up_in, w.gate_up, p.gate_up_bias);
-  LinearInput down_in = swiglu_input(gate_up, train);
+  LinearInput down_in = swiglu_input(gate_up, train && !recompute_);
   Tensor out = empty_act(t, hidden);
   linear_forward(out, down_in, w.down, p.down_bias);
   add_into(out, h);
@@ -197,11 +198,17 @@ Tensor Transformer::layer_forward(size_t i, const Tensor& x, const Tensor& posit
     save->attn = attn;
     save->h = h;
     save->post_rstd = post_rstd;
-    save->gate_up = gate_up;
+    if (recompute_ && recipe_ == Recipe::fp8) {
+      // As DeepSeek-V3 does: the SwiGLU input [T, 2I] — the largest activation kept — is kept in
+      // E4M3, and the backward runs the SwiGLU backward and the down projection's WGrad on what it
+      // remakes from it (recompute_inputs).
+      save->gate_up_fp8 = Fp8Rows::empty(t, gate_up.dim(1), device());
+      quantize_rows(save->gate_up_fp8, gate_up);
+    } else {
+      save->gate_up = gate_up;
+    }
     if (!recompute_) {  // otherwise remade by recompute_inputs
-      keep_for_backward(qkv_in);
-      keep_for_backward(gate_up_in);
-      keep_for_backward(down_in);
+      for (LinearInput* in : {&qkv_in, &gate_up_in, &down_in}) keep_for_backward(*in);
       save->qkv_in = std::move(qkv_in);
       save->gate_up_in = std::move(gate_up_in);
       save->down_in = std::move(down_in);
@@ -240,12 +247,19 @@ LinearInput Transformer::swiglu_input(const Tensor& gate_up, bool for_backward) 
   return in;
 }
 
-// The same bits the forward made (every op is deterministic), from what it kept.
+// The same bits the forward made (every op is deterministic), from what it kept; in fp8 the SwiGLU
+// input comes back from its E4M3 copy, so its output (the down projection's WGrad input) and the
+// SwiGLU backward see the quantized values.
 void Transformer::recompute_inputs(size_t i, LayerActivations& s) const {
   const LayerParameters& p = params_.layers[i];
   Tensor rstd = Tensor::empty({s.x.dim(0)}, DType::f32, device());
   s.qkv_in = normed_input(s.x, p.input_norm, rstd, true);
   s.gate_up_in = normed_input(s.h, p.post_norm, rstd, true);
+  if (s.gate_up_fp8.data.defined()) {
+    s.gate_up = empty_act(s.gate_up_fp8.rows(), s.gate_up_fp8.cols());
+    dequantize(s.gate_up, s.gate_up_fp8);
+    s.gate_up_fp8 = Fp8Rows();
+  }
   s.down_in = swiglu_input(s.gate_up, true);
   for (LinearInput* in : {&s.qkv_in, &s.gate_up_in, &s.down_in}) keep_for_backward(*in);
 }

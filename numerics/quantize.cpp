@@ -136,7 +136,10 @@ void check_fp8_weight(const Fp8Weight& out, const char* what, int64_t n, int64_t
 
 void dequantize(Tensor& out, const Fp8Rows& q) {
   check_fp8_rows(q, "dequantize: q", q.rows(), q.cols(), q.data.device());
-  check_tensor(out, "dequantize: out", DType::f32, q.data.device());
+  LOCKSTEP_CHECK(out.defined() && (out.dtype() == DType::f32 || out.dtype() == DType::bf16),
+                 "dequantize: out: expected f32 or bf16, got ",
+                 out.defined() ? out.describe() : "an empty tensor");
+  check_tensor(out, "dequantize: out", out.dtype(), q.data.device());
   check_shape(out, "dequantize: out", q.data.shape());
   if (!out.is_cuda()) return cpu::dequantize_rows(out, q);
 #if LOCKSTEP_HAS_CUDA

@@ -74,7 +74,8 @@ void quantize_weight(Fp8Weight& out, const Tensor& w, ScaleFormat format = Scale
 // Throws (naming `what`) unless `out` is an Fp8Weight for W [n, k] on `device`.
 void check_fp8_weight(const Fp8Weight& out, const char* what, int64_t n, int64_t k, Device device);
 
-// out: f32 of the quantized tensor's shape, on its device.
+// out: f32 of the quantized tensor's shape, on its device (Fp8Rows: f32 or bf16, rounded to nearest
+// even from the fp32 product).
 void dequantize(Tensor& out, const Fp8Rows& q);
 void dequantize(Tensor& out, const Fp8Blocks& q);
 

@@ -95,10 +95,20 @@ void dequantize_rows(Tensor& out, const Fp8Rows& q) {
   const int64_t rows = q.rows(), cols = q.cols();
   const e4m3* d = q.data.data_as<e4m3>();
   const float* s = q.scales.data_as<float>();
+  auto value = [&](int64_t r, int64_t c) {
+    return e4m3_to_float(d[r * cols + c]) * s[(c / kQuantGroup) * rows + r];
+  };
+  if (out.dtype() == DType::bf16) {
+    bf16* o = out.data_as<bf16>();
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) o[r * cols + c] = float_to_bf16(value(r, c));
+    return;
+  }
   float* o = out.data_as<float>();
+#pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c)
-      o[r * cols + c] = e4m3_to_float(d[r * cols + c]) * s[(c / kQuantGroup) * rows + r];
+    for (int64_t c = 0; c < cols; ++c) o[r * cols + c] = value(r, c);
 }
 
 void dequantize_blocks(Tensor& out, const Fp8Blocks& q) {

@@ -10,6 +10,7 @@
 //   store is a full 128-byte line per 8 lanes (transposed) or per half-warp (rowwise).
 // - Amax of bf16 data compares two values per instruction on their raw magnitude bits.
 #include <cstdint>
+#include <type_traits>
 
 #include "core/cuda_check.h"
 #include "core/cuda_stream.h"
@@ -56,12 +57,16 @@ __global__ void __launch_bounds__(Fragment<In>::kThreads, 512 / Fragment<In>::kT
   });
 }
 
+// out: float, or bf16 as its bits (uint16_t).
+template <class Out>
 __global__ void dequantize_rows_kernel(const uint8_t* q, const float* s, int64_t rows, int64_t cols,
-                                       float* out) {
+                                       Out* out) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= rows * cols) return;
   const int64_t r = i / cols, c = i % cols;
-  out[i] = e4m3_to_float(e4m3{q[i]}) * s[(c / kTile) * rows + r];
+  const float v = e4m3_to_float(e4m3{q[i]}) * s[(c / kTile) * rows + r];
+  if constexpr (std::is_same_v<Out, float>) out[i] = v;
+  else out[i] = float_to_bf16(v).bits;
 }
 
 __global__ void dequantize_blocks_kernel(const uint8_t* q, const float* s, int64_t rows,
@@ -133,9 +138,13 @@ void quantize_weight(Fp8Weight& out, const Tensor& w, bool pow2) {
 void dequantize_rows(Tensor& out, const Fp8Rows& q) {
   const int64_t n = q.data.numel();
   if (n == 0) return;
-  dequantize_rows_kernel<<<blocks_for(n, 256), 256, 0, current_stream()>>>(
-      static_cast<const uint8_t*>(q.data.data()), q.scales.data_as<float>(), q.rows(), q.cols(),
-      out.data_as<float>());
+  const auto* qd = static_cast<const uint8_t*>(q.data.data());
+  if (out.dtype() == DType::f32)
+    dequantize_rows_kernel<<<blocks_for(n, 256), 256, 0, current_stream()>>>(
+        qd, q.scales.data_as<float>(), q.rows(), q.cols(), out.data_as<float>());
+  else
+    dequantize_rows_kernel<<<blocks_for(n, 256), 256, 0, current_stream()>>>(
+        qd, q.scales.data_as<float>(), q.rows(), q.cols(), static_cast<uint16_t*>(out.data()));
   LOCKSTEP_CUDA_CHECK_LAUNCH();
 }
 

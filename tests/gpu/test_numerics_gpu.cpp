@@ -68,6 +68,13 @@ TEST_P(ActivationQuantGpu, SameBytesAsCpu) {
   dequantize(back, rows);
   dequantize(back_cpu, cpu_rows);
   expect_same_values(back, back_cpu);
+  // bf16 output (the fp8 recipe's saved SwiGLU input): the same values as the CPU's.
+  Tensor back16 = Tensor::empty({T, K}, DType::bf16, Device::cuda);
+  Tensor back16_cpu = Tensor::empty({T, K}, DType::bf16);
+  back16.fill_bytes(kPoison);
+  dequantize(back16, rows);
+  dequantize(back16_cpu, cpu_rows);
+  expect_same_values(back16, back16_cpu);
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -125,7 +125,8 @@ TEST(RecipeGradients, CloseToFp32) {
 }
 
 // Recomputing the linear layers' cheap inputs in the backward gives the same gradients, bit for
-// bit, in every recipe (and the forward's results do not change).
+// bit, in fp32 and bf16 (and the forward's results do not change); fp8 also keeps the SwiGLU input
+// in E4M3, so its gradients move by quantization noise.
 TEST(Recompute, SameGradientsBitForBit) {
   const ModelConfig config =
       tiny_config(ModelFamily::llama, {.hidden = 128, .heads = 2, .kv_heads = 1, .head_dim = 64,
@@ -150,8 +151,22 @@ TEST(Recompute, SameGradientsBitForBit) {
     const auto [lp_saved, g_saved] = run(false);
     const auto [lp_recomputed, g_recomputed] = run(true);
     EXPECT_EQ(lp_saved, lp_recomputed) << recipe_name(recipe);
-    for (const auto& [name, g] : g_saved)
-      EXPECT_EQ(testing::to_floats(g), testing::to_floats(g_recomputed.at(name))) << recipe_name(recipe) << " " << name;
+    double worst = 0;
+    for (const auto& [name, g] : g_saved) {
+      if (recipe != Recipe::fp8) {
+        EXPECT_EQ(testing::to_floats(g), testing::to_floats(g_recomputed.at(name)))
+            << recipe_name(recipe) << " " << name;
+        continue;
+      }
+      // fp8 recomputes from the E4M3 SwiGLU input: each gate/up value moves by up to half an E4M3
+      // step (≤ 6%, ~2% typical), and the MLP's and earlier layers' gradients with it.
+      const double e = testing::rel_error(testing::to_double(g_recomputed.at(name)), testing::to_double(g));
+      EXPECT_LE(e, 0.15) << name;
+      worst = std::max(worst, e);
+    }
+    // (Tensors whose gradients are complete before the last layer's SwiGLU backward — the LM
+    // head, the final norm — are equal; the MLPs' are not.)
+    if (recipe == Recipe::fp8) EXPECT_GT(worst, 0.0) << "the fp8 path did not use the E4M3 SwiGLU input";
   }
 }
 

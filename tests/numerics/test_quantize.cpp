@@ -34,6 +34,10 @@ TEST_P(RowsTest, RoundTripWithinBoundAndExactScales) {
   quantize_rows(q, x, format);
   Tensor back = Tensor::empty({T, K}, DType::f32);
   dequantize(back, q);
+  Tensor back16 = Tensor::empty({T, K}, DType::bf16);
+  dequantize(back16, q);
+  for (int64_t i = 0; i < T * K; ++i)  // bf16 output: the f32 value rounded to nearest even
+    ASSERT_EQ(back16.data_as<bf16>()[i].bits, float_to_bf16(back.data_as<float>()[i]).bits) << i;
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t g = 0; g < K / 128; ++g) {
       float amax = 0;
