@@ -1,0 +1,61 @@
+#!/bin/bash
+# GPU-machine run of carried binaries (.carry/bin, .carry/lib, .carry/data; see docs/benchmarks.md):
+# stages given as arguments (tests, train_bench, attn_bench, torch_bench, compare_large, default_job).
+# Logs go to $OUT; each stage has its own time limit so one hang does not eat the session.
+set -u
+cd "$(dirname "$0")/.."  # the repository root
+# cuDNN: the GPU machine has it as PyTorch's nvidia-cudnn wheel, not in the CUDA toolkit.
+CUDNN_LIB=$(python3 -c "import nvidia.cudnn, os; print(os.path.join(list(nvidia.cudnn.__path__)[0], 'lib'))" 2>/dev/null)
+export LD_LIBRARY_PATH=$PWD/.carry/lib:/usr/local/cuda/lib64:$CUDNN_LIB:${LD_LIBRARY_PATH:-}
+B=.carry/bin
+info() { nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv; nvcc --version | tail -1; ls /usr/local/cuda/lib64 | grep -i cudnn | head -3; python3 -c "import torch, transformers; print(torch.__version__, transformers.__version__)"; }
+for stage in "$@"; do
+  echo "=== $stage $(date +%T)"
+  case $stage in
+    info) info > $OUT/info.txt 2>&1 ;;
+    tests)
+      echo "cudnn lib: $CUDNN_LIB" >> $OUT/summary.txt
+      for t in test_gpu test_model_gpu test_convert_gpu; do
+        timeout 300 $B/$t --gtest_color=no > $OUT/$t.log 2>&1; echo "$t rc=$?" >> $OUT/summary.txt
+        grep -E "^\[  (FAILED|PASSED) |tests ran" $OUT/$t.log | tail -40 >> $OUT/summary.txt
+        cat $OUT/$t.log >> $OUT/tests.txt; rm $OUT/$t.log
+      done ;;
+    train_bench)
+      mkdir -p $OUT/json
+      timeout 400 $B/bench_train_step --model qwen3-8b --layers 8 --json $OUT/json/train_step_8b.json > $OUT/train_step.txt 2>&1; echo "8b rc=$?" >> $OUT/train_step.txt
+      timeout 300 $B/bench_train_step --model qwen3-1.7b --json $OUT/json/train_step_1.7b.json >> $OUT/train_step.txt 2>&1; echo "1.7b rc=$?" >> $OUT/train_step.txt ;;
+    train_bench_recompute)
+      mkdir -p $OUT/json
+      timeout 300 $B/bench_train_step --model qwen3-8b --layers 8 --recompute 1 --json $OUT/json/train_step_8b_recompute.json >> $OUT/train_step.txt 2>&1
+      timeout 300 $B/bench_train_step --model qwen3-1.7b --recompute 1 --json $OUT/json/train_step_1.7b_recompute.json >> $OUT/train_step.txt 2>&1 ;;
+    attn_bench) timeout 200 $B/bench_attention > $OUT/attention.txt 2>&1
+      LOCKSTEP_SDPA_VERBOSE=1 timeout 200 $B/bench_attention_cudnn >> $OUT/attention.txt 2>&1 ;;
+    torch_bench)
+      mkdir -p $OUT/json
+      timeout 300 python3 scripts/bench_torch_train.py --model qwen3-8b --layers 8 --json $OUT/json/torch_8b.json > $OUT/torch.txt 2>&1
+      timeout 300 python3 scripts/bench_torch_train.py --model qwen3-1.7b --json $OUT/json/torch_1.7b.json >> $OUT/torch.txt 2>&1 ;;
+    rollout_bench)
+      mkdir -p $OUT/json
+      timeout 280 $B/bench_rollout --new 1024 --json $OUT/json/rollout_1024.json > $OUT/rollout.txt 2>&1; echo "rc=$?" >> $OUT/rollout.txt
+      timeout 200 $B/bench_rollout --new 4096 --batch 1,64 --max-seconds 60 --json $OUT/json/rollout_4096.json >> $OUT/rollout.txt 2>&1; echo "rc=$?" >> $OUT/rollout.txt ;;
+    hf_generate)
+      mkdir -p $OUT/json
+      timeout 240 python3 scripts/bench_hf_generate.py --new 1024 --batch 1,64 --json $OUT/json/hf_generate_1024.json > $OUT/hf_generate.txt 2>&1 ;;
+    default_job)
+      (time timeout 300 $B/lockstep train --run.out_dir=/tmp/default --model.device=cuda) > $OUT/default_job.txt 2>&1
+      cp /tmp/default/metrics.png $OUT/default_metrics.png; mkdir -p $OUT/json; cp /tmp/default/*.jsonl $OUT/json/ ;;
+    large_grpo)
+      timeout 120 python3 scripts/make_random_model.py /tmp/q17 --tokenizer .carry/data/qwen3-tokenizer > $OUT/large_grpo.txt 2>&1
+      for p in fp8 bf16; do
+        timeout 200 $B/lockstep train --model.path=/tmp/q17 --model.precision=$p --data.train=.carry/data/gsm8k/train.jsonl \
+          --data.test=.carry/data/gsm8k/test.jsonl --data.chat_template=qwen3-no-think --sft.steps=0 --run.steps=4 \
+          --rollout.prompts_per_step=16 --rollout.samples_per_prompt=8 --rollout.max_new_tokens=256 --run.eval_every=0 \
+          --run.eval_problems=16 --optim.lr=1e-6 --run.out_dir=/tmp/large_$p >> $OUT/large_grpo.txt 2>&1
+        mkdir -p $OUT/json; cp /tmp/large_$p/metrics.jsonl $OUT/json/large_grpo_$p.jsonl
+      done ;;
+    compare_large) timeout 500 python3 scripts/compare_hf.py --large --bin $B/lockstep_model_check > $OUT/compare_large.txt 2>&1 ;;
+  esac
+done
+# At most 8 files come back: the JSON results travel as one archive.
+if [ -d $OUT/json ]; then tar czf $OUT/json.tar.gz -C $OUT json && rm -r $OUT/json; fi
+echo "=== end $(date +%T)"
