@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/gpu_timing.h"
 #include "core/cuda_check.h"
 #include "ops/attention.h"
 #include "ops/attention_backends.h"
@@ -33,26 +34,10 @@ int g_reps = 20;
 void* g_flush = nullptr;
 constexpr size_t kFlushBytes = size_t(512) << 20;
 
+void flush_l2() { LOCKSTEP_CUDA_CHECK(cudaMemsetAsync(g_flush, 0, kFlushBytes)); }
+
 // Median milliseconds of `reps` calls after 3 warm-ups, L2 flushed before each.
-double time_ms(const std::function<void()>& fn) {
-  for (int i = 0; i < 3; ++i) fn();
-  cudaEvent_t start, stop;
-  LOCKSTEP_CUDA_CHECK(cudaEventCreate(&start));
-  LOCKSTEP_CUDA_CHECK(cudaEventCreate(&stop));
-  std::vector<float> ms(static_cast<size_t>(g_reps));
-  for (float& m : ms) {
-    LOCKSTEP_CUDA_CHECK(cudaMemsetAsync(g_flush, 0, kFlushBytes));
-    LOCKSTEP_CUDA_CHECK(cudaEventRecord(start));
-    fn();
-    LOCKSTEP_CUDA_CHECK(cudaEventRecord(stop));
-    LOCKSTEP_CUDA_CHECK(cudaEventSynchronize(stop));
-    LOCKSTEP_CUDA_CHECK(cudaEventElapsedTime(&m, start, stop));
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
+double time_ms(const std::function<void()>& fn) { return bench::median_ms(fn, g_reps, flush_l2); }
 
 Tensor random_bf16(Shape shape, uint64_t seed) {
   Tensor host = Tensor::empty(shape, DType::bf16);
@@ -169,17 +154,6 @@ void bench_prefill_chunks() {
   }
 }
 
-double copy_bandwidth() {
-  const size_t bytes = size_t(1) << 30;
-  void *src, *dst;
-  LOCKSTEP_CUDA_CHECK(cudaMalloc(&src, bytes));
-  LOCKSTEP_CUDA_CHECK(cudaMalloc(&dst, bytes));
-  LOCKSTEP_CUDA_CHECK(cudaMemset(src, 1, bytes));
-  const double ms = time_ms([&] { cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice); });
-  cudaFree(src);
-  cudaFree(dst);
-  return 2.0 * double(bytes) / (ms * 1e-3) / 1e9;  // read + write
-}
 
 }  // namespace
 
@@ -204,7 +178,7 @@ int main(int argc, char** argv) {
     LOCKSTEP_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     std::printf("device: %s (%d SMs)\n", prop.name, prop.multiProcessorCount);
     LOCKSTEP_CUDA_CHECK(cudaMalloc(&g_flush, kFlushBytes));
-    const double copy_gbs = copy_bandwidth();
+    const double copy_gbs = bench::copy_bandwidth_gbs(g_reps, flush_l2);
     bench_decode(copy_gbs);
     bench_prefill_chunks();
     bench_training();

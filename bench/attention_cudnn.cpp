@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/gpu_timing.h"
 #include "core/cuda_check.h"
 #include "core/tensor.h"
 #include "ops/cuda/attention_cudnn.h"
@@ -26,25 +27,9 @@ namespace {
 
 int g_reps = 20;
 
-// Median milliseconds of `reps` timed calls after 3 warm-ups (which also build the plans).
-double time_ms(const std::function<void()>& fn) {
-  for (int i = 0; i < 3; ++i) fn();
-  cudaEvent_t start, stop;
-  LOCKSTEP_CUDA_CHECK(cudaEventCreate(&start));
-  LOCKSTEP_CUDA_CHECK(cudaEventCreate(&stop));
-  std::vector<float> ms(static_cast<size_t>(g_reps));
-  for (float& m : ms) {
-    LOCKSTEP_CUDA_CHECK(cudaEventRecord(start));
-    fn();
-    LOCKSTEP_CUDA_CHECK(cudaEventRecord(stop));
-    LOCKSTEP_CUDA_CHECK(cudaEventSynchronize(stop));
-    LOCKSTEP_CUDA_CHECK(cudaEventElapsedTime(&m, start, stop));
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
+// Warm-ups also build the plans.
+double time_ms(const std::function<void()>& fn) { return bench::median_ms(fn, g_reps); }
+
 
 // bf16 values in [-2, 2) from a fixed linear congruential sequence, on the GPU.
 Tensor random_bf16(Shape shape, uint32_t seed) {

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/gpu_timing.h"
 #include "core/cuda_check.h"
 #include "numerics/quantize.h"
 #include "ops/gemm.h"
@@ -26,25 +27,8 @@ namespace {
 
 int g_reps = 20;
 
-// Median milliseconds of `reps` timed calls after 3 warm-ups.
-double time_ms(const std::function<void()>& fn) {
-  for (int i = 0; i < 3; ++i) fn();
-  cudaEvent_t start, stop;
-  LOCKSTEP_CUDA_CHECK(cudaEventCreate(&start));
-  LOCKSTEP_CUDA_CHECK(cudaEventCreate(&stop));
-  std::vector<float> ms(static_cast<size_t>(g_reps));
-  for (float& m : ms) {
-    LOCKSTEP_CUDA_CHECK(cudaEventRecord(start));
-    fn();
-    LOCKSTEP_CUDA_CHECK(cudaEventRecord(stop));
-    LOCKSTEP_CUDA_CHECK(cudaEventSynchronize(stop));
-    LOCKSTEP_CUDA_CHECK(cudaEventElapsedTime(&m, start, stop));
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
+double time_ms(const std::function<void()>& fn) { return bench::median_ms(fn, g_reps); }
+
 
 struct Timing {
   double tuned, heuristic;  // median ms
@@ -179,15 +163,7 @@ void bench_decode() {
 
 void bench_quantization() {
   const int64_t T = 8192, K = 4096, N = 12288;
-  const size_t copy_bytes = size_t(1) << 30;
-  void *src, *dst;
-  LOCKSTEP_CUDA_CHECK(cudaMalloc(&src, copy_bytes));
-  LOCKSTEP_CUDA_CHECK(cudaMalloc(&dst, copy_bytes));
-  LOCKSTEP_CUDA_CHECK(cudaMemset(src, 1, copy_bytes));
-  const double copy_ms = time_ms([&] { cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice); });
-  cudaFree(src);
-  cudaFree(dst);
-  const double copy_gbs = 2.0 * double(copy_bytes) / (copy_ms * 1e-3) / 1e9;
+  const double copy_gbs = bench::copy_bandwidth_gbs(g_reps);
 
   Tensor x = random_device({T, K}, DType::bf16);
   Tensor w32 = random_device({N, K}, DType::f32), w16 = random_device({N, K}, DType::bf16);

@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "bench/bench_util.h"
+#include "bench/gpu_timing.h"
 #include "core/cuda_check.h"
 #include "core/device.h"
 #include "model/transformer.h"
@@ -112,32 +113,6 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-// Device-to-device copy bandwidth (read + write bytes over time, GB/s): median of 20 copies of
-// 1 GiB after 3 warm-ups.
-double measure_copy_gbs() {
-  const int64_t bytes = int64_t(1) << 30;
-  Tensor src = Tensor::empty({bytes}, DType::e4m3, Device::cuda);
-  Tensor dst = Tensor::empty({bytes}, DType::e4m3, Device::cuda);
-  src.fill_bytes(1);
-  cudaEvent_t start, stop;
-  LOCKSTEP_CUDA_CHECK(cudaEventCreate(&start));
-  LOCKSTEP_CUDA_CHECK(cudaEventCreate(&stop));
-  std::vector<float> ms;
-  for (int i = 0; i < 23; ++i) {
-    float m = 0;
-    LOCKSTEP_CUDA_CHECK(cudaEventRecord(start));
-    LOCKSTEP_CUDA_CHECK(
-        cudaMemcpyAsync(dst.data(), src.data(), size_t(bytes), cudaMemcpyDeviceToDevice));
-    LOCKSTEP_CUDA_CHECK(cudaEventRecord(stop));
-    LOCKSTEP_CUDA_CHECK(cudaEventSynchronize(stop));
-    LOCKSTEP_CUDA_CHECK(cudaEventElapsedTime(&m, start, stop));
-    if (i >= 3) ms.push_back(m);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  std::sort(ms.begin(), ms.end());
-  return 2.0 * double(bytes) / (double(ms[ms.size() / 2]) * 1e-3) / 1e9;
-}
 
 // The memory pool (core/device.cpp) keeps what tensors free; handing it back to the device lets
 // the next engine's memory_fraction of *free* memory count it (the masters an inference-only model
@@ -351,7 +326,7 @@ int main(int argc, char** argv) try {
   if (o.layers >= 0) c.num_hidden_layers = o.layers;
   cudaDeviceProp prop;
   LOCKSTEP_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  const double copy_gbs = measure_copy_gbs();
+  const double copy_gbs = copy_bandwidth_gbs(20);  // median of 20 copies of 1 GiB
   auto t0 = std::chrono::steady_clock::now();
   const ModelParameters host = ModelParameters::initialized(c, 7);
   std::printf("%s: %s, %lld layers, %lld parameters (initialized in %.1f s); prompts of %lld "

@@ -329,7 +329,7 @@ Metrics grpo_step(Run& run, Transformer* reference, int64_t step, StepTimes& tim
       for (size_t t = size_t(rows.cu[first]); t < size_t(rows.cu[last]); ++t) tokens += rows.mask[t];
       cfg.normalizer = cfg.aggregation == LossAggregation::token_mean ? tokens : double(last - first);
       double mini_loss = 0;
-      const std::vector<int64_t> lengths(rows.lengths.begin() + long(first), rows.lengths.begin() + long(last));
+      const auto lengths = std::span<const int64_t>(rows.lengths).subspan(first, last - first);
       for (const SequenceRange& r : plan_micro_batches(lengths, budget)) {
         size_t offset = 0;
         const TrainBatch b = slice_batch(rows, first + r.first, first + r.last,

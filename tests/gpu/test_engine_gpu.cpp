@@ -19,18 +19,6 @@
 namespace lockstep::testing {
 namespace {
 
-// Dimensions that fp8 accepts and the CUDA attention kernels take (as test_model_gpu.cpp).
-ModelConfig engine_gpu_config() {
-  TinyShape s;
-  s.hidden = 256;
-  s.heads = 4;
-  s.kv_heads = 2;
-  s.head_dim = 128;
-  s.intermediate = 384;
-  s.layers = 2;
-  s.vocab = 1000;
-  return tiny_config(ModelFamily::qwen3, s);
-}
 
 std::vector<GenerationRequest> make_requests(const std::vector<int>& prompt_lengths,
                                              const SamplingParams& sampling, uint64_t seed) {
@@ -67,7 +55,7 @@ double logprob_error(Transformer& cpu_model, const std::vector<GenerationRequest
 
 TEST(EngineGpu, GreedyTokensAreCpuArgmaxes) {
   LOCKSTEP_REQUIRE_GPU();
-  const ModelConfig c = engine_gpu_config();
+  const ModelConfig c = gpu_tiny_config();
   const ModelParameters init = random_parameters(c, 31);
   Transformer gpu_model(c, init.copy_to(Device::cuda), Recipe::bf16);
   Transformer cpu_model(c, init, Recipe::bf16);
@@ -98,7 +86,7 @@ class EngineGpuRecipe : public ::testing::TestWithParam<Recipe> {};
 // A small cache and step budget: chunked prefill, preemption and copy-on-write on the device.
 TEST_P(EngineGpuRecipe, SampledLogprobsMatchTheCpuForward) {
   LOCKSTEP_REQUIRE_GPU();
-  const ModelConfig c = engine_gpu_config();
+  const ModelConfig c = gpu_tiny_config();
   const ModelParameters init = random_parameters(c, 32);
   Transformer gpu_model(c, init.copy_to(Device::cuda), GetParam());
   Transformer cpu_model(c, init, GetParam());
@@ -128,7 +116,7 @@ INSTANTIATE_TEST_SUITE_P(Recipes, EngineGpuRecipe, ::testing::Values(Recipe::bf1
 
 TEST(EngineGpu, MemoryFractionSizesTheCache) {
   LOCKSTEP_REQUIRE_GPU();
-  const ModelConfig c = engine_gpu_config();
+  const ModelConfig c = gpu_tiny_config();
   Transformer model(c, random_parameters(c, 33).copy_to(Device::cuda), Recipe::bf16);
   const int64_t block = KvCache::block_bytes(c, model.activation_dtype(), 16);
   const DeviceMemoryStats before = device_memory_stats();

@@ -28,20 +28,6 @@ Tolerance tolerance(Recipe r) {
   return r == Recipe::bf16 ? Tolerance{1e-2, 4e-2, 1e-2, 0.3} : Tolerance{4e-2, 2.5e-1, 3e-2, 0.6};
 }
 
-// Dimensions that fp8 accepts (multiples of 128) and that the CUDA attention kernels take
-// (head_dim 128, GQA 4/2).
-ModelConfig gpu_config() {
-  TinyShape s;
-  s.hidden = 256;
-  s.heads = 4;
-  s.kv_heads = 2;
-  s.head_dim = 128;
-  s.intermediate = 384;
-  s.layers = 2;
-  s.vocab = 1000;
-  s.tied = false;
-  return tiny_config(ModelFamily::qwen3, s);
-}
 
 struct StepResult {
   Tensor logprob, entropy;
@@ -131,7 +117,7 @@ class ModelStepGpu : public ::testing::TestWithParam<Recipe> {};
 TEST_P(ModelStepGpu, MatchesCpu) {
   LOCKSTEP_REQUIRE_GPU();
   const Recipe recipe = GetParam();
-  const ModelConfig c = gpu_config();
+  const ModelConfig c = gpu_tiny_config();
   const ModelParameters init = random_parameters(c, 3);
   const Sequences seqs = random_sequences({130, 1, 77, 256}, c.vocab_size, 5);
   const StepResult cpu = run_step(Device::cpu, recipe, c, init, seqs, seqs.size());
@@ -152,7 +138,7 @@ TEST_P(ModelStepGpu, MatchesCpu) {
 TEST_P(ModelStepGpu, MicroBatchesAccumulateTheSameGradients) {
   LOCKSTEP_REQUIRE_GPU();
   const Recipe recipe = GetParam();
-  const ModelConfig c = gpu_config();
+  const ModelConfig c = gpu_tiny_config();
   const ModelParameters init = random_parameters(c, 4);
   const Sequences seqs = random_sequences({200, 64, 9, 300}, c.vocab_size, 6);
   const StepResult one = run_step(Device::cuda, recipe, c, init, seqs, seqs.size());

@@ -45,6 +45,13 @@ inline ModelConfig tiny_config(ModelFamily family, const TinyShape& s = {}) {
   return c;
 }
 
+// A small Qwen3 whose dimensions fp8 accepts (multiples of 128) and the CUDA attention kernels
+// take (head_dim 128, GQA 4/2): the GPU tests' model.
+inline ModelConfig gpu_tiny_config() {
+  return tiny_config(ModelFamily::qwen3, {.hidden = 256, .heads = 4, .kv_heads = 2, .head_dim = 128,
+                                          .intermediate = 384, .layers = 2, .vocab = 1000});
+}
+
 // Weights ~ N(0, 1/fan_in) (activations of order 1, so gradients are well above rounding noise),
 // norm weights 1 + N(0, 0.1²), biases N(0, 0.1²).
 inline ModelParameters random_parameters(const ModelConfig& c, uint64_t seed) {

@@ -166,7 +166,9 @@ TEST(Recompute, SameGradientsBitForBit) {
     }
     // (Tensors whose gradients are complete before the last layer's SwiGLU backward — the LM
     // head, the final norm — are equal; the MLPs' are not.)
-    if (recipe == Recipe::fp8) EXPECT_GT(worst, 0.0) << "the fp8 path did not use the E4M3 SwiGLU input";
+    if (recipe == Recipe::fp8) {
+      EXPECT_GT(worst, 0.0) << "the fp8 path did not use the E4M3 SwiGLU input";
+    }
   }
 }
 
