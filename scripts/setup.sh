@@ -22,24 +22,36 @@ if ! command -v nvcc >/dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then
   echo "setup: nvcc found at /usr/local/cuda/bin (add it to PATH to build the CUDA backend)"
 fi
 
-# The cuDNN frontend (header-only C++; cuDNN's fused attention in ops/cuda/attention_cudnn.cpp) comes
-# from its PyPI wheel, of which only include/ is kept, in .deps/ (git-ignored). The headers are the
-# same in every wheel of a version, so any one wheel will do. Without them the build has no cuDNN path.
-frontend_version=1.32.0
-frontend_dir="$(cd "$(dirname "$0")/.." && pwd)/.deps/cudnn-frontend"
-if [[ "$(cat "$frontend_dir/VERSION" 2>/dev/null)" != "$frontend_version" ]]; then
-  echo "setup: installing the cuDNN frontend $frontend_version headers into $frontend_dir"
+# NVIDIA's header-only C++ libraries come from their PyPI wheels (nothing else is downloaded): only
+# the headers are kept, in .deps/ (git-ignored). Headers are the same in every wheel of a version,
+# so any one wheel will do. Without them the build goes on without the paths that use them.
+#   install_headers NAME VERSION WHEEL_PREFIX   e.g. "include/" keeps include/ of the wheel
+install_headers() {
+  local name=$1 version=$2 prefix=$3
+  local dir
+  dir="$(cd "$(dirname "$0")/.." && pwd)/.deps/$name"
+  [[ "$(cat "$dir/VERSION" 2>/dev/null)" == "$version" ]] && return 0
+  echo "setup: installing the $name $version headers into $dir"
+  local wheel_dir
   wheel_dir=$(mktemp -d)
   if python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
-       --platform manylinux_2_28_x86_64 -d "$wheel_dir" "nvidia-cudnn-frontend==$frontend_version" &&
-     rm -rf "$frontend_dir" &&
-     python3 -c 'import sys, zipfile
-z = zipfile.ZipFile(sys.argv[1])
-z.extractall(sys.argv[2], [n for n in z.namelist() if n.startswith("include/")])' \
-       "$wheel_dir"/*.whl "$frontend_dir"; then
-    echo "$frontend_version" > "$frontend_dir/VERSION"
+       --platform manylinux_2_28_x86_64 -d "$wheel_dir" "$4==$version" &&
+     rm -rf "$dir" &&
+     python3 -c 'import os, sys, zipfile
+z, prefix, out = zipfile.ZipFile(sys.argv[1]), sys.argv[2], sys.argv[3]
+for n in z.namelist():
+    if n.startswith(prefix) and not n.endswith("/"):
+        path = os.path.join(out, "include", n[len(prefix):])
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f: f.write(z.read(n))' \
+       "$wheel_dir"/*.whl "$prefix" "$dir"; then
+    echo "$version" > "$dir/VERSION"
   else
-    echo "setup: could not install the cuDNN frontend; building without cuDNN attention" >&2
+    echo "setup: could not install the $name headers; building without them" >&2
   fi
   rm -rf "$wheel_dir"
-fi
+}
+# The cuDNN frontend: cuDNN's fused attention in ops/cuda/attention_cudnn.cpp.
+install_headers cudnn-frontend 1.32.0 include/ nvidia-cudnn-frontend
+# CUTLASS (cute + the sm90 block-scaled FP8 GEMM collectives): the FP8 GEMMs cuBLASLt is slow at.
+install_headers cutlass 4.2.0.0 cutlass_library/source/include/ nvidia-cutlass
