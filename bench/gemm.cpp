@@ -1,14 +1,13 @@
 // bench/gemm — TFLOP/s of the bf16 and fp8 linear-layer GEMMs (FProp, DGrad, WGrad) at the
-// Qwen3-1.7B and Qwen3-8B shapes with T = 8192 tokens, FProp at decode shapes, and the GB/s of
-// the FP8 quantization kernels against a measured device-to-device copy. Every GEMM is timed
-// twice: with the autotuned algorithm (the default) and with cuBLASLt's first heuristic choice
-// (what LOCKSTEP_GEMM_AUTOTUNE=0 selects).
+// Qwen3-1.7B and Qwen3-8B shapes with T = 8192 tokens, FProp at decode shapes (cuBLASLt bf16 and
+// fp8, and the fp8 small-T kernel), and the GB/s of the FP8 quantization kernels against a
+// measured device-to-device copy. Every cuBLASLt GEMM is timed twice: with the autotuned algorithm
+// (the default) and with cuBLASLt's first heuristic choice (what LOCKSTEP_GEMM_AUTOTUNE=0 selects).
 // Usage: bench_gemm [--json out.json] [--reps N]
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
-#include <cstring>
 #include <fstream>
 #include <functional>
 #include <iterator>
@@ -134,31 +133,55 @@ void bench_training(int64_t T) {
   }
 }
 
+// Decode shapes, L2 flushed before every timed call (a decode step reads each layer's weights
+// from HBM once): bf16 and fp8 on cuBLASLt (autotuned; heuristic's choice in the JSON) and fp8 on
+// the small-T kernel (ops/cuda/gemm_fp8_small_t.cu), with its weight bytes per second.
 void bench_decode() {
-  std::printf("\nDecode-shape FProp (Qwen3-8B linears): microseconds and TFLOP/s, autotuned; heuristic's first choice\n");
-  std::printf("%-8s %6s | %9s %9s %7s | %8s %8s | %9s %9s\n", "linear", "T", "bf16 us", "fp8 us", "fp8/bf16",
-              "bf16 TF", "fp8 TF", "bf16 heur", "fp8 heur");
+  const size_t flush_bytes = size_t(512) << 20;
+  void* flush = nullptr;
+  LOCKSTEP_CUDA_CHECK(cudaMalloc(&flush, flush_bytes));
+  const auto flush_l2 = [&] { LOCKSTEP_CUDA_CHECK(cudaMemsetAsync(flush, 0, flush_bytes)); };
+  const auto flushed_ms = [&](const std::function<void()>& fn) { return bench::median_ms(fn, g_reps, flush_l2); };
+  const auto flushed_both = [&](const std::function<void()>& fn) {
+    const int previous = cuda::gemm_set_algo_choice(-1);
+    const double tuned = flushed_ms(fn);
+    cuda::gemm_set_algo_choice(0);
+    const double heuristic = flushed_ms(fn);
+    cuda::gemm_set_algo_choice(previous);
+    return Timing{tuned, heuristic};
+  };
+  std::printf("\nDecode-shape FProp, L2 flushed: microseconds of bf16 and fp8 on cuBLASLt (autotuned) and fp8 on the\n"
+              "small-T kernel; its weight GB/s; speedups of the small-T kernel\n");
+  std::printf("%-11s %-8s %4s | %8s %8s %8s | %8s | %9s %9s\n", "model", "linear", "T", "bf16 us", "fp8 us",
+              "small us", "small GB/s", "bf16/small", "fp8/small");
+  const int previous = cuda::gemm_set_fp8_small_t(0);  // restored at the end
   for (const Linear& l : kLinears) {
-    if (std::strcmp(l.model, "qwen3-8b") != 0) continue;
     const int64_t N = l.n, K = l.k;
     Tensor w = random_device({N, K}, DType::bf16);
     Fp8Weight qw = Fp8Weight::empty(N, K, Device::cuda);
     quantize_weight(qw, w);
-    for (int64_t T : {1, 16, 64, 256}) {
+    for (int64_t T : {1, 16, 32, 64}) {
       Tensor x = random_device({T, K}, DType::bf16), y = Tensor::empty({T, N}, DType::bf16, Device::cuda);
       Fp8Rows qx = Fp8Rows::empty(T, K, Device::cuda);
       quantize_rows(qx, x);
-      const Timing a = time_both([&] { gemm_fprop(y, x, w); }), b = time_both([&] { gemm_fprop(y, qx, qw); });
-      const double flops = 2.0 * double(T) * double(N) * double(K);
-      std::printf("%-8s %6ld | %9.1f %9.1f %7.2fx | %8.1f %8.1f | %9.1f %9.1f\n", l.name, long(T), a.tuned * 1e3,
-                  b.tuned * 1e3, a.tuned / b.tuned, flops / (a.tuned * 1e-3) / 1e12, flops / (b.tuned * 1e-3) / 1e12,
-                  a.heuristic * 1e3, b.heuristic * 1e3);
-      add_json("{\"kind\": \"decode\", \"linear\": \"" + std::string(l.name) + "\", \"T\": " + std::to_string(T) +
-               ", \"N\": " + std::to_string(N) + ", \"K\": " + std::to_string(K) + ", \"bf16_ms\": " +
-               std::to_string(a.tuned) + ", \"fp8_ms\": " + std::to_string(b.tuned) + ", \"bf16_ms_heuristic\": " +
-               std::to_string(a.heuristic) + ", \"fp8_ms_heuristic\": " + std::to_string(b.heuristic) + "}");
+      const Timing bf16 = flushed_both([&] { gemm_fprop(y, x, w); });
+      cuda::gemm_set_fp8_small_t(0);
+      const Timing fp8 = flushed_both([&] { gemm_fprop(y, qx, qw); });
+      cuda::gemm_set_fp8_small_t(64);
+      const double small = flushed_ms([&] { gemm_fprop(y, qx, qw); });
+      const double gbs = double(N * K) / (small * 1e-3) / 1e9;
+      std::printf("%-11s %-8s %4ld | %8.1f %8.1f %8.1f | %10.0f | %9.2fx %8.2fx\n", l.model, l.name, long(T),
+                  bf16.tuned * 1e3, fp8.tuned * 1e3, small * 1e3, gbs, bf16.tuned / small, fp8.tuned / small);
+      add_json("{\"kind\": \"decode\", \"model\": \"" + std::string(l.model) + "\", \"linear\": \"" + l.name +
+               "\", \"T\": " + std::to_string(T) + ", \"N\": " + std::to_string(N) + ", \"K\": " + std::to_string(K) +
+               ", \"bf16_ms\": " + std::to_string(bf16.tuned) + ", \"fp8_ms\": " + std::to_string(fp8.tuned) +
+               ", \"fp8_small_t_ms\": " + std::to_string(small) + ", \"fp8_small_t_gbs\": " + std::to_string(gbs) +
+               ", \"bf16_ms_heuristic\": " + std::to_string(bf16.heuristic) + ", \"fp8_ms_heuristic\": " +
+               std::to_string(fp8.heuristic) + "}");
     }
   }
+  cuda::gemm_set_fp8_small_t(previous);
+  cudaFree(flush);
 }
 
 void bench_quantization() {

@@ -12,7 +12,8 @@
 // by its two scales and added to an fp32 accumulator — on the CPU in exactly that order, so a row's
 // result never depends on the other rows (T) of the batch.
 //
-// Tensors on the CPU run the reference; tensors on CUDA run cuBLASLt (plans cached per shape).
+// Tensors on the CPU run the reference; tensors on CUDA run cuBLASLt (plans cached per shape), or
+// for fp8 FProp/DGrad of few tokens (decoding) a weight-streaming kernel of ours.
 // K and N must be multiples of 128 in the fp8 recipe; T is free.
 #pragma once
 

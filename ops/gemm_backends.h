@@ -32,4 +32,8 @@ void gemm_force_token_padding(bool on);
 // Tests and benches: how new plans pick their algorithm: −1 autotune (default), i ≥ 0 the
 // heuristic's i-th candidate. Returns the previous setting.
 int gemm_set_algo_choice(int choice);
+// Tests and benches: the fp8 GEMMs (FProp, DGrad) of 1 .. `tokens` tokens run on the small-T kernel
+// (ops/cuda/gemm_fp8_small_t.h), larger ones on cuBLASLt; 0: always cuBLASLt; at most 64.
+// Default 64, or the environment's LOCKSTEP_FP8_SMALL_T. Returns the previous setting.
+int gemm_set_fp8_small_t(int tokens);
 }  // namespace lockstep::cuda

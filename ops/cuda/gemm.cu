@@ -9,7 +9,8 @@
 // Every distinct call shape gets a Plan (descriptors, layouts, algorithm), made once and cached;
 // the hot path only sets the scale pointers and calls cublasLtMatmul. Each stream has its own
 // workspace. When cuBLASLt has no algorithm for an odd token count, the activation is padded to a
-// multiple of 16 tokens in a per-stream scratch buffer.
+// multiple of 16 tokens in a per-stream scratch buffer. FP8 GEMMs of few tokens (decoding) go to
+// ops/cuda/gemm_fp8_small_t.cu instead.
 //
 // Autotuning: the heuristic's first choice is often not the fastest kernel (block-scaled FP8
 // WGrad in particular), so a plan times up to 17 candidates on its first call's operands and keeps
@@ -35,6 +36,7 @@
 
 #include "core/cuda_check.h"
 #include "core/cuda_stream.h"
+#include "ops/cuda/gemm_fp8_small_t.h"
 #include "ops/gemm_backends.h"
 
 #define LOCKSTEP_CUBLAS_CHECK(call)                                                          \
@@ -468,6 +470,7 @@ void gemm_fp8(Tensor& out, const Fp8Rows& act, const Fp8Blocks& weight) {
   check_aligned16(act.data, "fp8 gemm: activation");
   check_aligned16(weight.data, "fp8 gemm: weight");
   const int64_t T = act.rows(), K = act.cols(), M = weight.rows();
+  if (fp8_small_t_takes(T)) return gemm_fp8_small_t(out, act, weight);
   MatmulShape s{CUBLAS_OP_T, CUBLAS_OP_N, CUDA_R_8F_E4M3, CUDA_R_8F_E4M3, cuda_type(out.dtype()),
                 M, T, K, K, K, M, CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F,
                 CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F, false, 0};

@@ -1,0 +1,27 @@
+// ops/cuda/gemm_fp8_small_t.h — the fp8 GEMM of ops/gemm.h for few tokens (decoding), where
+// cuBLASLt's block-scaled kernels sit at a ~20 µs floor: out[T, M] = act[T, K] · weight[M, K]ᵀ,
+// act an Fp8Rows, weight an Fp8Blocks (FProp: W; DGrad: Wᵀ), out bf16 or f32, T ≤ 64.
+//
+// Like the CPU reference, every 128-wide K block is summed in fp32 (tensor cores), multiplied by
+// (act scale · weight scale) and added to an fp32 accumulator. A token's output never depends on
+// the other tokens of the batch: same bits at T = 1 or T = 64.
+//
+// ops/cuda/gemm.cu dispatches to it; arguments are checked there and by ops/gemm.cpp (K and M
+// multiples of 128, act and weight 16-byte aligned). Include only from CUDA sources.
+#pragma once
+
+#include <cstdint>
+
+#include "core/tensor.h"
+#include "numerics/quantize.h"
+
+namespace lockstep::cuda {
+
+// True when a GEMM of `tokens` tokens goes to gemm_fp8_small_t: 1 ≤ tokens ≤ the limit set by
+// gemm_set_fp8_small_t (ops/gemm_backends.h).
+bool fp8_small_t_takes(int64_t tokens);
+
+// out: bf16 or f32 [T, M], 16-byte aligned; 1 ≤ T ≤ 64.
+void gemm_fp8_small_t(Tensor& out, const Fp8Rows& act, const Fp8Blocks& weight);
+
+}  // namespace lockstep::cuda
