@@ -26,7 +26,10 @@ namespace {
 
 int g_reps = 20;
 
-double time_ms(const std::function<void()>& fn) { return bench::median_ms(fn, g_reps); }
+// `before_each`: untimed work before every timed call (an L2 flush).
+double time_ms(const std::function<void()>& fn, const std::function<void()>& before_each = {}) {
+  return bench::median_ms(fn, g_reps, before_each);
+}
 
 
 struct Timing {
@@ -35,11 +38,11 @@ struct Timing {
 
 // fn timed with autotuned plans and with the heuristic's first choice (each makes its own plan
 // in the warm-up calls).
-Timing time_both(const std::function<void()>& fn) {
+Timing time_both(const std::function<void()>& fn, const std::function<void()>& before_each = {}) {
   const int previous = cuda::gemm_set_algo_choice(-1);
-  const double tuned = time_ms(fn);
+  const double tuned = time_ms(fn, before_each);
   cuda::gemm_set_algo_choice(0);
-  const double heuristic = time_ms(fn);
+  const double heuristic = time_ms(fn, before_each);
   cuda::gemm_set_algo_choice(previous);
   return {tuned, heuristic};
 }
@@ -140,16 +143,7 @@ void bench_decode() {
   const size_t flush_bytes = size_t(512) << 20;
   void* flush = nullptr;
   LOCKSTEP_CUDA_CHECK(cudaMalloc(&flush, flush_bytes));
-  const auto flush_l2 = [&] { LOCKSTEP_CUDA_CHECK(cudaMemsetAsync(flush, 0, flush_bytes)); };
-  const auto flushed_ms = [&](const std::function<void()>& fn) { return bench::median_ms(fn, g_reps, flush_l2); };
-  const auto flushed_both = [&](const std::function<void()>& fn) {
-    const int previous = cuda::gemm_set_algo_choice(-1);
-    const double tuned = flushed_ms(fn);
-    cuda::gemm_set_algo_choice(0);
-    const double heuristic = flushed_ms(fn);
-    cuda::gemm_set_algo_choice(previous);
-    return Timing{tuned, heuristic};
-  };
+  const std::function<void()> flush_l2 = [&] { LOCKSTEP_CUDA_CHECK(cudaMemsetAsync(flush, 0, flush_bytes)); };
   std::printf("\nDecode-shape FProp, L2 flushed: microseconds of bf16 and fp8 on cuBLASLt (autotuned) and fp8 on the\n"
               "small-T kernel; its weight GB/s; speedups of the small-T kernel\n");
   std::printf("%-11s %-8s %4s | %8s %8s %8s | %8s | %9s %9s\n", "model", "linear", "T", "bf16 us", "fp8 us",
@@ -164,11 +158,11 @@ void bench_decode() {
       Tensor x = random_device({T, K}, DType::bf16), y = Tensor::empty({T, N}, DType::bf16, Device::cuda);
       Fp8Rows qx = Fp8Rows::empty(T, K, Device::cuda);
       quantize_rows(qx, x);
-      const Timing bf16 = flushed_both([&] { gemm_fprop(y, x, w); });
+      const Timing bf16 = time_both([&] { gemm_fprop(y, x, w); }, flush_l2);
       cuda::gemm_set_fp8_small_t(0);
-      const Timing fp8 = flushed_both([&] { gemm_fprop(y, qx, qw); });
+      const Timing fp8 = time_both([&] { gemm_fprop(y, qx, qw); }, flush_l2);
       cuda::gemm_set_fp8_small_t(64);
-      const double small = flushed_ms([&] { gemm_fprop(y, qx, qw); });
+      const double small = time_ms([&] { gemm_fprop(y, qx, qw); }, flush_l2);
       const double gbs = double(N * K) / (small * 1e-3) / 1e9;
       std::printf("%-11s %-8s %4ld | %8.1f %8.1f %8.1f | %10.0f | %9.2fx %8.2fx\n", l.model, l.name, long(T),
                   bf16.tuned * 1e3, fp8.tuned * 1e3, small * 1e3, gbs, bf16.tuned / small, fp8.tuned / small);
