@@ -36,7 +36,6 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
-#include <string>
 
 #include "core/cuda_check.h"
 #include "core/cuda_stream.h"
