@@ -5,8 +5,9 @@
 // draw the next one. It runs padded to B = the smallest of buckets(max_sequences) ≥ S: 1, 2, 4, 8,
 // 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, ... below max_sequences, then max_sequences. Rows
 // [S, B) are padding and inert: token 0 at position 0, writing its k/v to slot 0 of the scratch
-// block (the cache's last block, which the engine's scheduler never hands out; every padding row
-// writes the same bytes there) and attending to it alone, drawing greedily; their draws are dropped.
+// block (the cache's last block, which the engine's scheduler never hands out; all padding rows
+// write that slot with the same inputs, and only padding rows read it) and attending to it alone,
+// drawing greedily; their draws are dropped.
 //
 // Every input lives at a fixed device address, sized for max_sequences rows: token ids, positions,
 // slots, context lengths, sample specs, copy-on-write pairs, and block tables [max_sequences, W]
