@@ -20,15 +20,19 @@
 //   roofline        GB/step / copy GB/s / (ms/step): copy GB/s is a device-to-device copy measured
 //                   here (read + write bytes over time, as bench_gemm does).
 // Each (recipe, B) first runs a short generate of the same requests untimed (so every GEMM shape of
-// the timed runs is autotuned before them: ops/cuda/gemm.cu), then the prefill run, then the
-// short run again, timed: its step time, scaled by the modeled bytes, estimates each N's run.
+// the timed runs is autotuned, and the decode steps' CUDA graphs captured, before them:
+// ops/cuda/gemm.cu, rollout/decode_graph.h), then the prefill run, then the short run again,
+// timed: its step time, scaled by the modeled bytes, estimates each N's run.
+// --graphs 0,1 runs everything with the engine's decode graphs off, then on (one engine each, the
+// same prompts), and prints the ratio; the default is on only.
 // A configuration is skipped, saying why, when that estimate exceeds --max-seconds, or when the KV
 // cache cannot hold all B sequences at once (the engine would preempt and recompute, which is not
 // the decode being measured).
 //
 // Usage: bench_rollout [--model qwen3-8b|qwen3-1.7b] [--layers N] [--prompt 512] [--new 1024,4096]
 //                      [--batch 1,16,64,256] [--recipes bf16,fp8] [--max-seconds 60]
-//                      [--memory-fraction 0.9] [--max-step-tokens 8192] [--json FILE]
+//                      [--memory-fraction 0.9] [--max-step-tokens 8192] [--graphs 1|0|0,1]
+//                      [--json FILE]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -62,6 +66,7 @@ struct Options {
   double max_seconds = 60;
   double memory_fraction = 0.9;
   int64_t max_step_tokens = 8192;
+  std::vector<int64_t> graphs = {1};
   std::string json;
 };
 
@@ -98,10 +103,13 @@ Options parse(int argc, char** argv) {
     else if (arg == "--max-seconds") o.max_seconds = parse_double(arg, value);
     else if (arg == "--memory-fraction") o.memory_fraction = parse_double(arg, value);
     else if (arg == "--max-step-tokens") o.max_step_tokens = parse_int(arg, value);
+    else if (arg == "--graphs") o.graphs = parse_ints(arg, value, 0);
     else if (arg == "--json") o.json = value;
     else fail("unknown option " + arg);
   }
   LOCKSTEP_CHECK(o.prompt > 0, "--prompt must be positive");
+  for (const int64_t g : o.graphs)
+    LOCKSTEP_CHECK(g == 0 || g == 1, "--graphs: expected 0 and/or 1, got ", g);
   for (const std::string& r : o.recipes)
     LOCKSTEP_CHECK(r == "bf16" || r == "fp8", "--recipes: expected bf16 and/or fp8, got '", r, "'");
   LOCKSTEP_CHECK(o.memory_fraction <= 1, "--memory-fraction must be in (0, 1], got ",
@@ -114,9 +122,10 @@ Options parse(int argc, char** argv) {
 }
 
 
-// The memory pool (core/device.cpp) keeps what tensors free; handing it back to the device lets
-// the next engine's memory_fraction of *free* memory count it (the masters an inference-only model
-// released, the previous recipe's model and cache).
+// The memory pool (core/device.cpp) keeps what tensors free, and CUDA keeps the memory of
+// destroyed graphs; handing both back to the device lets the next engine's memory_fraction of
+// *free* memory count them (the masters an inference-only model released, the previous engine's
+// cache and graphs).
 void release_pooled_memory() {
   device_synchronize();
   int device = 0;
@@ -124,6 +133,7 @@ void release_pooled_memory() {
   cudaMemPool_t pool = nullptr;
   LOCKSTEP_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
   LOCKSTEP_CUDA_CHECK(cudaMemPoolTrimTo(pool, 0));
+  LOCKSTEP_CUDA_CHECK(cudaDeviceGraphMemTrim(device));
 }
 
 // The bytes a decode step of `batch` sequences at mean context `context` reads at the least (see
@@ -175,6 +185,7 @@ Run timed_generate(Engine& engine, const std::vector<GenerationRequest>& reqs) {
   run.stats.tokens_computed -= before.tokens_computed;
   run.stats.preemptions -= before.preemptions;
   run.stats.block_copies -= before.block_copies;
+  run.stats.decode_steps -= before.decode_steps;
   for (size_t r = 0; r < out.size(); ++r)
     LOCKSTEP_CHECK(int64_t(out[r][0].tokens.size()) == reqs[r].sampling.max_new_tokens,
                    "request ", r, " generated ", out[r][0].tokens.size(), " tokens, not ",
@@ -184,6 +195,7 @@ Run timed_generate(Engine& engine, const std::vector<GenerationRequest>& reqs) {
 
 struct Row {
   std::string recipe;
+  bool graphs = true;
   int64_t batch = 0, new_tokens = 0, kv_cache_tokens = 0;
   std::string skipped;  // why, when it did not run
   double wall_s = 0, prefill_s = 0, tokens_per_s = 0, step_ms = 0, step_bytes = 0, roofline = 0;
@@ -194,57 +206,52 @@ std::string json_row(const Row& r) {
   char buf[768];
   if (!r.skipped.empty()) {
     std::snprintf(buf, sizeof buf,
-                  "{\"recipe\": \"%s\", \"batch\": %lld, \"new_tokens\": %lld, "
+                  "{\"recipe\": \"%s\", \"graphs\": %d, \"batch\": %lld, \"new_tokens\": %lld, "
                   "\"kv_cache_tokens\": %lld, \"skipped\": \"%s\"}",
-                  r.recipe.c_str(), (long long)r.batch, (long long)r.new_tokens,
+                  r.recipe.c_str(), int(r.graphs), (long long)r.batch, (long long)r.new_tokens,
                   (long long)r.kv_cache_tokens, r.skipped.c_str());
   } else {
     std::snprintf(buf, sizeof buf,
-                  "{\"recipe\": \"%s\", \"batch\": %lld, \"new_tokens\": %lld, "
+                  "{\"recipe\": \"%s\", \"graphs\": %d, \"batch\": %lld, \"new_tokens\": %lld, "
                   "\"kv_cache_tokens\": %lld, \"wall_s\": %.4f, \"prefill_s\": %.4f, "
                   "\"tokens_per_s\": %.1f, \"decode_ms_per_step\": %.4f, "
                   "\"decode_bytes_per_step\": %.0f, \"roofline_fraction\": %.4f, "
-                  "\"engine_steps\": %lld, \"preemptions\": %lld}",
-                  r.recipe.c_str(), (long long)r.batch, (long long)r.new_tokens,
+                  "\"engine_steps\": %lld, \"decode_graph_steps\": %lld, \"preemptions\": %lld}",
+                  r.recipe.c_str(), int(r.graphs), (long long)r.batch, (long long)r.new_tokens,
                   (long long)r.kv_cache_tokens, r.wall_s, r.prefill_s, r.tokens_per_s, r.step_ms,
                   r.step_bytes, r.roofline, (long long)r.stats.steps,
-                  (long long)r.stats.preemptions);
+                  (long long)r.stats.decode_steps, (long long)r.stats.preemptions);
   }
   return buf;
 }
 
 void print_row(const Row& r) {
   if (!r.skipped.empty()) {
-    std::printf("%-6s %5lld %5lld  skipped: %s\n", r.recipe.c_str(), (long long)r.batch,
-                (long long)r.new_tokens, r.skipped.c_str());
+    std::printf("%-6s %6d %5lld %5lld  skipped: %s\n", r.recipe.c_str(), int(r.graphs),
+                (long long)r.batch, (long long)r.new_tokens, r.skipped.c_str());
   } else {
-    std::printf("%-6s %5lld %5lld %8.2f %9.2f %9.0f %8.2f %8.2f %8.1f%% %7lld %7lld\n",
-                r.recipe.c_str(), (long long)r.batch, (long long)r.new_tokens, r.wall_s,
+    std::printf("%-6s %6d %5lld %5lld %8.2f %9.2f %9.0f %8.2f %8.2f %8.1f%% %7lld %7lld\n",
+                r.recipe.c_str(), int(r.graphs), (long long)r.batch, (long long)r.new_tokens, r.wall_s,
                 r.prefill_s, r.tokens_per_s, r.step_ms, r.step_bytes / 1e9, 100 * r.roofline,
                 (long long)r.stats.steps, (long long)r.stats.preemptions);
   }
   std::fflush(stdout);
 }
 
-// Every configuration of one recipe.
-std::vector<Row> run_recipe(const Options& o, const ModelConfig& c, const ModelParameters& host,
-                            const std::string& name, double copy_gbs) {
-  const Recipe recipe = parse_recipe(name);
-  const auto t0 = std::chrono::steady_clock::now();
-  ModelParameters params = host;  // the same host tensors, each replaced by a GPU copy below
-  params.for_each([](const std::string&, Tensor& t) { t = t.to(Device::cuda); });
-  Transformer model(c, std::move(params), recipe, {.trainable = false});
-  release_pooled_memory();
-  const size_t weights = device_memory_stats().in_use;
+// Every configuration of one recipe with one engine (decode graphs on or off).
+std::vector<Row> run_engine(const Options& o, Transformer& model, const std::string& name,
+                            bool graphs, double copy_gbs) {
+  const ModelConfig& c = model.config();
   const int64_t max_batch = *std::max_element(o.batches.begin(), o.batches.end());
   const EngineOptions options{.memory_fraction = o.memory_fraction,
                               .max_step_tokens = o.max_step_tokens,
-                              .max_step_sequences = max_batch};
+                              .max_step_sequences = max_batch,
+                              .cuda_graphs = graphs};
   Engine engine(model, options);
   const int64_t block = options.block_size;
   const int64_t kv_tokens = engine.num_blocks() * block;
-  std::printf("%s: model on the GPU in %.1f s, %.2f GB of weights; KV cache of %lld tokens\n",
-              name.c_str(), seconds_since(t0), double(weights) / 1e9, (long long)kv_tokens);
+  std::printf("%s, decode graphs %s: KV cache of %lld tokens\n", name.c_str(),
+              graphs ? "on" : "off", (long long)kv_tokens);
   std::fflush(stdout);
   // Whether B sequences of `tokens` tokens (the last one's k/v never written) fit at once.
   auto fits = [&](int64_t batch, int64_t tokens) {
@@ -275,6 +282,7 @@ std::vector<Row> run_recipe(const Options& o, const ModelConfig& c, const ModelP
     for (const int64_t n : o.news) {
       Row row;
       row.recipe = name;
+      row.graphs = graphs;
       row.batch = batch;
       row.new_tokens = n;
       row.kv_cache_tokens = kv_tokens;
@@ -307,6 +315,28 @@ std::vector<Row> run_recipe(const Options& o, const ModelConfig& c, const ModelP
   return rows;
 }
 
+// Every configuration of one recipe, for each --graphs value.
+std::vector<Row> run_recipe(const Options& o, const ModelConfig& c, const ModelParameters& host,
+                            const std::string& name, double copy_gbs) {
+  const Recipe recipe = parse_recipe(name);
+  const auto t0 = std::chrono::steady_clock::now();
+  ModelParameters params = host;  // the same host tensors, each replaced by a GPU copy below
+  params.for_each([](const std::string&, Tensor& t) { t = t.to(Device::cuda); });
+  Transformer model(c, std::move(params), recipe, {.trainable = false});
+  release_pooled_memory();
+  const size_t weights = device_memory_stats().in_use;
+  std::printf("%s: model on the GPU in %.1f s, %.2f GB of weights\n", name.c_str(),
+              seconds_since(t0), double(weights) / 1e9);
+  std::fflush(stdout);
+  std::vector<Row> rows;
+  for (const int64_t graphs : o.graphs) {
+    const std::vector<Row> more = run_engine(o, model, name, graphs != 0, copy_gbs);
+    rows.insert(rows.end(), more.begin(), more.end());
+    release_pooled_memory();  // the next engine's KV cache gets this one's memory
+  }
+  return rows;
+}
+
 void write_json(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";
   {
@@ -333,8 +363,9 @@ int main(int argc, char** argv) try {
               "tokens; device-to-device copy %.0f GB/s\n",
               prop.name, o.model.c_str(), (long long)c.num_hidden_layers,
               (long long)parameter_count(c), seconds_since(t0), (long long)o.prompt, copy_gbs);
-  std::printf("%-6s %5s %5s %8s %9s %9s %8s %8s %9s %7s %7s\n", "recipe", "batch", "new", "wall s",
-              "prefill s", "tokens/s", "ms/step", "GB/step", "roofline", "steps", "preempt");
+  std::printf("%-6s %6s %5s %5s %8s %9s %9s %8s %8s %9s %7s %7s\n", "recipe", "graphs", "batch",
+              "new", "wall s", "prefill s", "tokens/s", "ms/step", "GB/step", "roofline", "steps",
+              "preempt");
 
   std::vector<Row> all;
   std::string rows;
@@ -345,13 +376,20 @@ int main(int argc, char** argv) try {
     }
     release_pooled_memory();  // the next recipe's KV cache gets this one's memory
   }
+  // Runs alike but for the recipe (the same graphs setting), or for the graphs (the same recipe).
   for (const Row& f : all) {
-    if (f.recipe != "fp8" || !f.skipped.empty()) continue;
-    for (const Row& b : all)
-      if (b.recipe == "bf16" && b.skipped.empty() && b.batch == f.batch &&
-          b.new_tokens == f.new_tokens)
-        std::printf("fp8 / bf16 tokens/s at batch %lld, %lld new: %.2fx\n", (long long)f.batch,
-                    (long long)f.new_tokens, f.tokens_per_s / b.tokens_per_s);
+    if (!f.skipped.empty()) continue;
+    for (const Row& b : all) {
+      if (!b.skipped.empty() || b.batch != f.batch || b.new_tokens != f.new_tokens) continue;
+      if (f.recipe == "fp8" && b.recipe == "bf16" && f.graphs == b.graphs)
+        std::printf("fp8 / bf16 tokens/s at batch %lld, %lld new, graphs %d: %.2fx\n",
+                    (long long)f.batch, (long long)f.new_tokens, int(f.graphs),
+                    f.tokens_per_s / b.tokens_per_s);
+      if (f.recipe == b.recipe && f.graphs && !b.graphs)
+        std::printf("%s graphs on / off tokens/s at batch %lld, %lld new: %.2fx\n",
+                    f.recipe.c_str(), (long long)f.batch, (long long)f.new_tokens,
+                    f.tokens_per_s / b.tokens_per_s);
+    }
   }
   if (!o.json.empty()) {
     char head[512];

@@ -105,6 +105,62 @@ void device_copy(void* dst, Device dst_device, const void* src, Device src_devic
 #endif
 }
 
+void* pinned_alloc(size_t bytes) {
+#if LOCKSTEP_HAS_CUDA
+  void* p = nullptr;
+  LOCKSTEP_CUDA_CHECK(cudaMallocHost(&p, bytes == 0 ? 1 : bytes));
+  return p;
+#else
+  return device_alloc(Device::cpu, bytes);
+#endif
+}
+
+void pinned_free(void* p) {
+  if (!p) return;
+#if LOCKSTEP_HAS_CUDA
+  cudaFreeHost(p);  // not checked: runs in destructors
+#else
+  device_free(Device::cpu, p);
+#endif
+}
+
+void device_copy_async(void* dst, Device dst_device, const void* src, Device src_device,
+                       size_t bytes) {
+  if (bytes == 0) return;
+  if (dst_device == Device::cpu && src_device == Device::cpu) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
+#if LOCKSTEP_HAS_CUDA
+  LOCKSTEP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, current_stream()));
+#else
+  no_cuda();
+#endif
+}
+
+void device_copy_2d_async(void* dst, size_t dst_pitch, Device dst_device, const void* src,
+                          size_t src_pitch, Device src_device, size_t row_bytes, size_t rows) {
+  if (row_bytes == 0 || rows == 0) return;
+  if (dst_device == Device::cpu && src_device == Device::cpu) {
+    for (size_t r = 0; r < rows; ++r)
+      std::memcpy(static_cast<char*>(dst) + r * dst_pitch,
+                  static_cast<const char*>(src) + r * src_pitch, row_bytes);
+    return;
+  }
+#if LOCKSTEP_HAS_CUDA
+  LOCKSTEP_CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, row_bytes, rows,
+                                        cudaMemcpyDefault, current_stream()));
+#else
+  no_cuda();
+#endif
+}
+
+void stream_synchronize() {
+#if LOCKSTEP_HAS_CUDA
+  LOCKSTEP_CUDA_CHECK(cudaStreamSynchronize(current_stream()));
+#endif
+}
+
 void device_fill_bytes(Device d, void* p, unsigned char value, size_t bytes) {
   if (d == Device::cpu) {
     std::memset(p, value, bytes);

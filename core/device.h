@@ -21,6 +21,20 @@ void* device_alloc(Device d, size_t bytes);
 void device_free(Device d, void* p);
 // Copies between any two places; synchronous with respect to the host.
 void device_copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);
+// Page-locked host memory (plain host memory without CUDA): what lets a copy between the host and
+// the GPU run asynchronously.
+void* pinned_alloc(size_t bytes);
+void pinned_free(void* p);
+// Copies queued on the current stream (core/cuda_stream.h): asynchronous with respect to the host
+// when the host side is pinned (pageable host memory makes CUDA wait for the stream), so the
+// memory must stay untouched until the stream has done them. The 2-D form copies `rows` rows of
+// `row_bytes` bytes that start `dst_pitch` and `src_pitch` bytes apart.
+void device_copy_async(void* dst, Device dst_device, const void* src, Device src_device,
+                       size_t bytes);
+void device_copy_2d_async(void* dst, size_t dst_pitch, Device dst_device, const void* src,
+                          size_t src_pitch, Device src_device, size_t row_bytes, size_t rows);
+// Waits for the current stream's queued work (nothing to wait for without CUDA).
+void stream_synchronize();
 void device_fill_bytes(Device d, void* p, unsigned char value, size_t bytes);
 // Waits for the GPU's queued work (nothing to wait for without one).
 void device_synchronize();

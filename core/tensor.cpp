@@ -29,6 +29,17 @@ Tensor Tensor::empty(Shape shape, DType dtype, Device device) {
   return t;
 }
 
+Tensor Tensor::empty_pinned(Shape shape, DType dtype) {
+  for (int64_t d : shape) LOCKSTEP_CHECK(d >= 0, "negative dimension in shape ", shape_string(shape));
+  Tensor t;
+  t.shape_ = std::move(shape);
+  t.dtype_ = dtype;
+  void* p = pinned_alloc(t.nbytes());
+  t.storage_ = std::shared_ptr<void>(p, pinned_free);
+  t.data_ = p;
+  return t;
+}
+
 Tensor Tensor::zeros(Shape shape, DType dtype, Device device) {
   Tensor t = empty(std::move(shape), dtype, device);
   t.fill_bytes(0);

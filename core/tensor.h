@@ -33,6 +33,9 @@ class Tensor {
   // Uninitialized owned storage.
   static Tensor empty(Shape shape, DType dtype, Device device = Device::cpu);
   static Tensor zeros(Shape shape, DType dtype, Device device = Device::cpu);
+  // Uninitialized host storage in page-locked memory (core/device.h's pinned_alloc): a CPU tensor
+  // that asynchronous copies to and from the GPU can use.
+  static Tensor empty_pinned(Shape shape, DType dtype);
   // A non-owning view of memory the caller keeps alive.
   static Tensor view_of(void* data, Shape shape, DType dtype, Device device = Device::cpu);
 

@@ -2,6 +2,7 @@
 #include "model/kv_cache.h"
 
 #include "core/error.h"
+#include "ops/block_copy.h"
 
 namespace lockstep {
 
@@ -18,6 +19,18 @@ KvCache::KvCache(const ModelConfig& c, DType dtype, int64_t blocks, int64_t size
 int64_t KvCache::block_bytes(const ModelConfig& c, DType dtype, int64_t size) {
   return 2 * c.num_hidden_layers * size * c.num_key_value_heads * c.head_dim *
          int64_t(dtype_size(dtype));
+}
+
+void copy_cache_blocks(KvCache& cache, const Tensor& pairs, std::span<const int32_t> host_pairs) {
+  LOCKSTEP_CHECK(int64_t(host_pairs.size()) == 2 * pairs.dim(0), "copy_cache_blocks: ",
+                 host_pairs.size(), " host values for ", pairs.dim(0), " pairs");
+  std::vector<Tensor> tensors = cache.k;
+  tensors.insert(tensors.end(), cache.v.begin(), cache.v.end());
+  for (int64_t first = 0; first < pairs.dim(0);) {
+    const int64_t count = independent_copies(host_pairs.subspan(size_t(2 * first)));
+    copy_blocks(tensors, pairs.rows(first, first + count));
+    first += count;
+  }
 }
 
 }  // namespace lockstep

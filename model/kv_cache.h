@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "core/tensor.h"
@@ -22,5 +23,11 @@ struct KvCache {
   // Bytes of one block across all layers, K and V.
   static int64_t block_bytes(const ModelConfig& config, DType dtype, int64_t block_size);
 };
+
+// Copy-on-write: block src to block dst of every layer's K and V for each pair of `pairs` (i32
+// [C, 2] on the cache's device), in order; `host_pairs` holds the same values on the host, to
+// split them into runs of copies that do not depend on each other (normally one run), one
+// ops/block_copy.h call each.
+void copy_cache_blocks(KvCache& cache, const Tensor& pairs, std::span<const int32_t> host_pairs);
 
 }  // namespace lockstep

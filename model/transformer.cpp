@@ -382,9 +382,23 @@ void Transformer::backward(TrainForward& forward, const Tensor& dlogprob, const 
 Tensor Transformer::forward_infer(const InferBatch& batch, KvCache& cache) {
   check_i32_vector(batch.tokens, "infer batch tokens");
   check_i32_vector(batch.cu_seqlens_q, "infer batch cu_seqlens_q");
+  check_i32_vector(batch.last_rows, "infer batch last_rows");
   LOCKSTEP_CHECK(cache.k.size() == params_.layers.size(), "KV cache has ", cache.k.size(),
                  " layers, the model ", params_.layers.size());
-  const int64_t t = batch.tokens.dim(0);
+  const int64_t t = batch.tokens.dim(0), sequences = batch.last_rows.dim(0);
+  LOCKSTEP_CHECK(batch.cu_seqlens_q.dim(0) == sequences + 1, "infer batch: cu_seqlens_q has ",
+                 batch.cu_seqlens_q.dim(0), " entries, last_rows ", sequences,
+                 " (expected one more)");
+  if (device() == Device::cpu) {
+    const int32_t* cu = batch.cu_seqlens_q.data_as<int32_t>();
+    const int32_t* last = batch.last_rows.data_as<int32_t>();
+    for (int64_t s = 0; s < sequences; ++s) {
+      LOCKSTEP_CHECK(cu[s] < cu[s + 1] && cu[s + 1] <= t, "infer batch: sequence ", s,
+                     " has no rows in cu_seqlens_q");
+      LOCKSTEP_CHECK(last[s] == cu[s + 1] - 1, "infer batch: last_rows[", s, "] = ", last[s],
+                     ", but the sequence's last row is ", cu[s + 1] - 1);
+    }
+  }
 
   Tensor x = empty_act(t, config_.hidden_size);
   embedding_forward(x, batch.tokens, embed_);
@@ -398,16 +412,8 @@ Tensor Transformer::forward_infer(const InferBatch& batch, KvCache& cache) {
 
   // Only each sequence's last row goes on to the head: gathered by row index (the embedding
   // lookup is exactly that gather, with x as the table).
-  const std::vector<int32_t> cu = host_i32(batch.cu_seqlens_q);
-  const int64_t sequences = int64_t(cu.size()) - 1;
-  Tensor last_rows = Tensor::empty({sequences}, DType::i32);
-  for (int64_t s = 0; s < sequences; ++s) {
-    LOCKSTEP_CHECK(cu[size_t(s)] < cu[size_t(s) + 1] && cu[size_t(s) + 1] <= t,
-                   "infer batch: sequence ", s, " has no rows in cu_seqlens_q");
-    last_rows.data_as<int32_t>()[s] = cu[size_t(s) + 1] - 1;
-  }
   Tensor last = empty_act(sequences, config_.hidden_size);
-  embedding_forward(last, device() == Device::cpu ? last_rows : last_rows.to(device()), x);
+  embedding_forward(last, batch.last_rows, x);
   Tensor h = empty_act(sequences, config_.hidden_size);
   Tensor rstd = Tensor::empty({sequences}, DType::f32, device());
   rmsnorm_forward(h, rstd, last, params_.final_norm, eps_);

@@ -43,6 +43,8 @@ struct TrainBatch {
 
 // New tokens of S sequences whose earlier tokens are already in the KV cache (ops/attention.h,
 // attention_paged): sequence s owns rows [cu_seqlens_q[s], cu_seqlens_q[s+1]), its last tokens.
+// last_rows repeats what cu_seqlens_q says (the caller has it on the host): reading cu_seqlens_q
+// back from the GPU would stall the step.
 struct InferBatch {
   Tensor tokens;        // i32 [T]
   Tensor positions;     // i32 [T]
@@ -50,6 +52,7 @@ struct InferBatch {
   Tensor cu_seqlens_q;  // i32 [S + 1]
   Tensor context_lens;  // i32 [S]: tokens in the cache once these are written
   Tensor block_tables;  // i32 [S, max_blocks]
+  Tensor last_rows;     // i32 [S]: cu_seqlens_q[s + 1] − 1, the row whose hidden state is returned
 };
 
 // What a training forward keeps for the backward (opaque to callers).
@@ -118,7 +121,9 @@ class Transformer {
   Tensor hidden_states(const TrainBatch& batch);
 
   // Writes the new tokens' k/v into `cache` and returns the final-normed hidden state of each
-  // sequence's last row, [S, H] in the activation dtype.
+  // sequence's last row, [S, H] in the activation dtype. On the GPU it reads nothing back (it can
+  // be captured into a CUDA graph): index values are checked only on the CPU, and on CUDA a bad
+  // one gives NaN rows (ops/attention.h, ops/embedding.h).
   Tensor forward_infer(const InferBatch& batch, KvCache& cache);
   // f32 [rows, V] logits of hidden states (not divided by a temperature).
   Tensor logits(const Tensor& hidden) const;

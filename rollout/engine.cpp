@@ -10,8 +10,8 @@
 #include <string>
 
 #include "core/error.h"
-#include "ops/block_copy.h"
 #include "ops/sample.h"
+#include "rollout/decode_graph.h"
 #include "rollout/scheduler.h"
 
 namespace lockstep {
@@ -47,13 +47,13 @@ EngineOptions checked(EngineOptions o, const Transformer& model) {
         KvCache::block_bytes(model.config(), model.activation_dtype(), o.block_size);
     const size_t free = device_memory_stats().free;
     o.num_blocks = std::min(int64_t(o.memory_fraction * double(free) / double(block)),
-                            INT32_MAX / o.block_size);
+                            INT32_MAX / o.block_size - 1);
     LOCKSTEP_CHECK(o.num_blocks > 0, "engine: memory_fraction ", o.memory_fraction, " of the ",
                    free, " free GPU bytes holds no KV block of ", block, " bytes");
   }
-  LOCKSTEP_CHECK(o.num_blocks <= INT32_MAX / o.block_size,
-                 "engine: num_blocks · block_size = ", o.num_blocks, " · ", o.block_size,
-                 " slots do not fit the i32 slot indices");
+  LOCKSTEP_CHECK(o.num_blocks < INT32_MAX / o.block_size,
+                 "engine: (num_blocks + 1) · block_size = (", o.num_blocks, " + 1) · ",
+                 o.block_size, " slots (the +1: the scratch block) do not fit the i32 slot indices");
   LOCKSTEP_CHECK(o.max_step_tokens > 0 && o.max_step_sequences > 0,
                  "engine: max_step_tokens and max_step_sequences must be positive, got ",
                  o.max_step_tokens, " and ", o.max_step_sequences);
@@ -80,14 +80,14 @@ StepInputs build_step(const StepPlan& plan, const Scheduler& scheduler,
     width = std::max(width, int64_t(scheduler.blocks(c.seq).size()));
   }
   const int64_t spec_words = int64_t(sizeof(SampleSpec) / sizeof(int32_t));
-  // tokens, positions, slots, cu_seqlens_q, context_lens, block_tables, copies, specs
-  const int64_t sizes[8] = {t_count, t_count, t_count, s_count + 1, s_count, s_count * width,
-                            int64_t(copies.size()), int64_t(specs.size()) * spec_words};
-  int64_t offsets[9] = {0};
-  for (int i = 0; i < 8; ++i) offsets[i + 1] = offsets[i] + (sizes[i] + 3) / 4 * 4;
-  Tensor host = Tensor::zeros({offsets[8]}, DType::i32);
-  int32_t* part[8];
-  for (int i = 0; i < 8; ++i) part[i] = host.data_as<int32_t>() + offsets[i];
+  // tokens, positions, slots, cu_seqlens_q, context_lens, block_tables, last_rows, copies, specs
+  const int64_t sizes[9] = {t_count, t_count, t_count, s_count + 1, s_count, s_count * width,
+                            s_count, int64_t(copies.size()), int64_t(specs.size()) * spec_words};
+  int64_t offsets[10] = {0};
+  for (int i = 0; i < 9; ++i) offsets[i + 1] = offsets[i] + (sizes[i] + 3) / 4 * 4;
+  Tensor host = Tensor::zeros({offsets[9]}, DType::i32);
+  int32_t* part[9];
+  for (int i = 0; i < 9; ++i) part[i] = host.data_as<int32_t>() + offsets[i];
 
   int64_t t = 0;
   for (int64_t s = 0; s < s_count; ++s) {
@@ -101,29 +101,39 @@ StepInputs build_step(const StepPlan& plan, const Scheduler& scheduler,
     part[3][s + 1] = int32_t(t);
     part[4][s] = int32_t(c.end);
     std::copy(blocks.begin(), blocks.end(), part[5] + s * width);
+    part[6][s] = int32_t(t) - 1;
   }
-  std::copy(copies.begin(), copies.end(), part[6]);
-  if (!specs.empty()) std::memcpy(part[7], specs.data(), specs.size_bytes());
+  std::copy(copies.begin(), copies.end(), part[7]);
+  if (!specs.empty()) std::memcpy(part[8], specs.data(), specs.size_bytes());
 
   const Tensor all = device == Device::cpu ? host : host.to(device);
   auto view = [&](int i) { return all.rows(offsets[i], offsets[i] + sizes[i]); };
-  return {{view(0), view(1), view(2), view(3), view(4), view(5).reshape({s_count, width})},
-          view(6).reshape({int64_t(copies.size()) / 2, 2}),
-          Tensor::view_of(all.data_as<int32_t>() + offsets[7],
+  return {{view(0), view(1), view(2), view(3), view(4), view(5).reshape({s_count, width}), view(6)},
+          view(7).reshape({int64_t(copies.size()) / 2, 2}),
+          Tensor::view_of(all.data_as<int32_t>() + offsets[8],
                           {int64_t(specs.size()), kSampleSpecWords}, DType::i64, device),
           all};
 }
 
-// Copy-on-write: every layer's K and V block of each copy (`host_pairs`: the pairs as uploaded),
-// one copy_blocks call per run of copies that do not depend on each other (normally one run).
-void copy_on_write(KvCache& cache, const Tensor& pairs, std::span<const int32_t> host_pairs) {
-  std::vector<Tensor> tensors = cache.k;
-  tensors.insert(tensors.end(), cache.v.begin(), cache.v.end());
-  for (int64_t first = 0; first < pairs.dim(0);) {
-    const int64_t count = independent_copies(host_pairs.subspan(size_t(2 * first)));
-    copy_blocks(tensors, pairs.rows(first, first + count));
-    first += count;
-  }
+// A step without the decode graph: its inputs built and uploaded in one copy, the forward, the
+// head and the sampler run op by op. Returns the draws in host memory: tokens i32 [D] then
+// logprobs f32 [D] (undefined without draws).
+Tensor eager_step(Transformer& model, KvCache& cache, const StepPlan& plan,
+                  const Scheduler& scheduler, const std::vector<Sequence>& seqs,
+                  std::span<const int32_t> copies, std::span<const SampleSpec> specs) {
+  const Device device = model.device();
+  const StepInputs in = build_step(plan, scheduler, seqs, copies, specs, device);
+  copy_cache_blocks(cache, in.copies, copies);
+  const Tensor hidden = model.forward_infer(in.batch, cache);
+  if (specs.empty()) return Tensor();
+  // Tokens and logprobs on the model's device; only they come back to the host (in one copy:
+  // the step's one wait for the device).
+  const int64_t count = int64_t(specs.size());
+  const Tensor out = Tensor::empty({2 * count}, DType::i32, device);
+  Tensor tokens = out.rows(0, count);
+  Tensor logprobs = Tensor::view_of(out.data_as<int32_t>() + count, {count}, DType::f32, device);
+  sample_tokens(tokens, logprobs, model.logits(hidden), in.specs);
+  return device == Device::cpu ? out : out.to(Device::cpu);
 }
 
 // The stop rules of rollout/engine.h after `s` got its latest token.
@@ -157,8 +167,19 @@ Engine::Engine(Transformer& model, const EngineOptions& options, const Tokenizer
     : model_(model),
       options_(checked(options, model)),
       tokenizer_(tokenizer),
-      cache_(model.config(), model.activation_dtype(), options_.num_blocks, options_.block_size,
-             model.device()) {}
+      cache_(model.config(), model.activation_dtype(), options_.num_blocks + 1,
+             options_.block_size, model.device()) {
+  if (model.device() != Device::cuda) return;
+  // The decode graph's block tables reach the model's context, or the cache when it is smaller.
+  const int64_t positions = model.config().max_position_embeddings;
+  int64_t max_blocks = options_.num_blocks;
+  if (positions > 0)
+    max_blocks = std::min(max_blocks, (positions + options_.block_size - 1) / options_.block_size);
+  decode_ = std::make_unique<DecodeGraph>(model, cache_, options_.max_step_sequences, max_blocks,
+                                          options_.cuda_graphs);
+}
+
+Engine::~Engine() = default;
 
 void Engine::check_request(const GenerationRequest& request, size_t index) const {
   const std::string what = "request " + std::to_string(index);
@@ -202,13 +223,21 @@ std::vector<std::vector<GeneratedSample>> Engine::generate(
     }
   }
 
-  const Device device = model_.device();
   const int64_t vocab = model_.config().vocab_size;
   while (!scheduler.idle()) {
     const StepPlan plan = scheduler.schedule();
     ++stats_.steps;
     stats_.block_copies += int64_t(plan.copies.size());
     for (const ScheduledChunk& c : plan.chunks) stats_.tokens_computed += c.end - c.begin;
+
+    // A decode step for the decode graph: every sequence computes its newest token and draws the
+    // next, none forks, and every block table fits the graph's.
+    bool decode = decode_ != nullptr;
+    for (const ScheduledChunk& c : plan.chunks) {
+      const Sequence& s = seqs[size_t(c.seq)];
+      decode = decode && c.end - c.begin == 1 && c.end == int64_t(s.tokens.size()) &&
+               s.forks == 0 && int64_t(scheduler.blocks(c.seq).size()) <= decode_->max_blocks();
+    }
 
     // A token for each sequence whose chunk reaches its last token (a prompt whose prefill
     // continues next step gets none); a shared prompt first forks its other samples.
@@ -243,22 +272,25 @@ std::vector<std::vector<GeneratedSample>> Engine::generate(
     std::vector<int32_t> copies;
     for (const BlockCopy& c : plan.copies) copies.insert(copies.end(), {c.src, c.dst});
 
-    const StepInputs in = build_step(plan, scheduler, seqs, copies, specs, device);
-    copy_on_write(cache_, in.copies, copies);
-    const Tensor hidden = model_.forward_infer(in.batch, cache_);
-    if (draws.empty()) continue;
-
-    // Tokens and logprobs on the model's device; only they come back to the host (in one copy:
-    // the step's one wait for the device).
-    const int64_t count = int64_t(draws.size());
-    const Tensor out = Tensor::empty({2 * count}, DType::i32, device);
-    Tensor tokens = out.rows(0, count);
-    Tensor logprobs =
-        Tensor::view_of(out.data_as<int32_t>() + count, {count}, DType::f32, device);
-    sample_tokens(tokens, logprobs, model_.logits(hidden), in.specs);
-    const Tensor drawn = device == Device::cpu ? out : out.to(Device::cpu);
-    const int32_t* token = drawn.data_as<int32_t>();
-    const float* logprob = static_cast<const float*>(drawn.data()) + count;
+    DecodeGraph::Drawn drawn;
+    Tensor eager;  // holds an eager step's draws
+    if (decode) {
+      std::vector<DecodeGraph::Row> rows;
+      for (size_t i = 0; i < plan.chunks.size(); ++i) {
+        const ScheduledChunk& c = plan.chunks[i];
+        rows.push_back({seqs[size_t(c.seq)].tokens.back(), int32_t(c.begin),
+                        scheduler.blocks(c.seq), specs[i]});
+      }
+      drawn = decode_->run(rows, copies);
+      ++stats_.decode_steps;
+    } else {
+      eager = eager_step(model_, cache_, plan, scheduler, seqs, copies, specs);
+      if (draws.empty()) continue;
+      drawn = {{eager.data_as<int32_t>(), draws.size()},
+               {static_cast<const float*>(eager.data()) + draws.size(), draws.size()}};
+    }
+    const int32_t* token = drawn.tokens.data();
+    const float* logprob = drawn.logprobs.data();
 
     for (size_t i = 0; i < draws.size(); ++i) {
       Sequence& s = seqs[size_t(draws[i].seq)];

@@ -36,8 +36,17 @@
 // or, with num_blocks = 0 on CUDA, as many as memory_fraction of the GPU memory free when the
 // engine is made holds (core/device.h's device_memory_stats().free; at most what i32 slot indices
 // reach); when it is full the newest sequences are preempted and recomputed later, never dropped.
-// Every request must fit the cache on its own: prompt + max_new_tokens − 1 tokens. Each step
-// uploads its indices, copy-on-write pairs and sample specs in one copy.
+// Every request must fit the cache on its own: prompt + max_new_tokens − 1 tokens.
+//
+// Decode steps on the GPU (every sequence computes its one newest token and draws the next, none
+// forks, none is longer than the model's max_position_embeddings) run through
+// rollout/decode_graph.h: padded to a bucket of sequences, from static buffers, with no host
+// synchronization but the readback of their draws, and with cuda_graphs replayed from a CUDA
+// graph per bucket (captured at the first decode step). The tokens and logprobs are the same
+// bit for bit with graphs on or off. The graphs hold the model's weight pointers: update weights
+// in place (refresh_weights and the optimizer do). The cache holds one block more than num_blocks:
+// the padding rows' scratch. Other steps (prompts; every step of a CPU model) run op by op and
+// upload their indices, copy-on-write pairs and sample specs in one copy.
 //
 // Prompt sharing (share_prompts): the n samples of a request prefill the prompt once, then share
 // its blocks; the partially filled last block is copied on a sample's first write (copy-on-write:
@@ -46,6 +55,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string_view>
 #include <vector>
 
@@ -56,6 +66,8 @@
 
 namespace lockstep {
 
+class DecodeGraph;
+
 struct EngineOptions {
   int64_t num_blocks = 0;        // the KV cache budget, in blocks; or 0 and memory_fraction
   double memory_fraction = 0;    // (0, 1]: the budget as this fraction of free GPU memory
@@ -63,6 +75,7 @@ struct EngineOptions {
   int64_t max_step_tokens = 2048;    // per step: prompt chunks + decoded tokens
   int64_t max_step_sequences = 256;  // per step
   bool share_prompts = true;
+  bool cuda_graphs = true;  // decode steps replayed from CUDA graphs (a model on the GPU)
 };
 
 struct GenerationRequest {
@@ -85,6 +98,7 @@ struct EngineStats {
   int64_t tokens_computed = 0;  // rows through the model: prompts, recomputations, decodes
   int64_t preemptions = 0;
   int64_t block_copies = 0;  // copy-on-write
+  int64_t decode_steps = 0;  // of the steps: those run by the decode graph
 };
 
 class Engine {
@@ -92,6 +106,7 @@ class Engine {
   // The KV cache is allocated here, on the model's device. `tokenizer` is needed only by requests
   // with stop strings; model and tokenizer must outlive the engine.
   Engine(Transformer& model, const EngineOptions& options, const Tokenizer* tokenizer = nullptr);
+  ~Engine();
 
   // result[r][j]: sample j of requests[r]. Bad requests throw before anything runs, naming the
   // request and the field.
@@ -109,6 +124,7 @@ class Engine {
   EngineOptions options_;
   const Tokenizer* tokenizer_;
   KvCache cache_;
+  std::unique_ptr<DecodeGraph> decode_;  // a model on the GPU
   EngineStats stats_;
 };
 

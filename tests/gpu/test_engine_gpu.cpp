@@ -1,6 +1,6 @@
 // tests/gpu/test_engine_gpu.cpp — the generation engine with the model on the GPU
 // (rollout/engine.h): sampling and copy-on-write on the device, the KV cache sized from free GPU
-// memory.
+// memory, decode steps replayed from CUDA graphs (rollout/decode_graph.h).
 //
 // The CUDA forward rounds differently from the CPU's (tests/gpu/test_model_gpu.cpp), so tokens are
 // not compared with a CPU run; the GPU's tokens are checked against the CPU model instead. Each
@@ -8,9 +8,15 @@
 // by ~1e-2). The logprobs match the CPU training forward of the generated sequences to the model
 // test's logprob tolerance doubled (bf16 2e-2, fp8 8e-2 relative L2): the paged inference forward
 // adds its own rounding to the training forward's.
+//
+// Graphs on and off must give the same tokens and logprobs bit for bit (both pad decode steps to
+// the same buckets, so every kernel runs on the same shapes and values): compared exactly, over
+// steps whose bucket shrinks as sequences finish, copy-on-write in decode steps, preemption, and a
+// second generate() that replays the graphs captured by the first.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "../model/model_test_util.h"
 #include "../test_util.h"
@@ -112,6 +118,97 @@ TEST_P(EngineGpuRecipe, SampledLogprobsMatchTheCpuForward) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Recipes, EngineGpuRecipe, ::testing::Values(Recipe::bf16, Recipe::fp8),
+                         [](const auto& info) { return std::string(recipe_name(info.param)); });
+
+using Results = std::vector<std::vector<GeneratedSample>>;
+
+uint32_t bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+void expect_identical(const Results& a, const Results& b, const char* what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t r = 0; r < a.size(); ++r) {
+    ASSERT_EQ(a[r].size(), b[r].size()) << what;
+    for (size_t j = 0; j < a[r].size(); ++j) {
+      const GeneratedSample &x = a[r][j], &y = b[r][j];
+      EXPECT_EQ(x.tokens, y.tokens) << what << ": request " << r << " sample " << j;
+      EXPECT_EQ(x.finish_reason, y.finish_reason) << what << ": request " << r << " sample " << j;
+      ASSERT_EQ(x.logprobs.size(), y.logprobs.size()) << what;
+      for (size_t i = 0; i < x.logprobs.size(); ++i)
+        EXPECT_EQ(bits(x.logprobs[i]), bits(y.logprobs[i]))
+            << what << ": request " << r << " sample " << j << " token " << i << ": "
+            << x.logprobs[i] << " vs " << y.logprobs[i];
+    }
+  }
+}
+
+// Requests of different lengths and samplers (greedy, top-k, top-p; n = 2, so forked samples
+// copy the prompt's last block in their first decode step): the 12 sequences decode together,
+// then fewer as they finish — 12, 10, 8, 6, 4, 2, 1 — through every bucket of max_step_sequences
+// = 12 (12, 8, 4, 2, 1), 29 decode steps in all.
+std::vector<GenerationRequest> shrinking_requests() {
+  SamplingParams sampling;
+  sampling.n = 2;
+  sampling.temperature = 0.8f;
+  sampling.top_k = 40;
+  sampling.top_p = 0.95f;
+  auto requests = make_requests({6, 19, 3, 11, 30, 9, 14}, sampling, 4);
+  const int64_t lengths[] = {2, 5, 9, 14, 20, 24, 30};
+  for (size_t r = 0; r < requests.size(); ++r) requests[r].sampling.max_new_tokens = lengths[r];
+  requests[0].sampling.temperature = 0;
+  requests[2].sampling.top_k = 0;
+  requests[3].sampling.top_p = 1;
+  requests[5].sampling.n = requests[6].sampling.n = 1;
+  return requests;
+}
+
+class EngineGpuGraphs : public ::testing::TestWithParam<Recipe> {};
+
+TEST_P(EngineGpuGraphs, ChangeNoTokenOrLogprob) {
+  LOCKSTEP_REQUIRE_GPU();
+  const ModelConfig c = gpu_tiny_config();
+  Transformer model(c, random_parameters(c, 34).copy_to(Device::cuda), GetParam());
+  const auto requests = shrinking_requests();
+  const EngineOptions options{.num_blocks = 64, .block_size = 8, .max_step_sequences = 12};
+  EngineOptions eager_options = options;
+  eager_options.cuda_graphs = false;
+  Engine eager(model, eager_options), graphs(model, options);
+  const Results expected = eager.generate(requests);
+  expect_identical(graphs.generate(requests), expected, "graphs");
+  expect_identical(graphs.generate(requests), expected, "graphs, replayed by a second generate");
+  EXPECT_EQ(graphs.stats().decode_steps, 2 * 29);
+  EXPECT_EQ(graphs.stats().decode_steps, 2 * eager.stats().decode_steps);
+  EXPECT_GT(graphs.stats().block_copies, 0);
+  for (const auto& samples : expected)
+    for (const GeneratedSample& s : samples)
+      for (int32_t t : s.tokens) EXPECT_TRUE(t >= 0 && t < 1000) << t;
+}
+
+// A small cache: sequences are preempted and recomputed between decode steps.
+TEST_P(EngineGpuGraphs, ChangeNothingUnderPreemption) {
+  LOCKSTEP_REQUIRE_GPU();
+  const ModelConfig c = gpu_tiny_config();
+  Transformer model(c, random_parameters(c, 35).copy_to(Device::cuda), GetParam());
+  SamplingParams sampling;
+  sampling.n = 3;
+  sampling.temperature = 1.1f;
+  sampling.max_new_tokens = 12;
+  const auto requests = make_requests({7, 13, 22, 10}, sampling, 5);
+  const EngineOptions options{.num_blocks = 20, .block_size = 4, .max_step_tokens = 24};
+  EngineOptions eager_options = options;
+  eager_options.cuda_graphs = false;
+  Engine eager(model, eager_options), graphs(model, options);
+  const Results expected = eager.generate(requests);
+  expect_identical(graphs.generate(requests), expected, "graphs");
+  EXPECT_GT(graphs.stats().preemptions, 0);
+  EXPECT_EQ(graphs.stats().preemptions, eager.stats().preemptions);
+  EXPECT_GT(graphs.stats().decode_steps, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Recipes, EngineGpuGraphs, ::testing::Values(Recipe::bf16, Recipe::fp8),
                          [](const auto& info) { return std::string(recipe_name(info.param)); });
 
 TEST(EngineGpu, MemoryFractionSizesTheCache) {

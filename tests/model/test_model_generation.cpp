@@ -7,6 +7,7 @@
 #include <numeric>
 #include <random>
 
+#include "core/error.h"
 #include "model/transformer.h"
 #include "ops/lm_head.h"
 #include "tests/model/model_test_util.h"
@@ -70,7 +71,7 @@ std::vector<std::vector<float>> generation_logprobs(Transformer& model, const Se
   std::vector<size_t> done(seqs.size(), 0);  // tokens already in the cache
   std::uniform_int_distribution<int> chunk(1, 3), join(0, 2);
   while (true) {
-    std::vector<int32_t> tokens, positions, slots, cu{0}, context, tables;
+    std::vector<int32_t> tokens, positions, slots, cu{0}, context, tables, last;
     std::vector<size_t> members;
     for (size_t s = 0; s < seqs.size(); ++s) {
       if (done[s] + 1 >= seqs[s].size() || join(rng) == 0) continue;  // finished, or sits out
@@ -83,6 +84,7 @@ std::vector<std::vector<float>> generation_logprobs(Transformer& model, const Se
       }
       done[s] += n;
       cu.push_back(int32_t(tokens.size()));
+      last.push_back(int32_t(tokens.size()) - 1);
       context.push_back(int32_t(done[s]));
       tables.insert(tables.end(), table[s].begin(), table[s].end());
       members.push_back(s);
@@ -94,7 +96,7 @@ std::vector<std::vector<float>> generation_logprobs(Transformer& model, const Se
       continue;
     }
     InferBatch batch{i32_tensor(tokens), i32_tensor(positions), i32_tensor(slots), i32_tensor(cu),
-                     i32_tensor(context), i32_tensor(tables)};
+                     i32_tensor(context), i32_tensor(tables), i32_tensor(last)};
     batch.block_tables = batch.block_tables.reshape({int64_t(members.size()), blocks_per_seq});
     const Tensor logits = model.logits(model.forward_infer(batch, cache));
     std::vector<int32_t> targets;
@@ -160,6 +162,27 @@ TEST_P(Generation, TrainingRowsDoNotDependOnPacking) {
       EXPECT_EQ(bits(alone[0][i]), bits(together[s][i])) << "sequence " << s << " token " << i;
       EXPECT_EQ(bits(backwards[seqs.size() - 1 - s][i]), bits(together[s][i]));
     }
+  }
+}
+
+// last_rows repeats cu_seqlens_q for the GPU's sake; on the CPU a disagreement is an error.
+TEST(Generation, RefusesLastRowsThatAreNotTheLastRows) {
+  const ModelConfig config = generation_config(ModelFamily::qwen3);
+  Transformer model(config, random_parameters(config, 15), Recipe::fp32);
+  KvCache cache(config, model.activation_dtype(), 4, 4);
+  InferBatch batch{i32_tensor({3, 5, 7}), i32_tensor({0, 1, 0}), i32_tensor({0, 1, 4}),
+                   i32_tensor({0, 2, 3}), i32_tensor({2, 1}),    i32_tensor({0, 1}),
+                   i32_tensor({1, 2})};
+  batch.block_tables = batch.block_tables.reshape({2, 1});
+  EXPECT_EQ(model.forward_infer(batch, cache).dim(0), 2);
+  batch.last_rows = i32_tensor({0, 2});
+  try {
+    model.forward_infer(batch, cache);
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("last_rows[0] = 0, but the sequence's last row is 1"),
+              std::string::npos)
+        << e.what();
   }
 }
 

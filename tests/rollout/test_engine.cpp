@@ -12,6 +12,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "rollout/decode_graph.h"
 #include "rollout/engine.h"
 #include "tests/model/model_test_util.h"
 #include "tests/rollout/rollout_test_util.h"
@@ -374,6 +375,20 @@ TEST(Engine, RefusesBadRequestsNamingTheField) {
   GenerationRequest fits = good;
   fits.sampling.max_new_tokens = 12;
   EXPECT_EQ(engine.generate({fits})[0][0].tokens.size(), 12u);
+}
+
+// The decode graph's buckets (rollout/decode_graph.h): powers of two to 16, then ×1.5 and ×4/3
+// in turn, cut at max_sequences, which is always the last.
+TEST(DecodeGraph, Buckets) {
+  using V = std::vector<int64_t>;
+  EXPECT_EQ(DecodeGraph::buckets(1), V({1}));
+  EXPECT_EQ(DecodeGraph::buckets(5), V({1, 2, 4, 5}));
+  EXPECT_EQ(DecodeGraph::buckets(16), V({1, 2, 4, 8, 16}));
+  EXPECT_EQ(DecodeGraph::buckets(100), V({1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 100}));
+  EXPECT_EQ(DecodeGraph::buckets(256),
+            V({1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256}));
+  EXPECT_EQ(DecodeGraph::buckets(512).back(), 512);
+  EXPECT_EQ(DecodeGraph::buckets(512).end()[-2], 384);
 }
 
 }  // namespace

@@ -1,0 +1,106 @@
+// core/cuda_graph.cpp — the CUDA part compiles only with LOCKSTEP_HAS_CUDA.
+#include "core/cuda_graph.h"
+
+#include <utility>
+
+#include "core/error.h"
+
+#if LOCKSTEP_HAS_CUDA
+#include "core/cuda_check.h"
+#include "core/cuda_stream.h"
+#endif
+
+namespace lockstep {
+
+#if LOCKSTEP_HAS_CUDA
+
+namespace {
+cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
+}  // namespace
+
+SideStream::SideStream() {
+  cudaStream_t s = nullptr;
+  LOCKSTEP_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  stream_ = s;
+}
+
+SideStream::~SideStream() { cudaStreamDestroy(as_stream(stream_)); }
+
+void SideStream::synchronize() const {
+  LOCKSTEP_CUDA_CHECK(cudaStreamSynchronize(as_stream(stream_)));
+}
+
+CurrentStream::CurrentStream(const SideStream& stream) : previous_(current_stream()) {
+  set_current_stream(as_stream(stream.handle()));
+}
+
+CurrentStream::~CurrentStream() { set_current_stream(as_stream(previous_)); }
+
+CudaGraph CudaGraph::capture(const SideStream& stream, const std::function<void()>& work) {
+  const CurrentStream on(stream);
+  const cudaStream_t s = as_stream(stream.handle());
+  LOCKSTEP_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  cudaGraph_t graph = nullptr;
+  try {
+    work();
+  } catch (...) {
+    // End the capture (it may have been invalidated: the graph is then null) before unwinding on.
+    if (cudaStreamEndCapture(s, &graph) == cudaSuccess && graph) cudaGraphDestroy(graph);
+    (void)cudaGetLastError();
+    throw;
+  }
+  LOCKSTEP_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+  CudaGraph g;
+  g.graph_ = graph;
+  cudaGraphExec_t exec = nullptr;
+  LOCKSTEP_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  g.exec_ = exec;
+  return g;
+}
+
+void CudaGraph::launch() const {
+  LOCKSTEP_CHECK(exec_, "CudaGraph::launch: nothing was captured");
+  LOCKSTEP_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_), current_stream()));
+}
+
+void CudaGraph::reset() {
+  // Not checked: runs in destructors. An instantiation still running is freed when it completes.
+  if (exec_) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));
+  if (graph_) cudaGraphDestroy(static_cast<cudaGraph_t>(graph_));
+  exec_ = graph_ = nullptr;
+}
+
+#else
+
+namespace {
+[[noreturn]] void no_cuda() {
+  fail("lockstep was built without CUDA (no nvcc at configure time): CUDA graphs need a GPU");
+}
+}  // namespace
+
+SideStream::SideStream() { no_cuda(); }
+SideStream::~SideStream() = default;
+void SideStream::synchronize() const {}
+CurrentStream::CurrentStream(const SideStream&) : previous_(nullptr) {}
+CurrentStream::~CurrentStream() = default;
+CudaGraph CudaGraph::capture(const SideStream&, const std::function<void()>&) { no_cuda(); }
+void CudaGraph::launch() const { no_cuda(); }
+void CudaGraph::reset() {}
+
+#endif
+
+CudaGraph::CudaGraph(CudaGraph&& other) noexcept
+    : graph_(std::exchange(other.graph_, nullptr)), exec_(std::exchange(other.exec_, nullptr)) {}
+
+CudaGraph& CudaGraph::operator=(CudaGraph&& other) noexcept {
+  if (this != &other) {
+    reset();
+    graph_ = std::exchange(other.graph_, nullptr);
+    exec_ = std::exchange(other.exec_, nullptr);
+  }
+  return *this;
+}
+
+CudaGraph::~CudaGraph() { reset(); }
+
+}  // namespace lockstep

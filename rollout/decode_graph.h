@@ -1,0 +1,103 @@
+// rollout/decode_graph.h — the rollout engine's decode steps on the GPU: padded to a bucket of
+// sequences, run from static device buffers, and replayed from CUDA graphs.
+//
+// A decode step: S sequences that each compute their newest token (at their last position) and
+// draw the next one. It runs padded to B = the smallest of buckets(max_sequences) ≥ S: 1, 2, 4, 8,
+// 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, ... below max_sequences, then max_sequences. Rows
+// [S, B) are padding and inert: token 0 at position 0, writing its k/v to slot 0 of the scratch
+// block (the cache's last block, which the engine's scheduler never hands out; all padding rows
+// write that slot with the same inputs, and only padding rows read it) and attending to it alone,
+// drawing greedily; their draws are dropped.
+//
+// Every input lives at a fixed device address, sized for max_sequences rows: token ids, positions,
+// slots, context lengths, sample specs, copy-on-write pairs, and block tables [max_sequences, W]
+// (W = max_blocks, the most blocks a row may hold: the engine takes the blocks of the model's
+// max_position_embeddings, and runs longer sequences' steps without this). A step of bucket B
+// therefore has the same shapes every time — cuBLASLt's algorithm for B rows, the attention's
+// split count (from B and W) — and nothing is read back but its results. It uploads its inputs in
+// two asynchronous copies from pinned memory (the rows, and the [B, w] corner of the tables that
+// its sequences use, w = the most blocks one holds), makes its copy-on-write copies
+// (model/kv_cache.h), runs the forward, the LM head and the sampler, and copies the B drawn tokens
+// and logprobs back: its one host synchronization.
+//
+// With graphs on, the forward + head + sampler of each bucket is captured once into a CUDA graph
+// (core/cuda_graph.h), at the first step, and each step replays its bucket's graph on the current
+// stream. With graphs off the same work runs eagerly from the same buffers: the same kernels on
+// the same shapes and values, so the tokens and logprobs are the same bit for bit.
+//
+// Capture, on a side stream, after a device synchronize: every bucket first runs once eagerly (on
+// padding only), so that each of its GEMM shapes has its autotuned cuBLASLt plan and the side
+// stream's cuBLASLt workspace and scratch have their final sizes before any capture (ops/cuda/
+// gemm.cu: a plan first made during capture is not tuned, and a workspace that grew after a capture
+// would free memory that graph points to); then each bucket is captured. A step's temporaries
+// (activations, logits) are allocated by the captured work and freed before it ends: they become
+// the graph's allocation nodes (core/device.cpp's stream-ordered pool under capture), at fixed
+// addresses, their physical memory shared by the buckets' graphs (all launched into one stream).
+// Nothing allocated outside a graph is freed inside it, and nothing a graph allocates outlives it.
+// The graphs hold the model's weight and the cache's pointers: weights must be updated in place
+// (as refresh_weights and the optimizer do), and the model and the cache must outlive this.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "core/cuda_graph.h"
+#include "core/tensor.h"
+#include "model/kv_cache.h"
+#include "model/transformer.h"
+#include "ops/sample.h"
+
+namespace lockstep {
+
+class DecodeGraph {
+ public:
+  // One sequence of a step: its newest token at `position`, its block table (blocks[position /
+  // block_size] holds the position), and its draw (whose `row` this sets).
+  struct Row {
+    int32_t token = 0, position = 0;
+    std::span<const int32_t> blocks;
+    SampleSpec spec;
+  };
+  // The draws of a step's rows, in row order; valid until the next run().
+  struct Drawn {
+    std::span<const int32_t> tokens;
+    std::span<const float> logprobs;
+  };
+
+  // `model` and `cache` on the GPU; the cache's last block is the scratch. Allocates the buffers;
+  // captures nothing yet.
+  DecodeGraph(Transformer& model, KvCache& cache, int64_t max_sequences, int64_t max_blocks,
+              bool graphs);
+
+  static std::vector<int64_t> buckets(int64_t max_sequences);
+  int64_t max_blocks() const { return width_; }
+
+  // The step of 1 ≤ rows.size() ≤ max_sequences sequences, after the copy-on-write `copies`
+  // (src, dst, src, dst, ...; at most one a row).
+  Drawn run(std::span<const Row> rows, std::span<const int32_t> copies);
+
+ private:
+  enum Part { kTokens, kPositions, kSlots, kCu, kContextLens, kLastRows, kSpecs, kCopies, kOut,
+              kTable, kParts };
+
+  int32_t* host(Part p) const { return host_.data_as<int32_t>() + offsets_[p]; }
+  int32_t* device(Part p) const { return device_.data_as<int32_t>() + offsets_[p]; }
+  void stage_padding(int64_t row);
+  void upload(int64_t bucket, int64_t width);
+  void forward(int64_t bucket);  // the captured work
+  void capture();
+
+  Transformer& model_;
+  KvCache& cache_;
+  const int64_t max_sequences_, width_, scratch_;
+  const std::vector<int64_t> buckets_;
+  int64_t offsets_[kParts + 1] = {};  // i32 words
+  Tensor host_;    // pinned: what each step uploads, then its draws
+  Tensor device_;  // the static inputs and outputs
+  std::optional<SideStream> stream_;  // with graphs: where they are captured
+  std::vector<CudaGraph> graphs_;     // by bucket, once captured
+};
+
+}  // namespace lockstep
