@@ -276,6 +276,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, RmsNormFp8Gpu,
                          ::testing::Combine(::testing::Values(1, 7, 300, 1001),
                                             ::testing::Values(128, 2048, 6144),
                                             ::testing::Values(ScaleFormat::fp32, ScaleFormat::pow2)));
+// 20 × 32 = 640 tiles: several a persistent block, so the tile loop refills its loads.
+INSTANTIATE_TEST_SUITE_P(ManyTiles, RmsNormFp8Gpu,
+                         ::testing::Values(std::make_tuple(int64_t(2500), int64_t(4096), ScaleFormat::fp32)));
 
 // ---- SwiGLU ------------------------------------------------------------------------------------
 
@@ -350,6 +353,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, SwiGluFp8Gpu,
                          ::testing::Combine(::testing::Values(1, 7, 300, 1001),
                                             ::testing::Values(128, 2048, 3072),
                                             ::testing::Values(ScaleFormat::fp32, ScaleFormat::pow2)));
+INSTANTIATE_TEST_SUITE_P(ManyTiles, SwiGluFp8Gpu,
+                         ::testing::Values(std::make_tuple(int64_t(2500), int64_t(4096), ScaleFormat::fp32)));
 
 // ---- elementwise -------------------------------------------------------------------------------
 
