@@ -95,10 +95,11 @@ struct Fragment {
   template <class Slots>
   __device__ static void load(const Slots& to, int word0, const In* src, int64_t ld, int64_t rows,
                               int64_t r_begin, int64_t c_begin) {
-    const int64_t r = r_begin + row0();
-    const In* first = src + r * ld + c_begin + col0();
 #pragma unroll
-    for (int p = 0; p < kRows; ++p) to(word0 + p, r + p < rows ? first + p * ld : src, r + p < rows);
+    for (int p = 0; p < kRows; ++p) {
+      const int64_t r = r_begin + row0() + p;
+      to(word0 + p, r < rows ? src + r * ld + c_begin + col0() : src, r < rows);
+    }
   }
 
   // The value at (row p, column c) widened to fp32 (exact: bf16 is the upper half of an fp32).
