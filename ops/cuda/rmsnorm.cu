@@ -126,13 +126,14 @@ __global__ void __launch_bounds__(kRowThreads) rmsnorm_backward_kernel(
   }
 }
 
-// The tile loop's ring depth (quantize_device.cuh): 64 KB of x in flight a block, two blocks an SM.
+// The tile loop's ring depth (quantize_device.cuh): 64 KB of x in flight a block, two blocks an SM
+// (three for the rows alone, which need no scratch).
 constexpr int kRingStages = 2;
 
 // The tile of x is what the tile loop prefetches; its 8 rows' rstd and 8 columns' w (L2-resident,
 // a few bytes a thread) are read at the start of processing.
 template <bool kColumnwise, int kStages>
-__global__ void __launch_bounds__(Bf16::kThreads, 2) rmsnorm_quantize_kernel(
+__global__ void __launch_bounds__(Bf16::kThreads, kStages > 0 && !kColumnwise ? 3 : 2) rmsnorm_quantize_kernel(
     const uint16_t* __restrict__ x, const float* __restrict__ rstd, const float* __restrict__ w,
     int64_t T, int64_t K, uint8_t* __restrict__ q, float* __restrict__ s, uint8_t* __restrict__ qt,
     float* __restrict__ st, int64_t Tp, bool pow2) {
