@@ -276,7 +276,7 @@ __device__ __forceinline__ void for_each_tile(int64_t rows, int64_t cols, uint4*
   }
 }
 
-// Runs f(std::integral_constant<int, kStages>{}) with the ring depth `ring_stages` (> 0) or, when
+// Runs f(std::integral_constant<int, kStages>{}) with kStages = kRingStages (> 0) or, when
 // the measurement switch (set_quant_variant, numerics/quantize_backends.h) says so, with 0: the
 // register prefetch. Host side; the tile kernels are instantiated for both.
 template <int kRingStages, class F>
