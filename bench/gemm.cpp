@@ -1,8 +1,9 @@
 // bench/gemm — TFLOP/s of the bf16 and fp8 linear-layer GEMMs (FProp, DGrad, WGrad) at the
 // Qwen3-1.7B and Qwen3-8B shapes with T = 8192 tokens, FProp at decode shapes (cuBLASLt bf16 and
-// fp8, and the fp8 small-T kernel), and the GB/s of the FP8 quantization kernels against a
-// measured device-to-device copy. Every cuBLASLt GEMM is timed twice: with the autotuned algorithm
-// (the default) and with cuBLASLt's first heuristic choice (what LOCKSTEP_GEMM_AUTOTUNE=0 selects).
+// fp8, and the fp8 small-T kernel), and the GB/s of the memory-bound kernels (FP8 quantization,
+// AdamW) against a measured device-to-device copy. Every cuBLASLt GEMM is timed twice: with the
+// autotuned algorithm (the default) and with cuBLASLt's first heuristic choice (what
+// LOCKSTEP_GEMM_AUTOTUNE=0 selects).
 // Usage: bench_gemm [--json out.json] [--reps N]
 #include <cuda_runtime.h>
 
@@ -17,6 +18,8 @@
 #include "bench/gpu_timing.h"
 #include "core/cuda_check.h"
 #include "numerics/quantize.h"
+#include "numerics/quantize_backends.h"
+#include "ops/adamw.h"
 #include "ops/gemm.h"
 #include "ops/gemm_backends.h"
 
@@ -178,31 +181,68 @@ void bench_decode() {
   cudaFree(flush);
 }
 
-void bench_quantization() {
+// One memory-bound kernel's line: µs and % of copy for a single call (median, as timed since the
+// first runs) and back to back (launch latency hidden, as in a training step).
+void memory_bound_row(const std::string& name, const std::string& variant, double bytes, double copy_gbs,
+                      const std::function<void()>& fn) {
+  const double ms = time_ms(fn), b2b_ms = bench::back_to_back_ms(fn, g_reps);
+  const double gbs = bytes / (ms * 1e-3) / 1e9, b2b_gbs = bytes / (b2b_ms * 1e-3) / 1e9;
+  std::printf("%-46s %-8s %9.1f %9.0f %6.0f%% %9.1f %9.0f %6.0f%%\n", name.c_str(), variant.c_str(), ms * 1e3,
+              gbs, 100 * gbs / copy_gbs, b2b_ms * 1e3, b2b_gbs, 100 * b2b_gbs / copy_gbs);
+  add_json("{\"kind\": \"memory_bound\", \"kernel\": \"" + name + "\", \"variant\": \"" + variant +
+           "\", \"ms\": " + std::to_string(ms) + ", \"gbs\": " + std::to_string(gbs) + ", \"ms_back_to_back\": " +
+           std::to_string(b2b_ms) + ", \"gbs_back_to_back\": " + std::to_string(b2b_gbs) +
+           ", \"copy_gbs\": " + std::to_string(copy_gbs) + "}");
+}
+
+// The FP8 quantization kernels, each with both tile loops (cuda::set_quant_variant: 0 the cp.async
+// ring, 1 the register prefetch), and AdamW over a 100M-parameter f32 tensor.
+void bench_memory_bound() {
   const int64_t T = 8192, K = 4096, N = 12288;
   const double copy_gbs = bench::copy_bandwidth_gbs(g_reps);
+  std::printf("\nMemory-bound kernels (GB/s of bytes read + written) vs device-to-device copy: %.0f GB/s\n", copy_gbs);
+  std::printf("%-46s %-8s %9s %9s %7s %9s %9s %7s\n", "kernel", "variant", "us", "GB/s", "of copy", "us b2b",
+              "GB/s b2b", "of copy");
 
   Tensor x = random_device({T, K}, DType::bf16);
   Tensor w32 = random_device({N, K}, DType::f32), w16 = random_device({N, K}, DType::bf16);
   Fp8Rows q = Fp8Rows::empty(T, K, Device::cuda), qt = Fp8Rows::empty_columnwise(T, K, Device::cuda);
   Fp8Weight qw = Fp8Weight::empty(N, K, Device::cuda);
   const double act = double(T * K), wel = double(N * K);
-  struct Row { const char* name; double ms, bytes; };
-  const Row rows[] = {
-      {"rows 1x128 (bf16 8192x4096)", time_ms([&] { quantize_rows(q, x); }), act * 3 + act / 32},
-      {"columns 128x1 (bf16 8192x4096)", time_ms([&] { quantize_columns(qt, x); }), act * 3 + act / 32},
-      {"rows+columns fused", time_ms([&] { quantize_rows_and_columns(q, qt, x); }), act * 4 + act / 16},
-      {"weight 128x128 + transpose (f32 12288x4096)", time_ms([&] { quantize_weight(qw, w32); }), wel * 6},
-      {"weight 128x128 + transpose (bf16 12288x4096)", time_ms([&] { quantize_weight(qw, w16); }), wel * 4},
+  struct Quantizer { const char* name; double bytes; std::function<void()> fn; };
+  const Quantizer quantizers[] = {
+      {"rows 1x128 (bf16 8192x4096)", act * 3 + act / 32, [&] { quantize_rows(q, x); }},
+      {"columns 128x1 (bf16 8192x4096)", act * 3 + act / 32, [&] { quantize_columns(qt, x); }},
+      {"rows+columns fused", act * 4 + act / 16, [&] { quantize_rows_and_columns(q, qt, x); }},
+      {"weight 128x128 + transpose (f32 12288x4096)", wel * 6, [&] { quantize_weight(qw, w32); }},
+      {"weight 128x128 + transpose (bf16 12288x4096)", wel * 4, [&] { quantize_weight(qw, w16); }},
   };
-  std::printf("\nQuantization kernels (bytes read + written) vs device-to-device copy: %.0f GB/s\n", copy_gbs);
-  std::printf("%-46s %9s %9s %7s\n", "kernel", "us", "GB/s", "of copy");
-  for (const Row& r : rows) {
-    const double gbs = r.bytes / (r.ms * 1e-3) / 1e9;
-    std::printf("%-46s %9.1f %9.0f %6.0f%%\n", r.name, r.ms * 1e3, gbs, 100 * gbs / copy_gbs);
-    add_json("{\"kind\": \"quantize\", \"kernel\": \"" + std::string(r.name) + "\", \"ms\": " + std::to_string(r.ms) +
-             ", \"gbs\": " + std::to_string(gbs) + ", \"copy_gbs\": " + std::to_string(copy_gbs) + "}");
-  }
+  const int previous = cuda::set_quant_variant(0);
+  for (const Quantizer& k : quantizers)
+    for (int variant : {0, 1}) {
+      cuda::set_quant_variant(variant);
+      memory_bound_row(k.name, variant == 0 ? "ring" : "regs", k.bytes, copy_gbs, k.fn);
+    }
+  cuda::set_quant_variant(previous);
+  x = w32 = w16 = Tensor();
+  q = qt = Fp8Rows();
+  qw = Fp8Weight();
+
+  // AdamW: param, m, v, grad read, param, m, v written (28 bytes a parameter), plus the copies.
+  const int64_t an = 12288, ak = 8192;
+  const double params = double(an * ak);
+  Tensor p = random_device({an, ak}, DType::f32), g = random_device({an, ak}, DType::f32);
+  Tensor m = Tensor::zeros({an, ak}, DType::f32, Device::cuda), v = Tensor::zeros({an, ak}, DType::f32, Device::cuda);
+  Tensor bf16 = Tensor::empty({an, ak}, DType::bf16, Device::cuda);
+  Fp8Weight fp8 = Fp8Weight::empty(an, ak, Device::cuda);
+  const double fp8_bytes = 2 * params + double(fp8.w.scales.nbytes() + fp8.wt.scales.nbytes());
+  int64_t step = 1;
+  const auto adamw = [&](const WeightCopies& copies) {
+    return [&, copies] { adamw_step(p, m, v, g, AdamWHyper{}, step++, 1.0f, copies); };
+  };
+  memory_bound_row("adamw (f32 12288x8192)", "-", params * 28, copy_gbs, adamw({}));
+  memory_bound_row("adamw + bf16 copy", "-", params * 30, copy_gbs, adamw({.bf16 = &bf16}));
+  memory_bound_row("adamw + fp8 W, Wt (fused)", "-", params * 28 + fp8_bytes, copy_gbs, adamw({.fp8 = &fp8}));
 }
 
 }  // namespace
@@ -226,7 +266,7 @@ int main(int argc, char** argv) {
     cudaDeviceProp prop;
     LOCKSTEP_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     std::printf("device: %s (%d SMs)\n", prop.name, prop.multiProcessorCount);
-    bench_quantization();
+    bench_memory_bound();
     bench_decode();
     bench_training(8192);
     if (!json_path.empty()) {

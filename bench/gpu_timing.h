@@ -1,5 +1,6 @@
 // bench/gpu_timing.h — how the GPU benches time a call: the median of CUDA-event-timed repetitions
-// after warm-ups, and the device-to-device copy bandwidth they compare memory-bound kernels with.
+// after warm-ups (or the mean of back-to-back calls), and the device-to-device copy bandwidth they
+// compare memory-bound kernels with.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -33,6 +34,26 @@ inline double median_ms(const std::function<void()>& fn, int reps,
   cudaEventDestroy(stop);
   std::sort(ms.begin(), ms.end());
   return ms[ms.size() / 2];
+}
+
+// Mean milliseconds of a call when `reps` calls run back to back between two events, after 3
+// warm-ups: the launch latency is hidden, as in a training step where kernels queue one after
+// another (median_ms's single call also counts the host's launch after the start event, a few µs
+// that matter for kernels of tens of µs).
+inline double back_to_back_ms(const std::function<void()>& fn, int reps) {
+  for (int i = 0; i < 3; ++i) fn();
+  cudaEvent_t start, stop;
+  LOCKSTEP_CUDA_CHECK(cudaEventCreate(&start));
+  LOCKSTEP_CUDA_CHECK(cudaEventCreate(&stop));
+  LOCKSTEP_CUDA_CHECK(cudaEventRecord(start));
+  for (int i = 0; i < reps; ++i) fn();
+  LOCKSTEP_CUDA_CHECK(cudaEventRecord(stop));
+  LOCKSTEP_CUDA_CHECK(cudaEventSynchronize(stop));
+  float ms = 0;
+  LOCKSTEP_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return ms / reps;
 }
 
 // GB/s of a 1 GiB device-to-device copy, bytes read + written (timed as median_ms does).

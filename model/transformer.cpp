@@ -23,8 +23,9 @@ struct Transformer::LayerActivations {
   Tensor attn, lse;          // attention output, log-sum-exp
   Tensor h, post_rstd;       // residual after attention, its norm's rstd
   LinearInput gate_up_in;
-  Tensor gate_up;            // SwiGLU input (fp8 with recompute: remade from gate_up_fp8)
-  Fp8Rows gate_up_fp8;       // fp8 with recompute: the SwiGLU input in E4M3, 1×128 groups
+  Tensor gate_up;            // SwiGLU input (not with fp8 and recompute)
+  Fp8Rows gate_up_fp8;       // fp8 with recompute: the SwiGLU input in E4M3, 1×128 groups, read
+                             // as such by the SwiGLU ops (never dequantized into memory)
   LinearInput down_in;
 };
 
@@ -248,19 +249,21 @@ LinearInput Transformer::swiglu_input(const Tensor& gate_up, bool for_backward) 
 }
 
 // The same bits the forward made (every op is deterministic), from what it kept; in fp8 the SwiGLU
-// input comes back from its E4M3 copy, so its output (the down projection's WGrad input) and the
-// SwiGLU backward see the quantized values.
+// input is its E4M3 copy, so its output (the down projection's WGrad input) and the SwiGLU backward
+// see the quantized values.
 void Transformer::recompute_inputs(size_t i, LayerActivations& s) const {
   const LayerParameters& p = params_.layers[i];
   Tensor rstd = Tensor::empty({s.x.dim(0)}, DType::f32, device());
   s.qkv_in = normed_input(s.x, p.input_norm, rstd, true);
   s.gate_up_in = normed_input(s.h, p.post_norm, rstd, true);
-  if (s.gate_up_fp8.data.defined()) {
-    s.gate_up = empty_act(s.gate_up_fp8.rows(), s.gate_up_fp8.cols());
-    dequantize(s.gate_up, s.gate_up_fp8);
-    s.gate_up_fp8 = Fp8Rows();
+  if (s.gate_up_fp8.data.defined()) {  // straight from the E4M3 input (ops/swiglu.h): no bf16 copy
+    const int64_t t = s.gate_up_fp8.rows(), inter = config_.intermediate_size;
+    s.down_in.rows = Fp8Rows::empty(t, inter, device());
+    s.down_in.cols = Fp8Rows::empty_columnwise(t, inter, device());
+    swiglu_forward_fp8(s.down_in.rows, s.down_in.cols, s.gate_up_fp8);
+  } else {
+    s.down_in = swiglu_input(s.gate_up, true);
   }
-  s.down_in = swiglu_input(s.gate_up, true);
   for (LinearInput* in : {&s.qkv_in, &s.gate_up_in, &s.down_in}) keep_for_backward(*in);
 }
 
@@ -276,7 +279,8 @@ Tensor Transformer::layer_backward(size_t i, LayerActivations& s, const Tensor& 
   Tensor da = empty_act(t, config_.intermediate_size);
   linear_backward(da, g.down, g.down_bias, dout, s.down_in, w.down);
   Tensor dgate_up = empty_act(t, 2 * config_.intermediate_size);
-  swiglu_backward(dgate_up, da, s.gate_up);
+  if (s.gate_up_fp8.data.defined()) swiglu_backward(dgate_up, da, s.gate_up_fp8);
+  else swiglu_backward(dgate_up, da, s.gate_up);
   Tensor dhn = empty_act(t, hidden);
   linear_backward(dhn, g.gate_up, g.gate_up_bias, dgate_up, s.gate_up_in, w.gate_up);
   Tensor dh = empty_act(t, hidden);

@@ -11,6 +11,12 @@
 // format) when out_cols.data is undefined (inference): the same bytes and scales as that
 // composition on the same backend. The CUDA kernel never stores out. I a multiple of 128; out_rows: Fp8Rows [T, I];
 // out_cols: the columnwise layout of numerics/quantize.h (Fp8Rows::empty_columnwise(T, I)).
+//
+// From an E4M3 input (the fp8 recipe's recompute path keeps gate_up as an Fp8Rows [T, 2I], 1×128
+// groups): the overloads taking an Fp8Rows gate_up are exactly dequantize into a bf16 [T, 2I]
+// (numerics/quantize.h) followed by the op on it, the same bits on the same backend; the CUDA
+// kernels read the E4M3 bytes and scales directly, so no bf16 copy of gate_up is written or read.
+// dout and dgate_up as above (CUDA: bf16); 2I a multiple of 128, and I too for the forward.
 #pragma once
 
 #include "core/tensor.h"
@@ -21,6 +27,9 @@ namespace lockstep {
 void swiglu_forward(Tensor& out, const Tensor& gate_up);
 void swiglu_backward(Tensor& dgate_up, const Tensor& dout, const Tensor& gate_up);
 void swiglu_forward_fp8(Fp8Rows& out_rows, Fp8Rows& out_cols, const Tensor& gate_up,
+                        ScaleFormat format = ScaleFormat::fp32);
+void swiglu_backward(Tensor& dgate_up, const Tensor& dout, const Fp8Rows& gate_up);
+void swiglu_forward_fp8(Fp8Rows& out_rows, Fp8Rows& out_cols, const Fp8Rows& gate_up,
                         ScaleFormat format = ScaleFormat::fp32);
 
 }  // namespace lockstep

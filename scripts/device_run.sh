@@ -1,6 +1,7 @@
 #!/bin/bash
 # GPU-machine run of carried binaries (.carry/bin, .carry/lib, .carry/data; see docs/benchmarks.md):
-# stages given as arguments (tests, train_bench, attn_bench, torch_bench, compare_large, default_job).
+# stages given as arguments (tests, train_bench, attn_bench, torch_bench, compare_large, default_job,
+# membound).
 # Logs go to $OUT; each stage has its own time limit so one hang does not eat the session.
 set -u
 cd "$(dirname "$0")/.."  # the repository root
@@ -28,6 +29,15 @@ for stage in "$@"; do
       mkdir -p $OUT/json
       timeout 300 $B/bench_train_step --model qwen3-8b --layers 8 --recompute 1 --json $OUT/json/train_step_8b_recompute.json >> $OUT/train_step.txt 2>&1
       timeout 300 $B/bench_train_step --model qwen3-1.7b --recompute 1 --json $OUT/json/train_step_1.7b_recompute.json >> $OUT/train_step.txt 2>&1 ;;
+    membound)  # memory-bound kernels: their GPU tests under both tile loops, then bench_gemm (both, and AdamW)
+      for v in 0 1; do
+        LOCKSTEP_QUANT_VARIANT=$v timeout 300 $B/test_gpu --gtest_color=no \
+          --gtest_filter='*Quant*:*Fp8*:*E4m3*:*AdamW*:*SwiGlu*:*RmsNorm*' > $OUT/membound_tests_$v.log 2>&1
+        echo "membound tests, LOCKSTEP_QUANT_VARIANT=$v rc=$?" >> $OUT/summary.txt
+        grep -E "^\[  (FAILED|PASSED) |tests ran" $OUT/membound_tests_$v.log | tail -20 >> $OUT/summary.txt
+      done
+      mkdir -p $OUT/json
+      timeout 400 $B/bench_gemm --json $OUT/json/bench_gemm.json > $OUT/bench_gemm.txt 2>&1; echo "rc=$?" >> $OUT/bench_gemm.txt ;;
     attn_bench) timeout 200 $B/bench_attention > $OUT/attention.txt 2>&1
       LOCKSTEP_SDPA_VERBOSE=1 timeout 200 $B/bench_attention_cudnn >> $OUT/attention.txt 2>&1 ;;
     torch_bench)

@@ -8,7 +8,12 @@
 // Work is split into 128×128 tiles (one group wide both ways). A thread holds 8 rows × 16 bytes of a
 // tile in registers (Fragment), loaded with 16-byte loads; a half-warp (bf16) or a warp (f32) reads
 // one 256/512-byte tile row. Blocks are persistent (persistent_grid) and walk the tiles in row-major
-// order, loading the next tile while processing the current one (for_each_tile).
+// order with the loads of the next tiles in flight while the current one is processed
+// (for_each_tile): these kernels are memory-bound, and what keeps HBM busy is the bytes in flight
+// per SM. The loads go either through a ring of tiles in shared memory filled by cp.async (kStages
+// tiles ahead, costing no registers) or, kStages = 0, into registers one tile ahead; which one the
+// kernels run is a measurement switch (set_quant_variant, numerics/quantize_backends.h) until the
+// GPU numbers pick one.
 // Include only from CUDA sources.
 #pragma once
 
@@ -16,9 +21,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "core/cuda_check.h"
 #include "numerics/quantize.h"
+#include "numerics/quantize_backends.h"
 #include "numerics/scale.h"
 
 namespace lockstep::cuda::quant {
@@ -83,13 +90,15 @@ struct Fragment {
   __device__ static int row0() { return threadIdx.x / kLanesPerRow * kRows; }
   __device__ static int col0() { return threadIdx.x % kLanesPerRow * kVec; }
 
-  // Tile (r_begin, c_begin) of src [rows, ld]; rows past `rows` read as zeros.
-  __device__ void load(const In* src, int64_t ld, int64_t rows, int64_t r_begin, int64_t c_begin) {
+  // The thread's share of tile (r_begin, c_begin) of src [rows, ld] to words word0 .. word0 + 7 of
+  // `to` (RegisterSlots or StageSlots: row p to word word0 + p); rows past `rows` read as zeros.
+  template <class Slots>
+  __device__ static void load(const Slots& to, int word0, const In* src, int64_t ld, int64_t rows,
+                              int64_t r_begin, int64_t c_begin) {
 #pragma unroll
     for (int p = 0; p < kRows; ++p) {
       const int64_t r = r_begin + row0() + p;
-      raw[p] = r < rows ? *reinterpret_cast<const uint4*>(src + r * ld + c_begin + col0())
-                        : make_uint4(0, 0, 0, 0);
+      to(word0 + p, r < rows ? src + r * ld + c_begin + col0() : src, r < rows);
     }
   }
 
@@ -170,64 +179,162 @@ struct Fragment {
 
 using Bf16 = Fragment<uint16_t>;
 
+// ---- The tile loop --------------------------------------------------------------------------
+
+// 16 bytes from global src to shared dst without passing through registers (cp.async, cached in L2
+// only); the bytes past `bytes` (0 or 16) are zeros, and none are read from src then.
+__device__ __forceinline__ void copy_async16(uint4* dst, const void* src, uint32_t bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(uint32_t(__cvta_generic_to_shared(dst))),
+               "l"(src), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Waits until at most kPending of this thread's committed copy groups are still in flight.
+template <int kPending>
+__device__ __forceinline__ void wait_copies() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+// Where a tile's load puts the thread's share, one 16-byte word at a time: word w of a Tile (an
+// aggregate of uint4 words, such as Fragments) from src, or zeros when !valid (src is then any
+// readable address and is not read).
+template <class Tile>
+struct RegisterSlots {  // straight into a Tile in registers
+  Tile& tile;
+  __device__ void operator()(int w, const void* src, bool valid) const {
+    reinterpret_cast<uint4*>(&tile)[w] = valid ? *static_cast<const uint4*>(src) : make_uint4(0, 0, 0, 0);
+  }
+};
+template <int kThreads>
+struct StageSlots {  // asynchronously into the thread's slots of a shared-memory stage
+  uint4* first;      // the thread's word 0; word w at first[w * kThreads], so a warp's 16-byte
+                     // accesses to one word are consecutive (conflict-free)
+  __device__ void operator()(int w, const void* src, bool valid) const {
+    copy_async16(first + w * kThreads, src, valid ? 16 : 0);
+  }
+};
+
+// Bytes of dynamic shared memory for_each_tile's ring of kStages tiles takes.
+template <class Tile, int kThreads>
+constexpr size_t ring_bytes(int stages) {
+  return size_t(stages) * sizeof(Tile) * kThreads;
+}
+
 // Calls process(tile, r_begin, c_begin) on every 128×128 tile of a [rows, cols] matrix that falls
 // to this block (tiles b, b + gridDim.x, ... in row-major order, so the blocks in flight read one
-// contiguous band), with load(tile, r_begin, c_begin) of the next tile issued before the current
-// tile is processed (a block that loads only after it has finished its arithmetic leaves the
-// memory idle). `Tile` holds whatever one tile needs in registers; process may modify it.
-template <class Tile, class Load, class Process>
-__device__ __forceinline__ void for_each_tile(int64_t rows, int64_t cols, Load&& load, Process&& process) {
+// contiguous band); load(slots, r_begin, c_begin) puts the thread's share of a tile into `slots`.
+// The loads run ahead of the processing, so that the memory never waits for the arithmetic:
+// - kStages = 0: the next tile's loads into registers are issued before the current tile is
+//   processed (two Tiles of registers a thread; one tile in flight a block);
+// - kStages > 0: `ring` (dynamic shared memory, ring_bytes<Tile, kThreads>(kStages)) holds the
+//   next kStages tiles, filled by cp.async: kStages tiles in flight a block while the current one,
+//   copied into registers, is processed, for one Tile of registers. Each thread copies and reads
+//   back only its own words, so the ring needs no block barrier.
+// Every thread of the block calls it. process may modify its tile.
+template <class Tile, int kThreads, int kStages, class Load, class Process>
+__device__ __forceinline__ void for_each_tile(int64_t rows, int64_t cols, uint4* ring, Load&& load,
+                                              Process&& process) {
+  static_assert(sizeof(Tile) % sizeof(uint4) == 0);
   const int64_t tiles_c = cols / kTile, tiles = (rows + kTile - 1) / kTile * tiles_c;
+  const int64_t stride = gridDim.x;
   int64_t tile = blockIdx.x;
   if (tile >= tiles) return;  // the whole block
-  Tile cur, next;
-  load(cur, tile / tiles_c * kTile, tile % tiles_c * kTile);
-  for (; tile < tiles; tile += gridDim.x) {
-    const int64_t following = tile + gridDim.x;
-    if (following < tiles) load(next, following / tiles_c * kTile, following % tiles_c * kTile);
-    process(cur, tile / tiles_c * kTile, tile % tiles_c * kTile);
-    cur = next;
+  const auto row_of = [&](int64_t t) { return t / tiles_c * kTile; };
+  const auto col_of = [&](int64_t t) { return t % tiles_c * kTile; };
+  if constexpr (kStages == 0) {
+    Tile cur, next;
+    load(RegisterSlots<Tile>{cur}, row_of(tile), col_of(tile));
+    for (; tile < tiles; tile += stride) {
+      const int64_t following = tile + stride;
+      if (following < tiles) load(RegisterSlots<Tile>{next}, row_of(following), col_of(following));
+      process(cur, row_of(tile), col_of(tile));
+      cur = next;
+    }
+  } else {
+    constexpr int kWords = sizeof(Tile) / sizeof(uint4);
+    uint4* const mine = ring + threadIdx.x;
+    // One commit per tile, empty past the last, so that "all but the newest kStages - 1 groups
+    // complete" always means "the oldest tile has landed".
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) {
+      const int64_t t = tile + s * stride;
+      if (t < tiles) load(StageSlots<kThreads>{mine + s * kWords * kThreads}, row_of(t), col_of(t));
+      commit_copies();
+    }
+    for (int s = 0; tile < tiles; tile += stride, s = s + 1 == kStages ? 0 : s + 1) {
+      wait_copies<kStages - 1>();
+      uint4* const stage = mine + s * kWords * kThreads;
+      Tile cur;
+#pragma unroll
+      for (int w = 0; w < kWords; ++w) reinterpret_cast<uint4*>(&cur)[w] = stage[w * kThreads];
+      __syncwarp();  // orders this thread's reads of the stage before the refill's writes to it
+      const int64_t refill = tile + kStages * stride;
+      if (refill < tiles) load(StageSlots<kThreads>{stage}, row_of(refill), col_of(refill));
+      commit_copies();
+      process(cur, row_of(tile), col_of(tile));
+    }
   }
 }
 
-// Enough persistent blocks to fill the device (capped by the work): occupancy × SMs, queried once.
+// Runs f(std::integral_constant<int, kStages>{}) with kStages = kRingStages (> 0) or, when
+// the measurement switch (set_quant_variant, numerics/quantize_backends.h) says so, with 0: the
+// register prefetch. Host side; the tile kernels are instantiated for both.
+template <int kRingStages, class F>
+void with_tile_loop(F&& f) {
+  if (quant_variant() == 0) f(std::integral_constant<int, kRingStages>{});
+  else f(std::integral_constant<int, 0>{});
+}
+
+// Enough persistent blocks to fill the device (capped by the work): occupancy × SMs, queried once,
+// after raising the kernel's dynamic shared memory limit to `smem` (a constant of the kernel).
 // (One device per process: the SM count is that of the device current at the first call.)
 template <auto kKernel>
-unsigned persistent_grid(int threads, int64_t tiles) {
-  static const int64_t resident = [threads] {
+unsigned persistent_grid(int threads, size_t smem, int64_t tiles) {
+  static const int64_t resident = [threads, smem] {
     int device = 0, sms = 0, per_sm = 0;
+    LOCKSTEP_CUDA_CHECK(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     LOCKSTEP_CUDA_CHECK(cudaGetDevice(&device));
     LOCKSTEP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    LOCKSTEP_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kKernel, threads, 0));
+    LOCKSTEP_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kKernel, threads, smem));
     return int64_t(sms) * std::max(per_sm, 1);
   }();
   return unsigned(std::min(tiles, resident));
 }
+
+// ---- Quantizing a tile ------------------------------------------------------------------------
 
 // Rowwise 1×128 quantization of tile (t0, k0) of a bf16 activation [T, K], held in f by all
 // Bf16::kThreads threads of the block: bytes to q [T, K], scales to s [K/128, T]. Tile rows past T
 // are quantized but not stored.
 __device__ __forceinline__ void quantize_tile_rows(const Bf16& f, int64_t t0, int64_t k0, int64_t T,
                                                    int64_t K, uint8_t* q, float* s, bool pow2) {
-  // A token's group is one half-warp's 16 lanes, which share 8 tokens. Lane j < 8 of the
-  // half-warp computes the scale of token j (two divisions a lane, not two per token) and
-  // passes the inverse around.
+  // A token's group is one half-warp's 16 lanes, which share 8 tokens. The 8 token maxima are
+  // reduce-scattered over the half-warp: each exchange (lanes 8, 4, 2 apart) halves the tokens a
+  // lane holds, the lane with the bit set keeping the upper half, and a last one (lanes 1 apart)
+  // completes the max, so lanes 2j and 2j + 1 end with token j's: 8 shuffles in all. Each lane
+  // then computes its token's scale (two divisions) and the inverses are passed around.
   const int tid = threadIdx.x, r0 = Bf16::row0(), c0 = Bf16::col0();
   const int lane = tid % 16, first = tid & 16;
-  const unsigned half = 0xffffu << first;
-  uint32_t amax = 0;
+  uint32_t m[Bf16::kRows];
 #pragma unroll
-  for (int p = 0; p < Bf16::kRows; ++p) {
-    const uint32_t m = __reduce_max_sync(half, f.row_amax(p));
-    if (p == lane % Bf16::kRows) amax = m;
+  for (int p = 0; p < Bf16::kRows; ++p) m[p] = f.row_amax(p);
+#pragma unroll
+  for (int n = Bf16::kRows / 2; n >= 1; n /= 2) {
+    const bool upper = lane & (2 * n);
+#pragma unroll
+    for (int i = 0; i < n; ++i) {
+      const uint32_t keep = upper ? m[i + n] : m[i], send = upper ? m[i] : m[i + n];
+      m[i] = max(keep, __shfl_xor_sync(0xffffffffu, send, 2 * n));
+    }
   }
+  const uint32_t amax = max(m[0], __shfl_xor_sync(0xffffffffu, m[0], 1));
   const float scale = group_scale(amax, pow2), inv = inverse_scale(scale);
 #pragma unroll
   for (int p = 0; p < Bf16::kRows; ++p) {
-    const float row_inv = __shfl_sync(half, inv, first + p);
+    const float row_inv = __shfl_sync(0xffffffffu, inv, first + 2 * p);
     if (t0 + r0 + p < T) f.store_row(q + (t0 + r0 + p) * K + k0 + c0, p, row_inv);
   }
-  if (lane < Bf16::kRows && t0 + r0 + lane < T) s[k0 / kTile * T + t0 + r0 + lane] = scale;
+  if (lane % 2 == 0 && t0 + r0 + lane / 2 < T) s[k0 / kTile * T + t0 + r0 + lane / 2] = scale;
 }
 
 // Shared memory of quantize_tile_columns.

@@ -2,12 +2,18 @@
 // as the CPU reference, and the copies of the updated param in the same pass.
 //
 // Memory-bound: every element of param, m, v and grad is read once and param, m, v (and the
-// copies) written once, with 16-byte loads.
-// - Without an fp8 copy: 4 consecutive elements a thread, any shape (a scalar tail).
-// - With one: a CTA per 128×128 block of param [N, K]. Each thread updates its Fragment's share
-//   (8 rows × 4 columns, numerics/cuda/quantize_device.cuh) row by row, keeping the new values in
-//   registers; the CTA then quantizes the block exactly as quantize_weight does (block amax,
-//   W's bytes, Wᵀ's bytes through shared memory, both scales) without reading param again.
+// copies) written once, with 16-byte accesses; what keeps HBM busy is the bytes in flight, so each
+// thread issues all the loads of several float4s of the four tensors before any arithmetic
+// (update_quads: 8 loads, 128 bytes a thread).
+// - Without an fp8 copy: a thread takes 2 float4s (a block's 2 × 256 float4s are consecutive, so
+//   each warp access is 512 contiguous bytes), any shape (a scalar tail).
+// - With one: a CTA of 512 threads per 128×128 block of param [N, K], each thread owning a
+//   Fragment's share (8 rows × 4 columns, numerics/cuda/quantize_device.cuh). It updates its rows
+//   two at a time and parks the new values in shared memory (its own 16-byte slots: no barrier, no
+//   registers held across the loads); the CTA then quantizes the block exactly as quantize_weight
+//   does (block amax, W's bytes, Wᵀ's bytes through shared memory, both scales) without reading
+//   param again. Two CTAs an SM (64 registers, 80 KB of shared memory each), so that one streams
+//   while the other quantizes.
 #include <cstdint>
 
 #include "core/cuda_check.h"
@@ -21,7 +27,8 @@ namespace {
 
 using namespace quant;
 
-constexpr int kThreads = 256;
+constexpr int kThreads = 256;  // the plain kernel's block
+constexpr int kQuads = 2;      // float4s of each tensor a thread of either kernel has in flight
 
 // Four values rounded to bf16 (as convert does), for one 8-byte store.
 __device__ __forceinline__ uint2 to_bf16x4(const float4& x) {
@@ -29,57 +36,87 @@ __device__ __forceinline__ uint2 to_bf16x4(const float4& x) {
   return make_uint2(b(x.x) | b(x.y) << 16, b(x.z) | b(x.w) << 16);
 }
 
-// Elements i .. i + 3 (all below n), updated in place; their bf16 copy when bf16 is not null.
-__device__ __forceinline__ float4 update4(float* p, float* m, float* v, const float* g, int64_t i,
-                                          const AdamWScalars& s, uint16_t* bf16) {
-  float4 pv = *reinterpret_cast<const float4*>(p + i);
-  float4 mv = *reinterpret_cast<const float4*>(m + i);
-  float4 vv = *reinterpret_cast<const float4*>(v + i);
-  const float4 gv = *reinterpret_cast<const float4*>(g + i);
-  adamw_element(pv.x, mv.x, vv.x, gv.x, s);
-  adamw_element(pv.y, mv.y, vv.y, gv.y, s);
-  adamw_element(pv.z, mv.z, vv.z, gv.z, s);
-  adamw_element(pv.w, mv.w, vv.w, gv.w, s);
-  *reinterpret_cast<float4*>(p + i) = pv;
-  *reinterpret_cast<float4*>(m + i) = mv;
-  *reinterpret_cast<float4*>(v + i) = vv;
-  if (bf16) *reinterpret_cast<uint2*>(bf16 + i) = to_bf16x4(pv);
-  return pv;
+__device__ __forceinline__ float4 load4(const float* p) { return *reinterpret_cast<const float4*>(p); }
+__device__ __forceinline__ void store4(float* p, const float4& x) { *reinterpret_cast<float4*>(p) = x; }
+
+// Elements i[j] .. i[j] + 3 for each j (all below n, 16-byte aligned) updated in place, all loads
+// issued before any arithmetic; their bf16 copy when bf16 is not null; the new params also to out.
+template <int kN>
+__device__ __forceinline__ void update_quads(float* p, float* m, float* v, const float* g, const int64_t (&i)[kN],
+                                             const AdamWScalars& s, uint16_t* bf16, float4 (&out)[kN]) {
+  float4 mv[kN], vv[kN], gv[kN];
+#pragma unroll
+  for (int j = 0; j < kN; ++j) {
+    out[j] = load4(p + i[j]);
+    mv[j] = load4(m + i[j]);
+    vv[j] = load4(v + i[j]);
+    gv[j] = load4(g + i[j]);
+  }
+#pragma unroll
+  for (int j = 0; j < kN; ++j) {
+    adamw_element(out[j].x, mv[j].x, vv[j].x, gv[j].x, s);
+    adamw_element(out[j].y, mv[j].y, vv[j].y, gv[j].y, s);
+    adamw_element(out[j].z, mv[j].z, vv[j].z, gv[j].z, s);
+    adamw_element(out[j].w, mv[j].w, vv[j].w, gv[j].w, s);
+    store4(p + i[j], out[j]);
+    store4(m + i[j], mv[j]);
+    store4(v + i[j], vv[j]);
+    if (bf16) *reinterpret_cast<uint2*>(bf16 + i[j]) = to_bf16x4(out[j]);
+  }
 }
 
-__global__ void __launch_bounds__(kThreads) adamw_kernel(float* __restrict__ p, float* __restrict__ m,
-                                                        float* __restrict__ v, const float* __restrict__ g,
-                                                        int64_t n, AdamWScalars s,
-                                                        uint16_t* __restrict__ bf16) {
-  const int64_t i = (int64_t(blockIdx.x) * kThreads + threadIdx.x) * 4;
-  if (i + 4 <= n) {
-    update4(p, m, v, g, i, s, bf16);
+// Block b: elements [b·2048, (b + 1)·2048), float4 j of thread t at 4·(j·256 + t).
+__global__ void __launch_bounds__(kThreads, 4) adamw_kernel(float* __restrict__ p, float* __restrict__ m,
+                                                           float* __restrict__ v, const float* __restrict__ g,
+                                                           int64_t n, AdamWScalars s,
+                                                           uint16_t* __restrict__ bf16) {
+  int64_t i[kQuads];
+#pragma unroll
+  for (int j = 0; j < kQuads; ++j) i[j] = (int64_t(blockIdx.x) * kQuads * kThreads + j * kThreads + threadIdx.x) * 4;
+  if (i[kQuads - 1] + 4 <= n) {
+    float4 updated[kQuads];
+    update_quads(p, m, v, g, i, s, bf16, updated);
     return;
   }
-  for (int64_t k = i; k < n; ++k) {  // the last n % 4 elements
-    adamw_element(p[k], m[k], v[k], g[k], s);
-    if (bf16) bf16[k] = float_to_bf16(p[k]).bits;
-  }
+  for (int j = 0; j < kQuads; ++j)  // the last block: whole float4s, then a scalar tail
+    for (int64_t k = i[j]; k < std::min(i[j] + 4, n); ++k) {
+      adamw_element(p[k], m[k], v[k], g[k], s);
+      if (bf16) bf16[k] = float_to_bf16(p[k]).bits;
+    }
 }
 
 using Frag = Fragment<float>;
 
-// param [N, K]; block b of the grid is the 128×128 block (b / (K/128), b % (K/128)). Two CTAs an
-// SM (64 registers, a few bytes spilled), so that one loads while the other quantizes.
+// Dynamic shared memory of adamw_fp8_kernel: the block's updated params, word r of thread t (its
+// Fragment's row r) at [r * kThreads + t], so a warp's 16-byte accesses are consecutive.
+constexpr size_t kParkedBytes = sizeof(Frag) * Frag::kThreads;
+
+// param [N, K]; block b of the grid is the 128×128 block (b / (K/128), b % (K/128)).
 __global__ void __launch_bounds__(Frag::kThreads, 2) adamw_fp8_kernel(
     float* __restrict__ p, float* __restrict__ m, float* __restrict__ v, const float* __restrict__ g,
     int64_t N, int64_t K, AdamWScalars s, uint16_t* __restrict__ bf16, Fp8WeightOut out, bool pow2) {
+  extern __shared__ uint4 parked[];
   __shared__ alignas(16) uint8_t tq[kTile * kTile];
   __shared__ uint32_t warp_max[Frag::kThreads / 32];
   const int64_t blocks_k = K / kTile;
   const int64_t n0 = blockIdx.x / blocks_k * kTile, k0 = blockIdx.x % blocks_k * kTile;
+  const int64_t first = (n0 + Frag::row0()) * K + k0 + Frag::col0();
+  uint4* const mine = parked + threadIdx.x;
+#pragma unroll 1
+  for (int r = 0; r < Frag::kRows; r += kQuads) {
+    int64_t i[kQuads];
+    float4 updated[kQuads];
+#pragma unroll
+    for (int j = 0; j < kQuads; ++j) i[j] = first + (r + j) * K;
+    update_quads(p, m, v, g, i, s, bf16, updated);
+#pragma unroll
+    for (int j = 0; j < kQuads; ++j)
+      mine[(r + j) * Frag::kThreads] = make_uint4(__float_as_uint(updated[j].x), __float_as_uint(updated[j].y),
+                                                  __float_as_uint(updated[j].z), __float_as_uint(updated[j].w));
+  }
   Frag f;
 #pragma unroll
-  for (int r = 0; r < Frag::kRows; ++r) {
-    const float4 x = update4(p, m, v, g, (n0 + Frag::row0() + r) * K + k0 + Frag::col0(), s, bf16);
-    f.raw[r] = make_uint4(__float_as_uint(x.x), __float_as_uint(x.y), __float_as_uint(x.z),
-                          __float_as_uint(x.w));
-  }
+  for (int r = 0; r < Frag::kRows; ++r) f.raw[r] = mine[r * Frag::kThreads];
   quantize_weight_tile(f, n0, k0, N, K, out, pow2, tq, warp_max);
 }
 
@@ -110,12 +147,18 @@ void adamw_step(Tensor& param, Tensor& m, Tensor& v, const Tensor& grad, const A
   const float* g = grad.data_as<float>();
   uint16_t* b = bf16 ? static_cast<uint16_t*>(bf16->data()) : nullptr;
   if (fp8) {
+    static const bool raised = [] {  // above the 48 KB a kernel gets without asking
+      LOCKSTEP_CUDA_CHECK(cudaFuncSetAttribute(adamw_fp8_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               int(kParkedBytes)));
+      return true;
+    }();
+    (void)raised;
     const int64_t N = param.dim(0), K = param.dim(1);
-    adamw_fp8_kernel<<<unsigned((N / kTile) * (K / kTile)), Frag::kThreads, 0, current_stream()>>>(
+    adamw_fp8_kernel<<<unsigned((N / kTile) * (K / kTile)), Frag::kThreads, kParkedBytes, current_stream()>>>(
         p, mp, vp, g, N, K, s, b, fp8_weight_out(*fp8), pow2);
   } else {
-    const int64_t quads = (n + 3) / 4;
-    adamw_kernel<<<unsigned((quads + kThreads - 1) / kThreads), kThreads, 0, current_stream()>>>(
+    const int64_t per_block = int64_t(kThreads) * kQuads * 4;
+    adamw_kernel<<<unsigned((n + per_block - 1) / per_block), kThreads, 0, current_stream()>>>(
         p, mp, vp, g, n, s, b);
   }
   LOCKSTEP_CUDA_CHECK_LAUNCH();

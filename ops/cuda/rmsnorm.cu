@@ -126,38 +126,34 @@ __global__ void __launch_bounds__(kRowThreads) rmsnorm_backward_kernel(
   }
 }
 
-// What one 128×128 tile of the fused forward needs in registers: x, and the rstd of its thread's
-// 8 rows and the w of its 8 columns (prefetched with the tile).
-struct NormTile {
-  Bf16 x;
-  float rstd[Bf16::kRows];
-  float w[kVec];
-};
+// The tile loop's ring depth (quantize_device.cuh): 64 KB of x in flight a block, two blocks an SM
+// (three for the rows alone, which need no scratch).
+constexpr int kRingStages = 2;
 
-template <bool kColumnwise>
-__global__ void __launch_bounds__(Bf16::kThreads, 2) rmsnorm_quantize_kernel(
+// The tile of x is what the tile loop prefetches; its 8 rows' rstd and 8 columns' w (L2-resident,
+// a few bytes a thread) are read at the start of processing.
+template <bool kColumnwise, int kStages>
+__global__ void __launch_bounds__(Bf16::kThreads, kStages > 0 && !kColumnwise ? 3 : 2) rmsnorm_quantize_kernel(
     const uint16_t* __restrict__ x, const float* __restrict__ rstd, const float* __restrict__ w,
     int64_t T, int64_t K, uint8_t* __restrict__ q, float* __restrict__ s, uint8_t* __restrict__ qt,
     float* __restrict__ st, int64_t Tp, bool pow2) {
+  extern __shared__ uint4 ring[];
   __shared__ quant::ColumnScratch scratch;
   const int r0 = Bf16::row0(), c0 = Bf16::col0();
-  const auto load = [&](NormTile& tile, int64_t t0, int64_t k0) {
-    tile.x.load(x, K, T, t0, k0);
-#pragma unroll
-    for (int p = 0; p < Bf16::kRows; ++p) tile.rstd[p] = t0 + r0 + p < T ? rstd[t0 + r0 + p] : 0.0f;
-    load_f32x8(w + k0 + c0, tile.w);
-  };
-  quant::for_each_tile<NormTile>(T, K, load, [&](NormTile& tile, int64_t t0, int64_t k0) {
+  const auto load = [&](const auto& to, int64_t t0, int64_t k0) { Bf16::load(to, 0, x, K, T, t0, k0); };
+  quant::for_each_tile<Bf16, Bf16::kThreads, kStages>(T, K, ring, load, [&](Bf16& f, int64_t t0, int64_t k0) {
+    float wv[kVec];
+    load_f32x8(w + k0 + c0, wv);
 #pragma unroll
     for (int p = 0; p < Bf16::kRows; ++p) {
       if (t0 + r0 + p >= T) continue;  // padding rows stay zero
       float v[kVec];
-      unpack_bf16x8(tile.x.raw[p], v);
-      normalize(v, tile.rstd[p], tile.w);
-      tile.x.raw[p] = pack_bf16x8(v);
+      unpack_bf16x8(f.raw[p], v);
+      normalize(v, rstd[t0 + r0 + p], wv);
+      f.raw[p] = pack_bf16x8(v);
     }
-    quant::quantize_tile_rows(tile.x, t0, k0, T, K, q, s, pow2);
-    if constexpr (kColumnwise) quant::quantize_tile_columns(tile.x, t0, k0, K, Tp, qt, st, pow2, scratch);
+    quant::quantize_tile_rows(f, t0, k0, T, K, q, s, pow2);
+    if constexpr (kColumnwise) quant::quantize_tile_columns(f, t0, k0, K, Tp, qt, st, pow2, scratch);
   });
 }
 
@@ -175,15 +171,19 @@ void launch_rows(const Tensor& x, const Tensor& w, float eps, Tensor& rstd, uint
 template <bool kColumnwise>
 void launch_quantize(const Tensor& x, const Tensor& rstd, const Tensor& w, Fp8Rows& rows,
                      Fp8Rows* cols, bool pow2) {
-  constexpr auto kernel = rmsnorm_quantize_kernel<kColumnwise>;
   const int64_t T = x.dim(0), K = x.dim(1), Tp = round_up(T, quant::kTile);
   const int64_t tiles = Tp / quant::kTile * (K / quant::kTile);
-  kernel<<<quant::persistent_grid<kernel>(Bf16::kThreads, tiles), Bf16::kThreads, 0, current_stream()>>>(
-      bf16_data(x), rstd.data_as<float>(), w.data_as<float>(), T, K,
-      static_cast<uint8_t*>(rows.data.data()), rows.scales.data_as<float>(),
-      cols ? static_cast<uint8_t*>(cols->data.data()) : nullptr,
-      cols ? cols->scales.data_as<float>() : nullptr, Tp, pow2);
-  LOCKSTEP_CUDA_CHECK_LAUNCH();
+  quant::with_tile_loop<kRingStages>([&](auto stages) {
+    constexpr int kStages = decltype(stages)::value;
+    constexpr auto kernel = rmsnorm_quantize_kernel<kColumnwise, kStages>;
+    constexpr size_t smem = quant::ring_bytes<Bf16, Bf16::kThreads>(kStages);
+    kernel<<<quant::persistent_grid<kernel>(Bf16::kThreads, smem, tiles), Bf16::kThreads, smem, current_stream()>>>(
+        bf16_data(x), rstd.data_as<float>(), w.data_as<float>(), T, K,
+        static_cast<uint8_t*>(rows.data.data()), rows.scales.data_as<float>(),
+        cols ? static_cast<uint8_t*>(cols->data.data()) : nullptr,
+        cols ? cols->scales.data_as<float>() : nullptr, Tp, pow2);
+    LOCKSTEP_CUDA_CHECK_LAUNCH();
+  });
 }
 
 }  // namespace

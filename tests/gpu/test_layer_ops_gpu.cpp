@@ -276,6 +276,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, RmsNormFp8Gpu,
                          ::testing::Combine(::testing::Values(1, 7, 300, 1001),
                                             ::testing::Values(128, 2048, 6144),
                                             ::testing::Values(ScaleFormat::fp32, ScaleFormat::pow2)));
+// 20 × 32 = 640 tiles: several a persistent block, so the tile loop refills its loads.
+INSTANTIATE_TEST_SUITE_P(ManyTiles, RmsNormFp8Gpu,
+                         ::testing::Values(std::make_tuple(int64_t(2500), int64_t(4096), ScaleFormat::fp32)));
 
 // ---- SwiGLU ------------------------------------------------------------------------------------
 
@@ -350,6 +353,59 @@ INSTANTIATE_TEST_SUITE_P(Shapes, SwiGluFp8Gpu,
                          ::testing::Combine(::testing::Values(1, 7, 300, 1001),
                                             ::testing::Values(128, 2048, 3072),
                                             ::testing::Values(ScaleFormat::fp32, ScaleFormat::pow2)));
+INSTANTIATE_TEST_SUITE_P(ManyTiles, SwiGluFp8Gpu,
+                         ::testing::Values(std::make_tuple(int64_t(2500), int64_t(4096), ScaleFormat::fp32)));
+
+class SwiGluE4m3Gpu : public ::testing::TestWithParam<std::tuple<int64_t, int64_t>> {};
+
+// The recompute path's SwiGLU ops on the E4M3 input: the bytes of CUDA dequantize followed by the
+// CUDA op on its bf16 output (the same operations on the same values), and close to the CPU's.
+TEST_P(SwiGluE4m3Gpu, SameBytesAsDequantizeThenSwiGlu) {
+  LOCKSTEP_REQUIRE_GPU();
+  const auto [T, I] = GetParam();
+  const Tensor gate_up = random_tensor({T, 2 * I}, DType::bf16, 50, true);
+  const Tensor dout = random_tensor({T, I}, DType::bf16, 51), dout_g = dout.to(Device::cuda);
+  Fp8Rows q = Fp8Rows::empty(T, 2 * I, Device::cpu);
+  quantize_rows(q, gate_up);
+  const Fp8Rows qg{q.data.to(Device::cuda), q.scales.to(Device::cuda)};
+  Tensor deq = poisoned({T, 2 * I}, DType::bf16, Device::cuda);
+  dequantize(deq, qg);
+
+  Tensor d = poisoned({T, 2 * I}, DType::bf16, Device::cuda), f_d = poisoned({T, 2 * I}, DType::bf16, Device::cuda);
+  swiglu_backward(d, dout_g, deq);
+  swiglu_backward(f_d, dout_g, qg);
+  EXPECT_TRUE(same_bytes(f_d, d));
+  Tensor c_d = poisoned({T, 2 * I}, DType::bf16, Device::cpu);
+  swiglu_backward(c_d, dout, q);
+  EXPECT_LE(worst_row_error(to_double(f_d), to_double(c_d), 2 * I), kBf16Tol);
+
+  if (I % 128 != 0) return;  // the forward quantizes whole 128-wide output groups
+  Fp8Rows rows = poisoned_rows(T, I, Device::cuda, false), cols = poisoned_rows(T, I, Device::cuda, true);
+  swiglu_forward_fp8(rows, cols, deq);
+  Fp8Rows f_rows = poisoned_rows(T, I, Device::cuda, false), f_cols = poisoned_rows(T, I, Device::cuda, true);
+  swiglu_forward_fp8(f_rows, f_cols, qg);
+  EXPECT_TRUE(same_bytes(f_rows.data, rows.data));
+  EXPECT_TRUE(same_bytes(f_rows.scales, rows.scales));
+  EXPECT_TRUE(same_bytes(f_cols.data, cols.data));
+  EXPECT_TRUE(same_bytes(f_cols.scales, cols.scales));
+  Fp8Rows i_rows = poisoned_rows(T, I, Device::cuda, false), none;
+  swiglu_forward_fp8(i_rows, none, qg);
+  EXPECT_TRUE(same_bytes(i_rows.data, rows.data));
+  EXPECT_TRUE(same_bytes(i_rows.scales, rows.scales));
+
+  Fp8Rows c_rows = poisoned_rows(T, I, Device::cpu, false), c_cols = poisoned_rows(T, I, Device::cpu, true);
+  swiglu_forward_fp8(c_rows, c_cols, q);
+  Tensor a = Tensor::empty({T, I}, DType::f32), b = Tensor::empty({T, I}, DType::f32);
+  dequantize(a, Fp8Rows{f_rows.data.to(Device::cpu), f_rows.scales.to(Device::cpu)});
+  dequantize(b, c_rows);
+  EXPECT_LE(worst_row_error(to_double(a), to_double(b), I), kFp8Tol);
+}
+
+// I = 64: gate and up share each 128-wide group of gate_up (the backward only).
+INSTANTIATE_TEST_SUITE_P(Shapes, SwiGluE4m3Gpu,
+                         ::testing::Combine(::testing::Values(1, 7, 300, 1001), ::testing::Values(64, 128, 3072)));
+// More rows than a grid dimension holds: the backward's blocks take several rows.
+INSTANTIATE_TEST_SUITE_P(ManyRows, SwiGluE4m3Gpu, ::testing::Values(std::make_tuple(int64_t(70000), int64_t(64))));
 
 // ---- elementwise -------------------------------------------------------------------------------
 

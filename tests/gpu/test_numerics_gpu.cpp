@@ -81,11 +81,14 @@ INSTANTIATE_TEST_SUITE_P(
     Shapes, ActivationQuantGpu,
     ::testing::Combine(::testing::Values(1, 5, 128, 300, 1000), ::testing::Values(128, 640, 2048),
                        ::testing::Values(ScaleFormat::fp32, ScaleFormat::pow2)));
-// More 128×128 tiles (20 × 32 = 640) than the device holds persistent blocks (2 per SM), so
-// blocks quantize several tiles each, the later ones loaded while the earlier are processed;
-// the last tile row is partial.
+// More 128×128 tiles than the device holds persistent blocks (2 or 3 per SM), so blocks quantize
+// several tiles each, the later ones loaded while the earlier are processed, and the last tile row
+// is partial: 20 × 32 = 640 tiles (2 or 3 a block on 132 SMs, some blocks one fewer); 33 × 32 =
+// 1056 (4 a block with 2 blocks an SM, a whole number; 2 or 3 with 3): the ring of tiles in flight
+// wraps around and is refilled.
 INSTANTIATE_TEST_SUITE_P(ManyTiles, ActivationQuantGpu,
-                         ::testing::Values(std::make_tuple(int64_t(2500), int64_t(4096), ScaleFormat::fp32)));
+                         ::testing::Values(std::make_tuple(int64_t(2500), int64_t(4096), ScaleFormat::fp32),
+                                           std::make_tuple(int64_t(4100), int64_t(4096), ScaleFormat::pow2)));
 
 class WeightQuantGpu : public ::testing::TestWithParam<std::tuple<DType, ScaleFormat, int64_t, int64_t>> {};
 

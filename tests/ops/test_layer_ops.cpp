@@ -634,6 +634,28 @@ TEST(LayerFp8, SwiGluFp8IsSwiGluThenQuantization) {
     }
 }
 
+// The recompute path's SwiGLU ops on the E4M3 input are dequantize (into bf16), then the op.
+TEST(LayerFp8, SwiGluOnE4m3InputIsDequantizeThenSwiGlu) {
+  const Tensor gate_up = random_tensor({kFp8Rows, 2 * kFp8Cols}, DType::bf16, 230, true);
+  Fp8Rows q = Fp8Rows::empty(kFp8Rows, 2 * kFp8Cols, Device::cpu);
+  quantize_rows(q, gate_up);
+  Tensor deq = poisoned({kFp8Rows, 2 * kFp8Cols}, DType::bf16);
+  dequantize(deq, q);
+  const Tensor dout = random_tensor({kFp8Rows, kFp8Cols}, DType::bf16, 231);
+
+  Tensor d = poisoned({kFp8Rows, 2 * kFp8Cols}, DType::bf16), f_d = poisoned({kFp8Rows, 2 * kFp8Cols}, DType::bf16);
+  swiglu_backward(d, dout, deq);
+  swiglu_backward(f_d, dout, q);
+  EXPECT_TRUE(same_bytes(f_d, d));
+
+  Fp8Rows rows = poisoned_fp8(kFp8Rows, kFp8Cols, false), cols = poisoned_fp8(kFp8Rows, kFp8Cols, true);
+  swiglu_forward_fp8(rows, cols, deq);
+  Fp8Rows f_rows = poisoned_fp8(kFp8Rows, kFp8Cols, false), f_cols = poisoned_fp8(kFp8Rows, kFp8Cols, true);
+  swiglu_forward_fp8(f_rows, f_cols, q);
+  expect_same_fp8(f_rows, rows, "rows");
+  expect_same_fp8(f_cols, cols, "columns");
+}
+
 TEST(LayerFp8, BadArgumentsAreClearErrors) {
   const Tensor x = random_tensor({4, 192}, DType::bf16, 220), w = random_tensor({192}, DType::f32, 221);
   Tensor rstd = Tensor::empty({4}, DType::f32);
@@ -653,6 +675,22 @@ TEST(LayerFp8, BadArgumentsAreClearErrors) {
   expect_error([&] { swiglu_forward_fp8(rows, rows_not_columns, gate_up); }, "swiglu_forward_fp8: out_cols");
   Fp8Rows wide = Fp8Rows::empty(4, 256, Device::cpu);
   expect_error([&] { swiglu_forward_fp8(wide, none, gate_up); }, "swiglu_forward_fp8: out_rows");
+
+  // E4M3 inputs: whole groups of gate and of up, scales of the Fp8Rows layout, a matching dout.
+  const Fp8Rows q256 = Fp8Rows::empty(4, 256, Device::cpu);
+  const Fp8Rows partial_groups{Tensor::empty({4, 192}, DType::e4m3), Tensor::empty({1, 4}, DType::f32)};
+  Tensor dout = Tensor::empty({4, 128}, DType::bf16), dgate_up = Tensor::empty({4, 256}, DType::bf16);
+  expect_error([&] { swiglu_backward(dgate_up, dout, partial_groups); },
+               "swiglu_backward: gate_up: expected an Fp8Rows [T, 2I] (2I a multiple of 128)");
+  expect_error([&] { swiglu_backward(dgate_up, dout, none); }, "swiglu_backward: gate_up");
+  Fp8Rows bad_scales{q256.data, Tensor::empty({2, 5}, DType::f32)};
+  expect_error([&] { swiglu_backward(dgate_up, dout, bad_scales); }, "swiglu_backward: gate_up");
+  Tensor dout_short = Tensor::empty({3, 128}, DType::bf16);
+  expect_error([&] { swiglu_backward(dgate_up, dout_short, q256); }, "swiglu_backward: dout");
+  expect_error([&] { swiglu_forward_fp8(wide, none, q256); }, "swiglu_forward_fp8: out_rows");
+  const Fp8Rows i64 = Fp8Rows::empty(4, 128, Device::cpu);  // I = 64: the backward's, not the forward's
+  expect_error([&] { swiglu_forward_fp8(rows, none, i64); },
+               "swiglu_forward_fp8: gate_up: the output width (64) must be a multiple of 128");
 }
 
 // ---- CUDA tensors ------------------------------------------------------------------------------
