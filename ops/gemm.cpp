@@ -119,6 +119,9 @@ void gemm_wgrad(Tensor& dw, const Fp8Rows& dy_t, const Fp8Rows& x_t, bool accumu
   check_fp8_rows(dy_t, "gemm_wgrad: dy_t", d);
   check_fp8_rows(x_t, "gemm_wgrad: x_t", d);
   check_k(dy_t.cols(), x_t.cols(), "gemm_wgrad (padded token counts)", dy_t.data, x_t.data);
+  LOCKSTEP_CHECK(dy_t.cols() % kQuantGroup == 0,
+                 "gemm_wgrad: dy_t and x_t must be columnwise copies (tokens padded to a multiple of 128), got ",
+                 dy_t.data.describe());
   LOCKSTEP_CHECK(dy_t.rows() % kQuantGroup == 0 && x_t.rows() % kQuantGroup == 0,
                  "gemm_wgrad: fp8 N and K must be multiples of 128, got ", dy_t.data.describe(),
                  " and ", x_t.data.describe());
