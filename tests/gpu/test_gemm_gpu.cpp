@@ -1,5 +1,5 @@
-// Every CUDA GEMM (cuBLASLt, the fp8 small-T kernel; fp8 WGrad also CUTLASS) against the CPU reference on the same
-// operands: ‖gpu − cpu‖/‖cpu‖.
+// Every CUDA GEMM (cuBLASLt, the fp8 small-T kernel; fp8 WGrad also CUTLASS) against the CPU
+// reference on the same operands: ‖gpu − cpu‖/‖cpu‖.
 #include <gtest/gtest.h>
 
 #include <algorithm>
