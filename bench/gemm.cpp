@@ -3,8 +3,7 @@
 // fp8, and the fp8 small-T kernel), and the GB/s of the memory-bound kernels (FP8 quantization,
 // AdamW) against a measured device-to-device copy. Every cuBLASLt GEMM is timed twice: with the
 // autotuned algorithm (the default) and with cuBLASLt's first heuristic choice (what
-// LOCKSTEP_GEMM_AUTOTUNE=0 selects). fp8 WGrad runs on cuBLASLt in the main tables and, in a build
-// with CUTLASS, also on CUTLASS (its config 0 in place of the heuristic's choice).
+// LOCKSTEP_GEMM_AUTOTUNE=0 selects).
 // Usage: bench_gemm [--json out.json] [--reps N]
 #include <cuda_runtime.h>
 
@@ -66,22 +65,6 @@ Tensor random_device(Shape shape, DType dtype) {
 
 struct Linear { const char* model; const char* name; int64_t n, k; };
 
-// fn with fp8 WGrad on `backend` (the previous backend restored after each call).
-std::function<void()> on_backend(cuda::Fp8WgradBackend backend, std::function<void()> fn) {
-  return [backend, fn = std::move(fn)] {
-    const auto previous = cuda::gemm_set_fp8_wgrad_backend(backend);
-    fn();
-    cuda::gemm_set_fp8_wgrad_backend(previous);
-  };
-}
-
-// The training-shape ops: 8 in every build, 2 more (CUTLASS fp8 WGrad) in a build with CUTLASS.
-#if LOCKSTEP_HAS_CUTLASS
-constexpr int kOps = 10;
-#else
-constexpr int kOps = 8;
-#endif
-
 const Linear kLinears[] = {
     {"qwen3-1.7b", "qkv", 4096, 2048},   {"qwen3-1.7b", "o", 2048, 2048},
     {"qwen3-1.7b", "gate_up", 12288, 2048}, {"qwen3-1.7b", "down", 2048, 6144},
@@ -92,7 +75,7 @@ const Linear kLinears[] = {
 std::string json_rows;
 void add_json(const std::string& row) { json_rows += (json_rows.empty() ? "  " : ",\n  ") + row; }
 
-void print_training_table(const char* title, const double (*tf)[kOps]) {
+void print_training_table(const char* title, const double (*tf)[8]) {
   std::printf("\n%s\n", title);
   std::printf("%-11s %-8s %6s %6s | %8s %8s %6s | %8s %8s %6s | %8s %8s %6s | %8s %8s %6s\n", "model",
               "linear", "N", "K", "fprop16", "fprop8", "x", "dgrad16", "dgrad8", "x", "wgrad16", "wgrad8",
@@ -106,27 +89,10 @@ void print_training_table(const char* title, const double (*tf)[kOps]) {
   }
 }
 
-#if LOCKSTEP_HAS_CUTLASS
-// fp8 WGrad on both backends (columns 4–9 of tf), TFLOP/s and each one's speedup over bf16.
-void print_wgrad_backends_table(const char* title, const double (*tf)[kOps]) {
-  std::printf("\n%s\n", title);
-  std::printf("%-11s %-8s %6s %6s | %8s %8s %8s %6s %6s | %8s %8s %8s %6s %6s\n", "model", "linear", "N", "K",
-              "wgrad16", "lt8", "cutlass8", "lt/16", "cl/16", "wgrad=16", "=lt8", "=cutl8", "lt/16", "cl/16");
-  for (size_t i = 0; i < std::size(kLinears); ++i) {
-    const Linear& l = kLinears[i];
-    const double* t = tf[i];
-    std::printf("%-11s %-8s %6ld %6ld | %8.0f %8.0f %8.0f %5.2fx %5.2fx | %8.0f %8.0f %8.0f %5.2fx %5.2fx\n", l.model,
-                l.name, long(l.n), long(l.k), t[4], t[5], t[8], t[5] / t[4], t[8] / t[4], t[6], t[7], t[9],
-                t[7] / t[6], t[9] / t[6]);
-  }
-}
-#endif
-
 void bench_training(int64_t T) {
-  const char* names[] = {"fprop_bf16", "fprop_fp8", "dgrad_bf16", "dgrad_fp8",
-                         "wgrad_acc_bf16", "wgrad_acc_fp8", "wgrad_bf16", "wgrad_fp8",
-                         "wgrad_acc_fp8_cutlass", "wgrad_fp8_cutlass"};
-  double tuned[std::size(kLinears)][kOps], heuristic[std::size(kLinears)][kOps];
+  const char* names[8] = {"fprop_bf16", "fprop_fp8", "dgrad_bf16", "dgrad_fp8",
+                          "wgrad_acc_bf16", "wgrad_acc_fp8", "wgrad_bf16", "wgrad_fp8"};
+  double tuned[std::size(kLinears)][8], heuristic[std::size(kLinears)][8];
   for (size_t li = 0; li < std::size(kLinears); ++li) {
     const Linear& l = kLinears[li];
     const int64_t N = l.n, K = l.k;
@@ -142,18 +108,12 @@ void bench_training(int64_t T) {
     quantize_rows_and_columns(qx, qxt, x);
     quantize_rows_and_columns(qdy, qdyt, dy);
     quantize_weight(qw, w);
-    const auto lt = cuda::Fp8WgradBackend::cublaslt;
-    const std::function<void()> ops[kOps] = {
+    const std::function<void()> ops[8] = {
         [&] { gemm_fprop(y, x, w); },        [&] { gemm_fprop(y, qx, qw); },
         [&] { gemm_dgrad(dx, dy, w); },      [&] { gemm_dgrad(dx, qdy, qw); },
-        [&] { gemm_wgrad(dw, dy, x, true); }, on_backend(lt, [&] { gemm_wgrad(dw, qdyt, qxt, true); }),
-        [&] { gemm_wgrad(dw, dy, x, false); }, on_backend(lt, [&] { gemm_wgrad(dw, qdyt, qxt, false); }),
-#if LOCKSTEP_HAS_CUTLASS
-        on_backend(cuda::Fp8WgradBackend::cutlass, [&] { gemm_wgrad(dw, qdyt, qxt, true); }),
-        on_backend(cuda::Fp8WgradBackend::cutlass, [&] { gemm_wgrad(dw, qdyt, qxt, false); }),
-#endif
-    };
-    for (int i = 0; i < kOps; ++i) {
+        [&] { gemm_wgrad(dw, dy, x, true); }, [&] { gemm_wgrad(dw, qdyt, qxt, true); },
+        [&] { gemm_wgrad(dw, dy, x, false); }, [&] { gemm_wgrad(dw, qdyt, qxt, false); }};
+    for (int i = 0; i < 8; ++i) {
       const Timing t = time_both(ops[i]);
       tuned[li][i] = flops / (t.tuned * 1e-3) / 1e12;
       heuristic[li][i] = flops / (t.heuristic * 1e-3) / 1e12;
@@ -169,11 +129,6 @@ void bench_training(int64_t T) {
   print_training_table(("Training GEMMs, autotuned, " + shape).c_str(), tuned);
   print_training_table(("Training GEMMs, heuristic's first choice (LOCKSTEP_GEMM_AUTOTUNE=0), " + shape).c_str(),
                        heuristic);
-#if LOCKSTEP_HAS_CUTLASS
-  print_wgrad_backends_table(("fp8 WGrad, cuBLASLt (lt) vs CUTLASS, autotuned, " + shape).c_str(), tuned);
-  print_wgrad_backends_table(("fp8 WGrad, cuBLASLt's heuristic choice vs CUTLASS config 0, " + shape).c_str(),
-                             heuristic);
-#endif
   std::printf("\nAutotuned speedup over the heuristic's first choice (heuristic time / autotuned time)\n");
   std::printf("%-11s %-8s | %7s %7s %7s %7s %7s %7s %7s %7s\n", "model", "linear", "fprop16", "fprop8",
               "dgrad16", "dgrad8", "wgrad16", "wgrad8", "wgrad=16", "wgrad=8");

@@ -12,10 +12,9 @@
 // by its two scales and added to an fp32 accumulator — on the CPU in exactly that order, so a row's
 // result never depends on the other rows (T) of the batch.
 //
-// Tensors on the CPU run the reference; tensors on CUDA run cuBLASLt (plans cached per shape),
-// fp8 WGrad CUTLASS where the build has it (ops/gemm_backends.h: Fp8WgradBackend), and fp8
-// FProp/DGrad of few tokens (decoding) a weight-streaming kernel of ours.
-// K and N must be multiples of 128 in the fp8 recipe; T is free (WGrad's Tp a multiple of 128).
+// Tensors on the CPU run the reference; tensors on CUDA run cuBLASLt (plans cached per shape), or
+// for fp8 FProp/DGrad of few tokens (decoding) a weight-streaming kernel of ours.
+// K and N must be multiples of 128 in the fp8 recipe; T is free.
 #pragma once
 
 #include "core/tensor.h"

@@ -30,23 +30,10 @@ void gemm_wgrad_fp8(Tensor& dw, const Fp8Rows& dy_t, const Fp8Rows& x_t, bool ac
 // Tests: take the padded-token path even where cuBLASLt could run the odd token count natively.
 void gemm_force_token_padding(bool on);
 // Tests and benches: how new plans pick their algorithm: −1 autotune (default), i ≥ 0 the
-// heuristic's i-th candidate (CUTLASS fp8 WGrad: config i). Returns the previous setting.
+// heuristic's i-th candidate. Returns the previous setting.
 int gemm_set_algo_choice(int choice);
 // Tests and benches: the fp8 GEMMs (FProp, DGrad) of 1 .. `tokens` tokens run on the small-T kernel
 // (ops/cuda/gemm_fp8_small_t.h), larger ones on cuBLASLt; 0: always cuBLASLt; at most 64.
 // Default 64, or the environment's LOCKSTEP_FP8_SMALL_T. Returns the previous setting.
 int gemm_set_fp8_small_t(int tokens);
-
-// Which backend runs fp8 WGrad: CUTLASS where the build has it (LOCKSTEP_HAS_CUTLASS; the
-// default), else cuBLASLt. LOCKSTEP_FP8_WGRAD=cublaslt|cutlass chooses at start-up; tests and
-// benches switch with the setter, which returns the previous backend (cutlass throws in a build
-// without CUTLASS).
-enum class Fp8WgradBackend { cublaslt, cutlass };
-Fp8WgradBackend gemm_set_fp8_wgrad_backend(Fp8WgradBackend backend);
-// CUTLASS fp8 WGrad (ops/cuda/gemm_cutlass_wgrad.cu, built with CUTLASS only): kernel `config`
-// (< kCutlassWgradConfigs) into dw, fp32 [dy_t.rows(), x_t.rows()] contiguous and 16-byte
-// aligned, like the operands' data; ops/cuda/gemm.cu picks the config per shape.
-constexpr int kCutlassWgradConfigs = 2;
-void gemm_wgrad_fp8_cutlass(float* dw, const Fp8Rows& dy_t, const Fp8Rows& x_t, bool accumulate, int config);
-const char* gemm_wgrad_fp8_cutlass_config(int config);  // its tile and cluster, in words
 }  // namespace lockstep::cuda

@@ -1,5 +1,4 @@
-// ops/cuda/gemm.cu — the linear-layer GEMMs through cuBLASLt, and the choice of fp8 WGrad's backend
-// (cuBLASLt, or CUTLASS: ops/cuda/gemm_cutlass_wgrad.cu, whose kernel config is picked per shape).
+// ops/cuda/gemm.cu — the linear-layer GEMMs through cuBLASLt.
 //
 // Layout rules (cuBLASLt is column-major; our tensors are row-major, so a row-major [R, C] tensor
 // is a column-major C×R matrix with leading dimension C):
@@ -20,12 +19,6 @@
 // an autotuned pick may differ between runs when candidates time within noise of each other);
 // LOCKSTEP_GEMM_AUTOTUNE=verbose prints each tuned plan's timings. Make every shape's plan before
 // capturing a CUDA graph: a plan first made during capture is not tuned.
-//
-// fp8 WGrad runs on CUTLASS when the build has it (cuBLASLt's VEC128×VEC128 kernels reach only
-// ~0.8–1.0 PFLOP/s on an H200, docs/benchmarks.md), else on cuBLASLt; LOCKSTEP_FP8_WGRAD or
-// gemm_set_fp8_wgrad_backend choose. CUTLASS runs every shape ops/gemm.cpp admits (N, K and Tp
-// multiples of 128; TMA's 16-byte aligned pointers, which cuBLASLt requires too). Its configs are
-// autotuned per shape the same way as cuBLASLt's candidates (and fixed by the same settings).
 #include <cublasLt.h>
 
 #include <algorithm>
@@ -34,7 +27,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -111,49 +103,19 @@ struct StreamBuffers {
   size_t scratch_bytes = 0;
 };
 
-// A CUTLASS fp8 WGrad shape, for its autotuned config: dW [n, k] from Tp tokens.
-struct WgradShape {
-  int64_t n, k, tp;
-  bool accumulate;
-  auto operator<=>(const WgradShape&) const = default;
-};
-
-#if LOCKSTEP_HAS_CUTLASS
-constexpr bool kHasCutlass = true;
-#else
-constexpr bool kHasCutlass = false;
-#endif
-constexpr Fp8WgradBackend kDefaultWgradBackend = kHasCutlass ? Fp8WgradBackend::cutlass : Fp8WgradBackend::cublaslt;
-
 struct Context {
   std::mutex mutex;
   cublasLtHandle_t handle = nullptr;
   std::map<MatmulShape, Plan> plans;
-  std::map<WgradShape, int> cutlass_configs;  // the autotuned config of each fp8 WGrad shape
   std::map<cudaStream_t, StreamBuffers> buffers;
   bool force_padding = false;
   int choice = kAutotune;
   bool verbose = false;  // LOCKSTEP_GEMM_AUTOTUNE=verbose: one line per tuned plan on stderr
-  Fp8WgradBackend wgrad_backend = kDefaultWgradBackend;
 };
-
-void check_backend_built(Fp8WgradBackend backend) {
-  LOCKSTEP_CHECK(backend != Fp8WgradBackend::cutlass || kHasCutlass,
-                 "fp8 WGrad backend cutlass: this build has no CUTLASS (run scripts/setup.sh, reconfigure)");
-}
 
 Context& context() {
   static Context* ctx = [] {
-    Fp8WgradBackend backend = kDefaultWgradBackend;
-    if (const char* env = std::getenv("LOCKSTEP_FP8_WGRAD")) {
-      const std::string_view name = env;
-      LOCKSTEP_CHECK(name == "cublaslt" || name == "cutlass",
-                     "LOCKSTEP_FP8_WGRAD: expected cublaslt or cutlass, got '", name, "'");
-      backend = name == "cutlass" ? Fp8WgradBackend::cutlass : Fp8WgradBackend::cublaslt;
-      check_backend_built(backend);
-    }
     auto* c = new Context;  // never freed: outlives every static that might run a GEMM
-    c->wgrad_backend = backend;
     LOCKSTEP_CUBLAS_CHECK(cublasLtCreate(&c->handle));
     const char* env = std::getenv("LOCKSTEP_GEMM_AUTOTUNE");
     const std::string_view mode = env ? env : "";
@@ -258,67 +220,55 @@ std::string describe(const Candidate& c) {
                         config(CUBLASLT_ALGO_CONFIG_SPLITK_NUM), " ws ", c.workspace_bytes >> 20, " MiB");
 }
 
-// Milliseconds per call of each of `count` candidates on the call's own operands: `call(i, out,
-// workspace)` runs candidate i on the current stream into a scratch output of `out_bytes` — never
-// the caller's, which WGrad accumulates into — with a kTuneWorkspaceBytes workspace, and returns
-// false when it cannot run (then infinity). Each runs twice kTuneReps times (after a warm-up) and
-// keeps its best mean. Empty when the stream is being captured into a graph (timing needs
-// synchronization) or the scratch does not fit in memory.
-std::vector<float> time_candidates(size_t count, size_t out_bytes,
-                                   const std::function<bool(size_t, void*, void*)>& call) {
+// Index of the fastest candidate on the call's own operands: each runs twice kTuneReps times
+// (after a warm-up) on the current stream into a scratch output — never the caller's, which
+// WGrad accumulates into — and keeps its best mean. The heuristic's first choice stays unless
+// another beats it by the margin, so timing noise does not flip the choice from run to run.
+// Not while the stream is being captured into a graph (timing needs synchronization), nor when
+// the scratch does not fit in memory: then candidate 0.
+size_t fastest(cublasLtHandle_t handle, const Plan& p, const MatmulShape& s,
+               const std::vector<Candidate>& list, const Operands& in, bool verbose) {
+  if (list.size() < 2) return 0;
   cudaStream_t stream = current_stream();
   cudaStreamCaptureStatus capture;
   LOCKSTEP_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-  if (capture != cudaStreamCaptureStatusNone) return {};
+  if (capture != cudaStreamCaptureStatusNone) return 0;
+  const size_t out_bytes = size_t(s.ldd) * size_t(s.n) * element_bytes(s.type_d);
   char* scratch = nullptr;
   if (cudaMalloc(&scratch, kTuneWorkspaceBytes + out_bytes) != cudaSuccess) {
     (void)cudaGetLastError();  // out of memory is not sticky: clear it
-    return {};
+    return 0;
   }
   void* out = scratch + kTuneWorkspaceBytes;
   cudaEvent_t start, stop;
   LOCKSTEP_CUDA_CHECK(cudaEventCreate(&start));
   LOCKSTEP_CUDA_CHECK(cudaEventCreate(&stop));
   LOCKSTEP_CUDA_CHECK(cudaMemsetAsync(out, 0, out_bytes, stream));  // accumulating GEMMs read it
+  // Milliseconds per call of candidate i, or infinity when cuBLASLt cannot run it after all.
   auto per_call_ms = [&](size_t i) {
-    bool ok = call(i, out, scratch);
+    auto call = [&] {
+      return matmul(handle, p, list[i].algo, s, in.a, in.b, out, scratch, kTuneWorkspaceBytes, stream) ==
+             CUBLAS_STATUS_SUCCESS;
+    };
+    bool ok = call();
     LOCKSTEP_CUDA_CHECK(cudaEventRecord(start, stream));
-    for (int r = 0; r < kTuneReps && ok; ++r) ok = call(i, out, scratch);
+    for (int r = 0; r < kTuneReps && ok; ++r) ok = call();
     LOCKSTEP_CUDA_CHECK(cudaEventRecord(stop, stream));
     LOCKSTEP_CUDA_CHECK(cudaEventSynchronize(stop));
     float total = 0;
     LOCKSTEP_CUDA_CHECK(cudaEventElapsedTime(&total, start, stop));
-    if (!ok) (void)cudaGetLastError();  // a launch error the backend reported is not sticky: clear it
+    if (!ok) (void)cudaGetLastError();  // a launch error cuBLASLt reported is not sticky: clear it
     return ok ? total / kTuneReps : INFINITY;
   };
-  std::vector<float> ms(count, INFINITY);
+  std::vector<float> ms(list.size(), INFINITY);
   for (int round = 0; round < 2; ++round)
-    for (size_t i = 0; i < count; ++i) ms[i] = std::min(ms[i], per_call_ms(i));
+    for (size_t i = 0; i < list.size(); ++i) ms[i] = std::min(ms[i], per_call_ms(i));
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   LOCKSTEP_CUDA_CHECK(cudaFree(scratch));
-  return ms;
-}
-
-// The fastest candidate; the first (the heuristic's choice) stays unless another beats it by the
-// margin, so timing noise does not flip the choice from run to run. 0 when nothing was timed.
-size_t pick_fastest(const std::vector<float>& ms) {
-  if (ms.empty()) return 0;
   const size_t best = size_t(std::min_element(ms.begin(), ms.end()) - ms.begin());
-  return ms[best] < kTuneMargin * ms[0] ? best : 0;
-}
-
-// Index of the fastest of cuBLASLt's candidates (time_candidates), or 0.
-size_t fastest(cublasLtHandle_t handle, const Plan& p, const MatmulShape& s,
-               const std::vector<Candidate>& list, const Operands& in, bool verbose) {
-  if (list.size() < 2) return 0;
-  const size_t out_bytes = size_t(s.ldd) * size_t(s.n) * element_bytes(s.type_d);
-  const auto ms = time_candidates(list.size(), out_bytes, [&](size_t i, void* out, void* workspace) {
-    return matmul(handle, p, list[i].algo, s, in.a, in.b, out, workspace, kTuneWorkspaceBytes, current_stream()) ==
-           CUBLAS_STATUS_SUCCESS;
-  });
-  const size_t pick = pick_fastest(ms);
-  if (verbose && !ms.empty())
+  const size_t pick = ms[best] < kTuneMargin * ms[0] ? best : 0;
+  if (verbose)
     std::fprintf(stderr,
                  "gemm autotune m=%ld n=%ld k=%ld%s: %zu candidates, heuristic %.4f ms (%s), "
                  "pick #%zu %.4f ms (%s)\n",
@@ -363,8 +313,7 @@ int alignment_of(std::initializer_list<const void*> ptrs) {
 
 void check_aligned16(const Tensor& t, const char* what) {
   LOCKSTEP_CHECK(reinterpret_cast<uintptr_t>(t.data()) % 16 == 0, what,
-                 ": cuBLASLt and CUTLASS (TMA) need 16-byte aligned operands, got ", t.describe(), " at ",
-                 t.data());
+                 ": cuBLASLt needs 16-byte aligned operands, got ", t.describe(), " at ", t.data());
 }
 
 cudaDataType_t cuda_type(DType t) {
@@ -467,49 +416,9 @@ void run_token_gemm(MatmulShape s, const void* weight, const float* weight_scale
   LOCKSTEP_CUDA_CHECK(cudaMemcpyAsync(out.data(), pout, out.nbytes(), cudaMemcpyDeviceToDevice, stream));
 }
 
-#if LOCKSTEP_HAS_CUTLASS
-// The CUTLASS config of an fp8 WGrad: the one gemm_set_algo_choice fixes (past the last config
-// there is no algorithm), else the fastest on the shape's first call's operands, kept.
-int cutlass_config(const Fp8Rows& dy_t, const Fp8Rows& x_t, bool accumulate) {
-  Context& ctx = context();
-  std::lock_guard lock(ctx.mutex);
-  const WgradShape s{dy_t.rows(), x_t.rows(), x_t.cols(), accumulate};
-  if (ctx.choice != kAutotune) {
-    if (ctx.choice >= kCutlassWgradConfigs)
-      fail(detail::concat("CUTLASS has no algorithm #", ctx.choice, " for fp8 WGrad n=", s.n, " k=", s.k,
-                          " tokens=", s.tp));
-    return ctx.choice;
-  }
-  if (auto it = ctx.cutlass_configs.find(s); it != ctx.cutlass_configs.end()) return it->second;
-  const size_t out_bytes = size_t(s.n) * size_t(s.k) * sizeof(float);
-  const auto ms = time_candidates(kCutlassWgradConfigs, out_bytes, [&](size_t i, void* out, void*) {
-    try {
-      gemm_wgrad_fp8_cutlass(static_cast<float*>(out), dy_t, x_t, accumulate, int(i));
-      return true;
-    } catch (const Error&) {  // a config that cannot run the shape: the others may
-      return false;
-    }
-  });
-  const int pick = int(pick_fastest(ms));
-  if (ctx.verbose && !ms.empty())
-    std::fprintf(stderr, "gemm autotune CUTLASS fp8 wgrad n=%ld k=%ld tokens=%ld%s: config 0 %.4f ms (%s), pick %d %.4f ms (%s)\n",
-                 long(s.n), long(s.k), long(s.tp), accumulate ? " accumulate" : "", ms[0],
-                 gemm_wgrad_fp8_cutlass_config(0), pick, ms[size_t(pick)], gemm_wgrad_fp8_cutlass_config(pick));
-  ctx.cutlass_configs.emplace(s, pick);
-  return pick;
-}
-#endif
-
 }  // namespace
 
 void gemm_force_token_padding(bool on) { context().force_padding = on; }
-
-Fp8WgradBackend gemm_set_fp8_wgrad_backend(Fp8WgradBackend backend) {
-  check_backend_built(backend);
-  Context& ctx = context();
-  std::lock_guard lock(ctx.mutex);
-  return std::exchange(ctx.wgrad_backend, backend);
-}
 
 // Tests and benchmarks (ops/gemm_backends.h): how plans made from now on pick
 // their algorithm. kAutotune (-1, the default): the fastest candidate; i >= 0: candidate i, 0
@@ -572,16 +481,6 @@ void gemm_wgrad_fp8(Tensor& dw, const Fp8Rows& dy_t, const Fp8Rows& x_t, bool ac
   check_aligned16(dy_t.data, "gemm_wgrad: dy_t");
   check_aligned16(x_t.data, "gemm_wgrad: x_t");
   const int64_t N = dy_t.rows(), K = x_t.rows(), Tp = x_t.cols();
-  if (Tp == 0) {  // no tokens (CUTLASS's mainloop would wait forever for a first K tile)
-    if (!accumulate) LOCKSTEP_CUDA_CHECK(cudaMemsetAsync(dw.data(), 0, dw.nbytes(), current_stream()));
-    return;
-  }
-#if LOCKSTEP_HAS_CUTLASS
-  if (context().wgrad_backend == Fp8WgradBackend::cutlass) {
-    check_aligned16(dw, "gemm_wgrad: dw");
-    return gemm_wgrad_fp8_cutlass(dw.data_as<float>(), dy_t, x_t, accumulate, cutlass_config(dy_t, x_t, accumulate));
-  }
-#endif
   MatmulShape s{CUBLAS_OP_T, CUBLAS_OP_N, CUDA_R_8F_E4M3, CUDA_R_8F_E4M3, CUDA_R_32F,
                 K, N, Tp, Tp, Tp, K, CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F,
                 CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F, accumulate,

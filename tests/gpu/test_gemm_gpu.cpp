@@ -1,11 +1,10 @@
-// Every CUDA GEMM (cuBLASLt, the fp8 small-T kernel; fp8 WGrad also CUTLASS) against the CPU
-// reference on the same operands: ‖gpu − cpu‖/‖cpu‖.
+// Every CUDA GEMM (cuBLASLt, and the fp8 small-T kernel) against the CPU reference on the same
+// operands: ‖gpu − cpu‖/‖cpu‖.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <functional>
-#include <optional>
 #include <string>
 
 #include "core/error.h"
@@ -266,42 +265,15 @@ void expect_every_candidate(const std::function<Tensor()>& gpu, const Tensor& re
   std::printf("%s: %d candidates checked\n", what, checked);
 }
 
-// Backend of fp8 WGrad, for tests that pick one; restores the previous one when it goes.
-class WgradBackendScope {
- public:
-  explicit WgradBackendScope(cuda::Fp8WgradBackend b) {
-#if LOCKSTEP_HAS_CUDA
-    previous_ = cuda::gemm_set_fp8_wgrad_backend(b);
-#else
-    (void)b;
-#endif
-  }
-  ~WgradBackendScope() {
-#if LOCKSTEP_HAS_CUDA
-    cuda::gemm_set_fp8_wgrad_backend(previous_);
-#endif
-  }
-  WgradBackendScope(const WgradBackendScope&) = delete;
-  WgradBackendScope& operator=(const WgradBackendScope&) = delete;
-
- private:
-  cuda::Fp8WgradBackend previous_{};
-};
-
-// cuBLASLt's candidates (fp8 WGrad's too: Fp8WgradGpu checks the CUTLASS configs).
 class GemmCandidatesGpu : public ::testing::TestWithParam<GemmCase> {
  protected:
   void SetUp() override {
-    if (!cuda_device_available()) return;
-    previous_ = set_algo_choice(-1);
-    backend_.emplace(cuda::Fp8WgradBackend::cublaslt);
+    if (cuda_device_available()) previous_ = set_algo_choice(-1);
   }
   void TearDown() override {
     if (cuda_device_available()) set_algo_choice(previous_);
-    backend_.reset();
   }
   int previous_ = -1;
-  std::optional<WgradBackendScope> backend_;
 };
 
 TEST_P(GemmCandidatesGpu, EveryCandidateMatchesCpu) {
@@ -364,102 +336,6 @@ INSTANTIATE_TEST_SUITE_P(
     Shapes, GemmCandidatesGpu,
     ::testing::Values(GemmCase{256, 384, 512, DType::bf16, false}, GemmCase{77, 384, 512, DType::f32, false}),
     case_name);
-
-// fp8 WGrad on each backend, and on each CUTLASS config, against the CPU reference: dW = dy1ᵀx,
-// then twice dW += dy2ᵀx (micro-batches), into a poisoned output. Token counts that are not
-// multiples of 128 (zero padding), M tiles an odd count (CUTLASS config 0 pairs CTAs along M),
-// and more 128×128 tiles than an H100/H200 has SMs (persistent CTAs run several tiles: each
-// must start from zero). Tolerance kFp8F32Tol, as for the other fp8 GEMMs.
-struct WgradCase {
-  int64_t T, N, K;
-};
-
-std::string wgrad_case_name(const ::testing::TestParamInfo<WgradCase>& info) {
-  const WgradCase& c = info.param;
-  std::string name = "T";  // (appended: GCC 12 warns falsely on "T" + std::string)
-  for (const auto& part : {std::to_string(c.T), "_N" + std::to_string(c.N), "_K" + std::to_string(c.K)}) name += part;
-  return name;
-}
-
-class Fp8WgradGpu : public ::testing::TestWithParam<WgradCase> {
- protected:
-  void SetUp() override {
-    if (cuda_device_available()) previous_ = set_algo_choice(-1);
-  }
-  void TearDown() override {
-    if (cuda_device_available()) set_algo_choice(previous_);
-  }
-  int previous_ = -1;
-};
-
-TEST_P(Fp8WgradGpu, EveryBackendMatchesCpu) {
-  LOCKSTEP_REQUIRE_GPU();
-  const auto [T, N, K] = GetParam();
-  Fp8Rows qxt = Fp8Rows::empty_columnwise(T, K, Device::cuda);
-  Fp8Rows qdy1t = Fp8Rows::empty_columnwise(T, N, Device::cuda), qdy2t = Fp8Rows::empty_columnwise(T, N, Device::cuda);
-  quantize_columns(qxt, random_tensor({T, K}, DType::bf16, 10, true).to(Device::cuda));
-  quantize_columns(qdy1t, random_tensor({T, N}, DType::bf16, 11, true).to(Device::cuda));
-  quantize_columns(qdy2t, random_tensor({T, N}, DType::bf16, 12, true).to(Device::cuda));
-  auto host = [](const Fp8Rows& q) { return Fp8Rows{q.data.to(Device::cpu), q.scales.to(Device::cpu)}; };
-  const Fp8Rows cxt = host(qxt), cdy1t = host(qdy1t), cdy2t = host(qdy2t);
-  Tensor ref = poisoned({N, K}, DType::f32, Device::cpu);
-  gemm_wgrad(ref, cdy1t, cxt, false);
-  gemm_wgrad(ref, cdy2t, cxt, true);
-  gemm_wgrad(ref, cdy2t, cxt, true);
-  auto check = [&](const std::string& what) {
-    Tensor dw = poisoned({N, K}, DType::f32, Device::cuda);
-    gemm_wgrad(dw, qdy1t, qxt, false);
-    gemm_wgrad(dw, qdy2t, qxt, true);
-    gemm_wgrad(dw, qdy2t, qxt, true);
-    EXPECT_LE(rel_error(to_double(dw), to_double(ref)), kFp8F32Tol) << what;
-  };
-  {
-    WgradBackendScope backend(cuda::Fp8WgradBackend::cublaslt);
-    check("cuBLASLt");
-  }
-#if LOCKSTEP_HAS_CUTLASS
-  WgradBackendScope backend(cuda::Fp8WgradBackend::cutlass);
-  check("CUTLASS autotuned");
-  for (int config = 0; config < cuda::kCutlassWgradConfigs; ++config) {
-    set_algo_choice(config);
-    check(std::string("CUTLASS config ") + cuda::gemm_wgrad_fp8_cutlass_config(config));
-  }
-  set_algo_choice(cuda::kCutlassWgradConfigs);  // past the last config: an error, no launch
-  Tensor dw = poisoned({N, K}, DType::f32, Device::cuda);
-  try {
-    gemm_wgrad(dw, qdy1t, qxt, false);
-    ADD_FAILURE() << "CUTLASS config " << cuda::kCutlassWgradConfigs << " ran";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("no algorithm"), std::string::npos) << e.what();
-  }
-#endif
-}
-
-INSTANTIATE_TEST_SUITE_P(Shapes, Fp8WgradGpu,
-                         ::testing::Values(WgradCase{1, 128, 128}, WgradCase{77, 640, 384},
-                                           WgradCase{300, 384, 1280}, WgradCase{1000, 1536, 1536}),
-                         wgrad_case_name);
-
-// No tokens (an empty micro-batch): dW = 0, or dW unchanged when accumulating, on every backend.
-TEST(Fp8WgradGpuNoTokens, ZeroOrUnchanged) {
-  LOCKSTEP_REQUIRE_GPU();
-  const int64_t N = 256, K = 384;
-  const Fp8Rows dyt{Tensor::empty({N, 0}, DType::e4m3, Device::cuda), Tensor::empty({0, N}, DType::f32, Device::cuda)};
-  const Fp8Rows xt{Tensor::empty({K, 0}, DType::e4m3, Device::cuda), Tensor::empty({0, K}, DType::f32, Device::cuda)};
-  const Tensor before = random_tensor({N, K}, DType::f32, 13);
-  std::vector<cuda::Fp8WgradBackend> backends{cuda::Fp8WgradBackend::cublaslt};
-#if LOCKSTEP_HAS_CUTLASS
-  backends.push_back(cuda::Fp8WgradBackend::cutlass);
-#endif
-  for (const auto b : backends) {
-    WgradBackendScope backend(b);
-    Tensor dw = before.to(Device::cuda);
-    gemm_wgrad(dw, dyt, xt, true);
-    EXPECT_TRUE(testing::same_bytes(dw, before)) << "accumulate, backend " << int(b);
-    gemm_wgrad(dw, dyt, xt, false);
-    EXPECT_TRUE(testing::same_bytes(dw, Tensor::zeros({N, K}, DType::f32))) << "overwrite, backend " << int(b);
-  }
-}
 
 }  // namespace
 }  // namespace lockstep
