@@ -53,5 +53,3 @@ for n in z.namelist():
 }
 # The cuDNN frontend: cuDNN's fused attention in ops/cuda/attention_cudnn.cpp.
 install_headers cudnn-frontend 1.32.0 include/ nvidia-cudnn-frontend
-# CUTLASS (cute + the sm90 block-scaled FP8 GEMM collectives): the FP8 GEMMs cuBLASLt is slow at.
-install_headers cutlass 4.2.0.0 cutlass_library/source/include/ nvidia-cutlass
