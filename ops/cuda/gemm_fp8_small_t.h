@@ -3,8 +3,17 @@
 // act an Fp8Rows, weight an Fp8Blocks (FProp: W; DGrad: Wᵀ), out bf16 or f32, T ≤ 64.
 //
 // Like the CPU reference, every 128-wide K block is summed in fp32 (tensor cores), multiplied by
-// (act scale · weight scale) and added to an fp32 accumulator. A token's output never depends on
-// the other tokens of the batch: same bits at T = 1 or T = 64.
+// (act scale · weight scale) and added to an fp32 accumulator.
+//
+// Two kernels, which sum a K block differently (so their last bits differ):
+// - mma.sync: e4m3 widened to f16 (exact), m16n8k16 MMAs; exact products summed in fp32.
+// - wgmma: native e4m3 m64nNk32 (N = the token tile); faster where the tokens make the f16 MMAs
+//   and conversions the bottleneck (T = 32 .. 64), with the precision of Hopper's fp8 tensor cores
+//   inside a K block (cuBLASLt's).
+// gemm_set_fp8_small_t_kernel (ops/gemm_backends.h) picks one; by default (by_tokens) mma.sync runs
+// 1 .. 16 tokens, where it measured fastest, and wgmma 17 .. 64.
+// A token's output never depends on the other tokens of the batch on one kernel: same bits at every
+// T that kernel runs (1 .. 64 when forced; 1 .. 16 and 17 .. 64 by token count).
 //
 // ops/cuda/gemm.cu dispatches to it; arguments are checked there and by ops/gemm.cpp (K and M
 // multiples of 128, act and weight 16-byte aligned). Include only from CUDA sources.
