@@ -31,8 +31,8 @@
 // as long as A and B agree, so lane q reads chunks 2q and 2q+1 of each of its rows (bytes
 // [32q, 32q+32) of the K block) and each 4-byte word of them feeds one MMA: its bytes 0, 1 (widened)
 // as a0 / a1 / b0, bytes 2, 3 as a2 / a3 / b1. The 8 MMAs of a block cover its 128 k once. A
-// quarter-warp (rows g, g+1 of a multiple of 8, lanes q) reads chunks (2q+c) ^ g and (2q+c) ^ (g+1):
-// opposite parities, 8 distinct chunks, 32 banks.
+// quarter-warp (rows r and r+1, r even, four lanes q each) reads chunks (2q+c) ^ r%8 and
+// (2q+c) ^ (r+1)%8: opposite parities, 8 distinct chunks, 32 banks.
 //
 // wgmma: m64nNk32 e4m3 × e4m3 → f32, A = 64 weight rows, B = N = 8·NT tokens, both K-major in
 // shared memory (the only layout fp8 wgmma takes). A K block is 4 k32 steps a tile; step j starts
@@ -83,9 +83,7 @@ struct Layout {
   // After the main loop the shared memory holds the CTA's partial tile, token-major, rows padded to
   // kRedStride floats so the fragment stores hit distinct banks.
   static constexpr int kRedStride = kRows + 4;
-  // + one atom: the kernel aligns its dynamic shared memory itself.
-  static constexpr int kSmem =
-      std::max(kScalesOffset + kStages * kScaleBytes, kTokens * kRedStride * 4) + kSwizzleAtom;
+  static constexpr int kSmem = std::max(kScalesOffset + kStages * kScaleBytes, kTokens * kRedStride * 4);
   static_assert(kStageBytes % kSwizzleAtom == 0);
   static_assert(2 * (kSmem + 1024) <= 228 * 1024, "two CTAs an SM");
 };
@@ -350,9 +348,9 @@ template <Kernel K, int NT, class Out>
 __global__ void __launch_bounds__(kThreads) small_t_kernel(const Args a) {
   static_assert(K == Kernel::mma_sync || K == Kernel::wgmma);
   using L = Layout<NT>;
-  extern __shared__ __align__(1024) uint8_t smem_raw[];
-  // CUDA promises 16-byte alignment of dynamic shared memory only; the swizzle needs 1024.
-  uint8_t* smem = smem_raw + (0u - smem_address(smem_raw)) % kSwizzleAtom;
+  // The swizzle needs 1024-byte aligned tiles. (The compiler takes this alignment as given; on
+  // sm_90 dynamic shared memory starts at 1024, after the reserved kilobyte.)
+  extern __shared__ __align__(kSwizzleAtom) uint8_t smem[];
   const int tid = threadIdx.x, warp = tid / 32, g = tid % 32 / 4, q = tid % 4;
   const int split = blockIdx.x, splits = gridDim.x;
   const int64_t row0 = int64_t(blockIdx.y) * kRows;

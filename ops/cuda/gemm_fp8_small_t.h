@@ -6,14 +6,14 @@
 // (act scale · weight scale) and added to an fp32 accumulator.
 //
 // Two kernels, which sum a K block differently (so their last bits differ):
-// - mma.sync: e4m3 widened to f16 (exact), m16n8k16 MMAs; exact products summed in fp32.
-// - wgmma: native e4m3 m64nNk32 (N = the token tile); faster where the tokens make the f16 MMAs
-//   and conversions the bottleneck (T = 32 .. 64), with the precision of Hopper's fp8 tensor cores
-//   inside a K block (cuBLASLt's).
-// gemm_set_fp8_small_t_kernel (ops/gemm_backends.h) picks one; by default (by_tokens) mma.sync runs
-// 1 .. 16 tokens, where it measured fastest, and wgmma 17 .. 64.
-// A token's output never depends on the other tokens of the batch on one kernel: same bits at every
-// T that kernel runs (1 .. 64 when forced; 1 .. 16 and 17 .. 64 by token count).
+// - mma.sync: e4m3 widened to f16 (exact), m16n8k16 MMAs; exact products summed in fp32. At 1 .. 16
+//   tokens 0.9–2.4× cuBLASLt's fp8 on an H200; at 32 .. 64 the f16 MMAs and conversions limit it.
+// - wgmma: native e4m3 m64nNk32 (N = the token tile), for 17 .. 64 tokens; a K block summed with
+//   the precision of Hopper's fp8 tensor cores (cuBLASLt's).
+// By default (by_tokens) mma.sync runs 1 .. 16 tokens and wgmma 17 .. 64 (kMmaSyncMaxTokens in the
+// .cu: 0 if wgmma proves as fast at 1 .. 16); gemm_set_fp8_small_t_kernel (ops/gemm_backends.h)
+// forces either. A token's output never depends on the other tokens of the batch while the batch
+// stays on one kernel: same bits at every T of 1 .. 16 and of 17 .. 64 (of 1 .. 64 when forced).
 //
 // ops/cuda/gemm.cu dispatches to it; arguments are checked there and by ops/gemm.cpp (K and M
 // multiples of 128, act and weight 16-byte aligned). Include only from CUDA sources.
