@@ -147,7 +147,7 @@ void bench_decode() {
   const std::function<void()> flush_l2 = [&] { LOCKSTEP_CUDA_CHECK(cudaMemsetAsync(flush, 0, flush_bytes)); };
   std::printf("\nDecode-shape FProp, L2 flushed: microseconds of bf16 and fp8 on cuBLASLt (autotuned) and fp8 on the\n"
               "small-T kernels (mma.sync, wgmma); their weight GB/s; speedups of wgmma\n");
-  std::printf("%-11s %-8s %4s | %8s %8s %8s %8s | %8s %8s | %9s %9s %9s\n", "model", "linear", "T", "bf16 us",
+  std::printf("%-11s %-8s %4s | %8s %8s %8s %8s | %8s %10s | %10s %9s %9s\n", "model", "linear", "T", "bf16 us",
               "fp8 us", "mma us", "wgmma us", "mma GB/s", "wgmma GB/s", "bf16/wgmma", "fp8/wgmma", "mma/wgmma");
   const int previous = cuda::gemm_set_fp8_small_t(0);  // restored at the end
   const cuda::Fp8SmallTKernel previous_kernel = cuda::gemm_set_fp8_small_t_kernel(cuda::Fp8SmallTKernel::by_tokens);
