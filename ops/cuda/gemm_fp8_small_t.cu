@@ -1,33 +1,45 @@
 // ops/cuda/gemm_fp8_small_t.cu — ops/cuda/gemm_fp8_small_t.h: the fp8 GEMM at decode token counts,
 // which is weight-bandwidth bound: the kernel streams the weight once, 16-byte copies, several K
-// blocks in flight per CTA.
+// blocks in flight per CTA. Two variants share everything but the tensor-core instructions that sum
+// a K block: mma.sync on e4m3 widened to f16, and wgmma on e4m3 itself.
 //
-// Work: a CTA (4 warps) owns one 128-row block of the weight (one row of 128×128 scale blocks, so
-// the weight scale is one number per K block) and a contiguous range of its K blocks. The K range
-// is split `splits` ways (1, 2, 4 or 8, from the shape alone: enough CTAs for the SMs); the CTAs
-// of one row block form a thread-block cluster and add their fp32 partial tiles through
-// distributed shared memory in rank order (deterministic, no workspace, one kernel).
+// Work: a CTA (4 warps, one warpgroup) owns one 128-row block of the weight (one row of 128×128
+// scale blocks, so the weight scale is one number per K block) and a contiguous range of its K
+// blocks. The K range is split `splits` ways (1, 2, 4 or 8, from the shape alone: enough CTAs for
+// the SMs); the CTAs of one row block form a thread-block cluster and add their fp32 partial tiles
+// through distributed shared memory in rank order (deterministic, no workspace, one kernel).
 //
 // Pipeline: each K block's weight tile (128 rows × 128 bytes), act tile (8·NT tokens × 128 bytes,
-// tokens ≥ T zero-filled) and scales go global → shared by cp.async, kStages deep. A warp owns 32
-// weight rows (two m16 tiles) and all 8·NT tokens (NT n8 tiles). Per K block and tile, 8 chained
-// mma.sync.m16n8k16 (weight = A, act = B) sum the block into a fresh fp32 partial, which is then
-// multiplied by sx[t]·sw and added to the accumulator: the CPU reference's order of operations.
+// tokens ≥ T zero-filled) and scales go global → shared by cp.async, kStages deep. The tiles are
+// rows of eight 16-byte chunks, 128-byte swizzled: chunk c of row r sits at c ^ r%8, tiles 1024-byte
+// aligned. That is the layout wgmma's SWIZZLE_128B K-major descriptors read, and it spreads both
+// kernels' shared loads and the copies over all 32 banks.
 //
-// Why f16 MMAs: Hopper has no fp8 mma.sync (ptxas turns mma.m16n8k32.e4m3 into two f16 MMAs from
-// zero plus four FADDs); e4m3 widens to f16 exactly (cvt.f16x2.e4m3x2), so we widen and chain.
+// Per K block, both variants sum the block into a fresh fp32 partial tile (128 rows × 8·NT tokens),
+// which is then multiplied by sx[t]·sw and added to the accumulator: the CPU reference's order of
+// operations. The partials and accumulators of both have the same fragment layout (PTX ISA: the C
+// fragment of mma.m16n8, the D fragment of wgmma m64nN, f32): lane l, g = l/4, q = l%4, element
+// [m][n][e] is weight row base(warp, m) + g + 8·(e/2) and token 8n + 2q + e%2, where base is
+// 32·warp + 16m for mma.sync (a warp owns 32 rows, two m16 tiles) and 64m + 16·warp for wgmma (the
+// warpgroup owns two m64 tiles; warp w holds rows 16w .. 16w+15 of each).
 //
-// Fragment layout (PTX ISA, "Matrix Fragments for mma.m16n8k16", f16): lane l, g = l/4, q = l%4.
-// A: a0 = row g, k 2q, 2q+1; a1 = row g+8, same k; a2 = row g, k 2q+8, 2q+9; a3 = row g+8, same.
-// B: b0 = k 2q, 2q+1 of column g; b1 = k 2q+8, 2q+9. C: c0, c1 = row g, columns 2q, 2q+1; c2, c3 =
-// row g+8. A sum over k does not care which physical k sits at which MMA position as long as A
-// and B agree, so lane q reads two 16-byte chunks of each of its rows — bytes [16q, 16q+16) and
-// [64+16q, 64+16q+16) of the 128-byte K block — and each 4-byte word of them feeds one MMA: its
-// bytes 0, 1 (widened) as a0 / a1 / b0, bytes 2, 3 as a2 / a3 / b1. The weight and act words of
-// one MMA hold the same 16 k, and the 8 MMAs of a block cover its 128 k once.
+// mma.sync: Hopper has no fp8 mma.sync (ptxas turns mma.m16n8k32.e4m3 into two f16 MMAs from zero
+// plus four FADDs); e4m3 widens to f16 exactly (cvt.f16x2.e4m3x2), so we widen and chain 8
+// m16n8k16 MMAs a tile. Fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16", f16): a0 = row g,
+// k 2q, 2q+1; a1 = row g+8, same k; a2 = row g, k 2q+8, 2q+9; a3 = row g+8, same; b0 = k 2q, 2q+1 of
+// column g; b1 = k 2q+8, 2q+9. A sum over k does not care which physical k sits at which MMA position
+// as long as A and B agree, so lane q reads chunks 2q and 2q+1 of each of its rows (bytes
+// [32q, 32q+32) of the K block) and each 4-byte word of them feeds one MMA: its bytes 0, 1 (widened)
+// as a0 / a1 / b0, bytes 2, 3 as a2 / a3 / b1. The 8 MMAs of a block cover its 128 k once. A
+// quarter-warp (rows r and r+1, r even, four lanes q each) reads chunks (2q+c) ^ r%8 and
+// (2q+c) ^ (r+1)%8: opposite parities, 8 distinct chunks, 32 banks.
 //
-// Shared tiles are rows of eight 16-byte chunks; chunk c of row r sits at c ^ 4(r%2), so the 8
-// lanes of a quarter-warp (rows g, g+1 × chunks q) hit 32 distinct banks.
+// wgmma: m64nNk32 e4m3 × e4m3 → f32, A = 64 weight rows, B = N = 8·NT tokens, both K-major in
+// shared memory (the only layout fp8 wgmma takes). A K block is 4 k32 steps a tile; step j starts
+// 32 bytes into the swizzled rows (the hardware swizzles the address bits, hence the alignment), the
+// first step overwrites the partial (scale-d = 0). The copies are generic-proxy writes and wgmma
+// reads through the async proxy, so every thread fences (fence.proxy.async) between its copies
+// landing and the barrier that lets the warpgroup read them.
 #include "ops/cuda/gemm_fp8_small_t.h"
 
 #include <cooperative_groups.h>
@@ -36,6 +48,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <string_view>
 
 #include "core/cuda_check.h"
 #include "core/cuda_stream.h"
@@ -47,29 +60,31 @@ namespace lockstep::cuda {
 namespace {
 
 namespace cg = cooperative_groups;
+using Kernel = Fp8SmallTKernel;
 
-constexpr int kThreads = 128;     // 4 warps
-constexpr int kRows = 128;        // weight rows of a CTA: one row of scale blocks
-constexpr int kWarpRows = 32;     // two m16 tiles a warp
-constexpr int kBlockK = 128;      // bytes of a K block (e4m3)
-constexpr int kMaxSplits = 8;     // the portable cluster size
-constexpr int kMaxTokens = 64;    // NT = 8
+constexpr int kThreads = 128;         // 4 warps: one warpgroup
+constexpr int kRows = 128;            // weight rows of a CTA: one row of scale blocks
+constexpr int kBlockK = 128;          // bytes of a K block (e4m3): one swizzled row
+constexpr int kMaxSplits = 8;         // the portable cluster size
+constexpr int kMaxTokens = 64;        // NT = 8
+constexpr int kMmaSyncMaxTokens = 16; // by_tokens: mma.sync up to here, wgmma above
 constexpr int kStages = 4;
-static_assert(kRows == (kThreads / 32) * kWarpRows);
-
-constexpr int round_up_int(int x, int m) { return (x + m - 1) / m * m; }
+constexpr int kSwizzleAtom = 1024;    // 8 rows × 128 bytes: every tile starts on one
 
 template <int NT>
 struct Layout {
   static constexpr int kTokens = 8 * NT;
+  // A stage: the weight tile, then the act tile.
   static constexpr int kActOffset = kRows * kBlockK;
-  static constexpr int kActScaleOffset = kActOffset + kTokens * kBlockK;
-  static constexpr int kWeightScaleOffset = kActScaleOffset + kTokens * 4;
-  static constexpr int kStageBytes = round_up_int(kWeightScaleOffset + 16, 128);
-  // After the main loop the stages hold the CTA's partial tile, token-major, rows padded to
+  static constexpr int kStageBytes = kActOffset + kTokens * kBlockK;
+  // After the stages, per stage: kTokens act scales, then the weight scale.
+  static constexpr int kScalesOffset = kStages * kStageBytes;
+  static constexpr int kScaleBytes = kTokens * 4 + 16;
+  // After the main loop the shared memory holds the CTA's partial tile, token-major, rows padded to
   // kRedStride floats so the fragment stores hit distinct banks.
   static constexpr int kRedStride = kRows + 4;
-  static constexpr int kSmem = std::max(kStages * kStageBytes, kTokens * kRedStride * 4);
+  static constexpr int kSmem = std::max(kScalesOffset + kStages * kScaleBytes, kTokens * kRedStride * 4);
+  static_assert(kStageBytes % kSwizzleAtom == 0);
   static_assert(2 * (kSmem + 1024) <= 228 * 1024, "two CTAs an SM");
 };
 
@@ -127,6 +142,66 @@ __device__ __forceinline__ uint32_t word(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
 
+// The shared-memory descriptor of a K-major e4m3 tile for wgmma (PTX ISA, "Matrix Descriptor
+// Format"): start address >> 4 (bits 0-13); leading byte offset (16-29) unused with a swizzle, 1 as
+// CUTLASS sets it; stride byte offset (32-45) 1024 >> 4, from one 8-row group to the next; base
+// offset (49-51) 0, the tiles being 1024-byte aligned; layout (62-63) 1 = SWIZZLE_128B.
+__device__ __forceinline__ uint64_t tile_descriptor(uint32_t address) {
+  return uint64_t(address >> 4 & 0x3FFF) | uint64_t(1) << 16 | uint64_t(kSwizzleAtom >> 4) << 32 | uint64_t(1) << 62;
+}
+
+// d = (accumulate ? d : 0) + A · Bᵀ over 32 k: A 64 weight rows (descriptor a), B 8·NT tokens
+// (descriptor b), d[n][e] in the wgmma D layout of the header comment. Asynchronous: d is written
+// when wgmma.wait_group says so.
+template <int NT>
+__device__ __forceinline__ void wgmma_e4m3(float (&d)[NT][4], uint64_t a, uint64_t b, bool accumulate) {
+#define LOCKSTEP_D(n) "+f"(d[n][0]), "+f"(d[n][1]), "+f"(d[n][2]), "+f"(d[n][3])
+  if constexpr (NT == 1) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0, %1, %2, %3}, %4, %5, p, 1, 1;\n}\n"
+        : LOCKSTEP_D(0)
+        : "l"(a), "l"(b), "r"(int(accumulate)));
+  } else if constexpr (NT == 2) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, "
+        "1;\n}\n"
+        : LOCKSTEP_D(0), LOCKSTEP_D(1)
+        : "l"(a), "l"(b), "r"(int(accumulate)));
+  } else if constexpr (NT == 4) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, "
+        "%11, %12, %13, %14, %15}, %16, %17, p, 1, 1;\n}\n"
+        : LOCKSTEP_D(0), LOCKSTEP_D(1), LOCKSTEP_D(2), LOCKSTEP_D(3)
+        : "l"(a), "l"(b), "r"(int(accumulate)));
+  } else {
+    static_assert(NT == 8);
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, "
+        "%11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, "
+        "%31}, %32, %33, p, 1, 1;\n}\n"
+        : LOCKSTEP_D(0), LOCKSTEP_D(1), LOCKSTEP_D(2), LOCKSTEP_D(3), LOCKSTEP_D(4), LOCKSTEP_D(5),
+          LOCKSTEP_D(6), LOCKSTEP_D(7)
+        : "l"(a), "l"(b), "r"(int(accumulate)));
+  }
+#undef LOCKSTEP_D
+}
+
+// Keeps the compiler from moving accesses to p across the wgmma fence / wait next to it: p's
+// registers belong to the tensor cores in between.
+template <int NT>
+__device__ __forceinline__ void pin_registers(float (&p)[2][NT][4]) {
+#pragma unroll
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(p[m][n][e])::"memory");
+}
+
 // Cluster barriers: the first publishes this CTA's shared-memory writes to the cluster (release /
 // acquire); the second only keeps every CTA's shared memory alive until the others have read it.
 __device__ __forceinline__ void cluster_sync_publish() {
@@ -136,13 +211,13 @@ __device__ __forceinline__ void cluster_sync_relaxed() {
   asm volatile("barrier.cluster.arrive.relaxed.aligned;\nbarrier.cluster.wait.aligned;\n" ::: "memory");
 }
 
-// Byte offset of 16-byte chunk c of row r in a swizzled tile of 128-byte rows.
-__device__ __forceinline__ int chunk_offset(int r, int c) { return r * kBlockK + ((c ^ (r & 1) * 4) << 4); }
+// Byte offset of 16-byte chunk c of row r in a 128-byte-swizzled tile.
+__device__ __forceinline__ int chunk_offset(int r, int c) { return r * kBlockK + ((c ^ (r & 7)) << 4); }
 
 // Where this thread's cp.async copies come from and go to: chunk tid % 8 of weight rows tid/8 + 16j
 // and of act rows (tokens) tid/8 + 16j, so that eight consecutive threads copy one row's 128
-// bytes (one cache line). Pointers at K block 0, advanced by kBlockK a block: kept this small so
-// the copies cost few registers next to the accumulators.
+// bytes (one cache line); rows 16 apart share the swizzle. Pointers at K block 0, advanced by
+// kBlockK a block: kept this small so the copies cost few registers next to the accumulators.
 struct Copier {
   const uint8_t* weight;  // row row0 + tid/8
   const uint8_t* act;     // token tid/8
@@ -158,47 +233,55 @@ __device__ __forceinline__ Copier copier(const Args& a, int64_t row0) {
           chunk_offset(r, c), r};
 }
 
-// Issues the cp.async copies of K block kb into stage `s` (one commit group, committed by the caller).
+// Issues the cp.async copies of K block kb into a stage's tiles and scales (one commit group,
+// committed by the caller).
 template <int NT>
-__device__ __forceinline__ void load_stage(uint8_t* s, const Copier& cp, const Args& a, int64_t row0, int kb) {
+__device__ __forceinline__ void load_stage(uint8_t* tiles, uint8_t* scales, const Copier& cp, const Args& a,
+                                           int64_t row0, int kb) {
   using L = Layout<NT>;
   const int tid = threadIdx.x;
   const uint8_t* w = cp.weight + kb * kBlockK;
 #pragma unroll
-  for (int j = 0; j < kRows / 16; ++j, w += cp.stride) cp_async16(s + cp.dst + j * 16 * kBlockK, w, true);
+  for (int j = 0; j < kRows / 16; ++j, w += cp.stride) cp_async16(tiles + cp.dst + j * 16 * kBlockK, w, true);
   const uint8_t* x = cp.act + kb * kBlockK;
 #pragma unroll
   for (int j = 0; j < (L::kTokens + 15) / 16; ++j, x += cp.stride) {
     const int t = cp.token + 16 * j;
-    if (t < L::kTokens) cp_async16(s + L::kActOffset + cp.dst + j * 16 * kBlockK, t < a.T ? x : a.act, t < a.T);
+    if (t < L::kTokens) cp_async16(tiles + L::kActOffset + cp.dst + j * 16 * kBlockK, t < a.T ? x : a.act, t < a.T);
   }
   if (tid < L::kTokens)
-    cp_async4(s + L::kActScaleOffset + tid * 4, tid < a.T ? cp.act_scale + kb * a.T : a.act_scales, tid < a.T);
+    cp_async4(scales + tid * 4, tid < a.T ? cp.act_scale + kb * a.T : a.act_scales, tid < a.T);
   if (tid == 0)
-    cp_async4(s + L::kWeightScaleOffset, a.weight_scales + row0 / kRows * a.ld_weight_scales + kb, true);
+    cp_async4(scales + L::kTokens * 4, a.weight_scales + row0 / kRows * a.ld_weight_scales + kb, true);
 }
 
-// acc[m][n] += (Σ over the K block of the warp's rows m × tokens n) · sx[t] · sw, from stage `s`:
-// per (m, n) tile 8 chained m16n8k16 MMAs into a fresh fp32 partial, then one scaled add. The 2·NT
-// tiles' MMAs are independent of each other, which hides their latency.
+// p[m][n] = Σ over the K block in `tiles` of the warp's rows m × tokens n, with mma.sync: per
+// (m, n) tile 8 chained m16n8k16 MMAs from zero. The 2·NT tiles' MMAs are independent of each
+// other, which hides their latency.
 template <int NT>
-__device__ __forceinline__ void mma_stage(const uint8_t* s, float (&acc)[2][NT][4], int warp, int g, int q) {
+__device__ __forceinline__ void partial_mma_sync(const uint8_t* tiles, float (&p)[2][NT][4], int warp, int g,
+                                                 int q) {
   using L = Layout<NT>;
-  float p[2][NT][4] = {};
 #pragma unroll
-  for (int c = 0; c < 2; ++c) {  // chunk q + 4c of each row
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) p[m][n][e] = 0.f;
+#pragma unroll
+  for (int c = 0; c < 2; ++c) {  // chunk 2q + c of each row
     F16x4 w[2][2][4];            // [m tile][row g, g + 8][word]
 #pragma unroll
     for (int m = 0; m < 2; ++m)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const uint4 v = *reinterpret_cast<const uint4*>(s + chunk_offset(warp * kWarpRows + m * 16 + h * 8 + g, q + 4 * c));
+        const uint4 v = *reinterpret_cast<const uint4*>(tiles + chunk_offset(32 * warp + 16 * m + 8 * h + g, 2 * q + c));
 #pragma unroll
         for (int i = 0; i < 4; ++i) w[m][h][i] = to_f16(word(v, i));
       }
 #pragma unroll
     for (int n = 0; n < NT; ++n) {
-      const uint4 v = *reinterpret_cast<const uint4*>(s + L::kActOffset + chunk_offset(8 * n + g, q + 4 * c));
+      const uint4 v = *reinterpret_cast<const uint4*>(tiles + L::kActOffset + chunk_offset(8 * n + g, 2 * q + c));
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const F16x4 x = to_f16(word(v, i));
@@ -208,10 +291,35 @@ __device__ __forceinline__ void mma_stage(const uint8_t* s, float (&acc)[2][NT][
       }
     }
   }
-  const float sw = *reinterpret_cast<const float*>(s + L::kWeightScaleOffset);
+}
+
+// p[m] = Σ over the K block in `tiles` of weight rows 64m .. 64m+63 × the tokens, with wgmma: 4 k32
+// steps a tile, both tiles' steps in flight together, then a wait for all of them (their shared
+// reads included, so the stage may be refilled after the next barrier).
+template <int NT>
+__device__ __forceinline__ void partial_wgmma(const uint8_t* tiles, float (&p)[2][NT][4]) {
+  using L = Layout<NT>;
+  const uint32_t weight = smem_address(tiles), act = weight + L::kActOffset;
+  pin_registers(p);  // the last block's reads of p come first
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+  for (int j = 0; j < kBlockK / 32; ++j)
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+      wgmma_e4m3<NT>(p[m], tile_descriptor(weight + 64 * kBlockK * m + 32 * j), tile_descriptor(act + 32 * j), j > 0);
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+  pin_registers(p);
+}
+
+// acc += p · sx[t] · sw, the scales of the stage's K block.
+template <int NT>
+__device__ __forceinline__ void add_scaled(float (&acc)[2][NT][4], const float (&p)[2][NT][4],
+                                           const uint8_t* scales, int q) {
+  const float sw = *reinterpret_cast<const float*>(scales + Layout<NT>::kTokens * 4);
 #pragma unroll
   for (int n = 0; n < NT; ++n) {
-    const float2 sx = *reinterpret_cast<const float2*>(s + L::kActScaleOffset + (8 * n + 2 * q) * 4);
+    const float2 sx = *reinterpret_cast<const float2*>(scales + (8 * n + 2 * q) * 4);
     const float s0 = sx.x * sw, s1 = sx.y * sw;
 #pragma unroll
     for (int m = 0; m < 2; ++m) {
@@ -224,36 +332,50 @@ __device__ __forceinline__ void mma_stage(const uint8_t* s, float (&acc)[2][NT][
   }
 }
 
+// First weight row (of the CTA's 128) of fragment tile m of `warp`.
+template <Kernel K>
+__device__ __forceinline__ int row_base(int warp, int m) {
+  return K == Kernel::wgmma ? 64 * m + 16 * warp : 32 * warp + 16 * m;
+}
+
 __device__ __forceinline__ void store4(float* out, const float4& v) { *reinterpret_cast<float4*>(out) = v; }
 __device__ __forceinline__ void store4(uint16_t* out, const float4& v) {
   *reinterpret_cast<uint2*>(out) = make_uint2(pack_bf16x2(v.x, v.y), pack_bf16x2(v.z, v.w));
 }
 
 // Grid (splits, M/128), clusters of (splits, 1, 1): blockIdx.x is the rank in the cluster.
-template <int NT, class Out>
+template <Kernel K, int NT, class Out>
 __global__ void __launch_bounds__(kThreads) small_t_kernel(const Args a) {
+  static_assert(K == Kernel::mma_sync || K == Kernel::wgmma);
   using L = Layout<NT>;
-  extern __shared__ __align__(128) uint8_t smem[];
+  // The swizzle needs 1024-byte aligned tiles. (The compiler takes this alignment as given; on
+  // sm_90 dynamic shared memory starts at 1024, after the reserved kilobyte.)
+  extern __shared__ __align__(kSwizzleAtom) uint8_t smem[];
   const int tid = threadIdx.x, warp = tid / 32, g = tid % 32 / 4, q = tid % 4;
   const int split = blockIdx.x, splits = gridDim.x;
   const int64_t row0 = int64_t(blockIdx.y) * kRows;
   const int kblocks = int(a.K / kBlockK), kb0 = split * kblocks / splits;
   const int count = (split + 1) * kblocks / splits - kb0;
+  auto tiles = [&](int i) { return smem + i % kStages * L::kStageBytes; };
+  auto scales = [&](int i) { return smem + L::kScalesOffset + i % kStages * L::kScaleBytes; };
 
   const Copier cp = copier(a, row0);
-  float acc[2][NT][4] = {};
+  float acc[2][NT][4] = {}, p[2][NT][4] = {};
 #pragma unroll
   for (int i = 0; i < kStages - 1; ++i) {
-    if (i < count) load_stage<NT>(smem + i * L::kStageBytes, cp, a, row0, kb0 + i);
+    if (i < count) load_stage<NT>(tiles(i), scales(i), cp, a, row0, kb0 + i);
     cp_async_commit();
   }
   for (int i = 0; i < count; ++i) {
     cp_async_wait<kStages - 2>();  // K block i has landed (this thread's copies) ...
+    if constexpr (K == Kernel::wgmma) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     __syncthreads();               // ... everyone's; and everyone is done with block i - 1
     const int next = i + kStages - 1;  // into the stage block i - 1 used
-    if (next < count) load_stage<NT>(smem + next % kStages * L::kStageBytes, cp, a, row0, kb0 + next);
+    if (next < count) load_stage<NT>(tiles(next), scales(next), cp, a, row0, kb0 + next);
     cp_async_commit();
-    mma_stage<NT>(smem + i % kStages * L::kStageBytes, acc, warp, g, q);
+    if constexpr (K == Kernel::wgmma) partial_wgmma<NT>(tiles(i), p);
+    else partial_mma_sync<NT>(tiles(i), p, warp, g, q);
+    add_scaled<NT>(acc, p, scales(i), q);
   }
   cp_async_wait<0>();
   __syncthreads();  // the stages become the partial tile
@@ -265,7 +387,7 @@ __global__ void __launch_bounds__(kThreads) small_t_kernel(const Args a) {
     for (int n = 0; n < NT; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e)
-        red[(8 * n + 2 * q + e % 2) * L::kRedStride + warp * kWarpRows + m * 16 + g + e / 2 * 8] = acc[m][n][e];
+        red[(8 * n + 2 * q + e % 2) * L::kRedStride + row_base<K>(warp, m) + g + e / 2 * 8] = acc[m][n][e];
   cluster_sync_publish();  // every partial tile of the cluster written
   const cg::cluster_group cluster = cg::this_cluster();
 
@@ -305,9 +427,9 @@ int splits_for(int64_t M, int64_t K) {
   return splits;
 }
 
-template <int NT, class Out>
+template <Kernel K, int NT, class Out>
 void launch(const Args& a, int splits) {
-  constexpr auto kernel = small_t_kernel<NT, Out>;
+  constexpr auto kernel = small_t_kernel<K, NT, Out>;
   static const bool prepared = [] {
     LOCKSTEP_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Layout<NT>::kSmem));
@@ -329,12 +451,18 @@ void launch(const Args& a, int splits) {
   LOCKSTEP_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, a));
 }
 
-template <class Out>
+template <Kernel K, class Out>
 void launch_for_tokens(const Args& a, int splits) {
-  if (a.T <= 8) return launch<1, Out>(a, splits);
-  if (a.T <= 16) return launch<2, Out>(a, splits);
-  if (a.T <= 32) return launch<4, Out>(a, splits);
-  launch<8, Out>(a, splits);
+  if (a.T <= 8) return launch<K, 1, Out>(a, splits);
+  if (a.T <= 16) return launch<K, 2, Out>(a, splits);
+  if (a.T <= 32) return launch<K, 4, Out>(a, splits);
+  launch<K, 8, Out>(a, splits);
+}
+
+template <class Out>
+void launch_kernel(Kernel kernel, const Args& a, int splits) {
+  if (kernel == Kernel::mma_sync) return launch_for_tokens<Kernel::mma_sync, Out>(a, splits);
+  launch_for_tokens<Kernel::wgmma, Out>(a, splits);
 }
 
 // The token limit: LOCKSTEP_FP8_SMALL_T (0 .. 64, 0 = cuBLASLt always) or 64, until
@@ -352,6 +480,20 @@ std::atomic<int>& max_tokens() {
   return limit;
 }
 
+// The kernel choice: LOCKSTEP_FP8_SMALL_T_KERNEL (auto, mma or wgmma) or by_tokens, until
+// gemm_set_fp8_small_t_kernel changes it.
+std::atomic<Kernel>& kernel_choice() {
+  static std::atomic<Kernel> choice = [] {
+    const char* env = std::getenv("LOCKSTEP_FP8_SMALL_T_KERNEL");
+    const std::string_view v = env ? env : "auto";
+    if (v == "auto") return Kernel::by_tokens;
+    if (v == "mma") return Kernel::mma_sync;
+    LOCKSTEP_CHECK(v == "wgmma", "LOCKSTEP_FP8_SMALL_T_KERNEL: expected auto, mma or wgmma, got '", v, "'");
+    return Kernel::wgmma;
+  }();
+  return choice;
+}
+
 }  // namespace
 
 int gemm_set_fp8_small_t(int tokens) {
@@ -359,6 +501,8 @@ int gemm_set_fp8_small_t(int tokens) {
                  " tokens, got ", tokens);
   return max_tokens().exchange(tokens);
 }
+
+Fp8SmallTKernel gemm_set_fp8_small_t_kernel(Fp8SmallTKernel kernel) { return kernel_choice().exchange(kernel); }
 
 bool fp8_small_t_takes(int64_t tokens) { return tokens >= 1 && tokens <= max_tokens().load(); }
 
@@ -372,8 +516,10 @@ void gemm_fp8_small_t(Tensor& out, const Fp8Rows& act, const Fp8Blocks& weight) 
                static_cast<const uint8_t*>(weight.data.data()), weight.scales.data_as<float>(), out.data(),
                T, M, K, weight.scales.dim(1)};
   const int splits = splits_for(M, K);
-  if (out.dtype() == DType::f32) return launch_for_tokens<float>(a, splits);
-  launch_for_tokens<uint16_t>(a, splits);
+  Kernel kernel = kernel_choice().load();
+  if (kernel == Kernel::by_tokens) kernel = T <= kMmaSyncMaxTokens ? Kernel::mma_sync : Kernel::wgmma;
+  if (out.dtype() == DType::f32) return launch_kernel<float>(kernel, a, splits);
+  launch_kernel<uint16_t>(kernel, a, splits);
 }
 
 }  // namespace lockstep::cuda

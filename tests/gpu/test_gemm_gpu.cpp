@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <functional>
 #include <string>
+#include <tuple>
 
 #include "core/error.h"
 #include "ops/gemm.h"
@@ -47,6 +48,16 @@ int set_fp8_small_t(int tokens) {
 #endif
 }
 
+using SmallTKernel = cuda::Fp8SmallTKernel;
+
+SmallTKernel set_fp8_small_t_kernel(SmallTKernel kernel) {
+#if LOCKSTEP_HAS_CUDA
+  return cuda::gemm_set_fp8_small_t_kernel(kernel);
+#else
+  return kernel;
+#endif
+}
+
 // bf16 output rounding alone is up to 2^-9 per element. With fp32 output, bf16 GEMMs differ only
 // by summation order (1e-5). Hopper's FP8 tensor cores accumulate inside a K block with fewer
 // than fp32's bits: 3e-5 to 1.7e-4 measured on an H200 (docs/benchmarks.md), hence 1e-3.
@@ -65,11 +76,14 @@ struct GemmCase {
   bool force_padding;
 };
 
-std::string case_name(const ::testing::TestParamInfo<GemmCase>& info) {
-  const GemmCase& c = info.param;
-  return "T" + std::to_string(c.T) + "_N" + std::to_string(c.N) + "_K" + std::to_string(c.K) + "_" +
-         std::string(dtype_name(c.out)) + (c.force_padding ? "_padded" : "");
+std::string shape_name(const GemmCase& c) {
+  std::string name = "T";  // (appended to: "T" + std::string trips GCC 12's -Wrestrict here)
+  name += std::to_string(c.T) + "_N" + std::to_string(c.N) + "_K" + std::to_string(c.K) + "_" +
+          std::string(dtype_name(c.out)) + (c.force_padding ? "_padded" : "");
+  return name;
 }
+
+std::string case_name(const ::testing::TestParamInfo<GemmCase>& info) { return shape_name(info.param); }
 
 // cuBLASLt only (LOCKSTEP_FP8_SMALL_T=0 still selects it at small T); the small-T kernel has its own
 // tests below.
@@ -160,31 +174,53 @@ INSTANTIATE_TEST_SUITE_P(
                       GemmCase{1000, 768, 1024, DType::bf16, false}),
     case_name);
 
-// The fp8 small-T kernel (ops/cuda/gemm_fp8_small_t.cu), the default for 1 .. 64 tokens: FProp and
-// DGrad (both go through it) against the CPU reference on the same quantized bytes, error per
-// token row (the rows' magnitudes span 1e-3 .. 1e2). Shapes: K of 1 block (no split), 5 blocks
-// split unevenly four ways (N=384, K=640; its DGrad: two ways), and Qwen3-1.7B's qkv (8 ways).
-// The tolerances are the cuBLASLt fp8 tests': bf16 rounding of the output for bf16; for f32 the
-// kernel sums exact e4m3 products in fp32 (only the order differs from the CPU's), far below 1e-3.
-constexpr int kSmallTMax = 64;  // the kernel's limit and default threshold
+// The fp8 small-T kernels (ops/cuda/gemm_fp8_small_t.cu), the default for 1 .. 64 tokens, each
+// forced at every T (mma.sync and wgmma): FProp and DGrad (both go through them) against the CPU
+// reference on the same quantized bytes, error per token row (the rows' magnitudes span
+// 1e-3 .. 1e2). Shapes: K of 1 block (no split), 5 blocks split unevenly four ways (N=384, K=640;
+// its DGrad: two ways), and Qwen3-1.7B's qkv (8 ways). The tolerances are the cuBLASLt fp8 tests':
+// bf16 rounding of the output for bf16; for f32, mma.sync sums exact e4m3 products in fp32 (only
+// the order differs from the CPU's) and wgmma sums a K block with the fp8 tensor cores' precision
+// (cuBLASLt's, ≤ 1.7e-4), both below 1e-3.
+constexpr int kSmallTMax = 64;  // the kernels' limit and default threshold
 
-class Fp8SmallTGpu : public ::testing::TestWithParam<GemmCase> {
- protected:
-  void SetUp() override {
-    if (cuda_device_available()) previous_ = set_fp8_small_t(kSmallTMax);
+using SmallTCase = std::tuple<GemmCase, SmallTKernel>;
+
+std::string kernel_name(SmallTKernel kernel) { return kernel == SmallTKernel::wgmma ? "wgmma" : "mma"; }
+
+std::string small_t_case_name(const ::testing::TestParamInfo<SmallTCase>& info) {
+  return shape_name(std::get<0>(info.param)) + "_" + kernel_name(std::get<1>(info.param));
+}
+
+// Restores the small-T settings on scope exit.
+class SmallTSettings {
+ public:
+  explicit SmallTSettings(SmallTKernel kernel) {
+    if (!cuda_device_available()) return;
+    tokens_ = set_fp8_small_t(kSmallTMax);
+    kernel_ = set_fp8_small_t_kernel(kernel);
   }
-  void TearDown() override {
-    if (cuda_device_available()) set_fp8_small_t(previous_);
+  ~SmallTSettings() {
+    if (!cuda_device_available()) return;
+    set_fp8_small_t(tokens_);
+    set_fp8_small_t_kernel(kernel_);
   }
-  int previous_ = 0;
+
+ private:
+  int tokens_ = 0;
+  SmallTKernel kernel_ = SmallTKernel::by_tokens;
 };
+
+class Fp8SmallTGpu : public ::testing::TestWithParam<SmallTCase> {};
 
 Fp8Rows to_host(const Fp8Rows& q) { return Fp8Rows{q.data.to(Device::cpu), q.scales.to(Device::cpu)}; }
 Fp8Blocks to_host(const Fp8Blocks& q) { return Fp8Blocks{q.data.to(Device::cpu), q.scales.to(Device::cpu)}; }
 
 TEST_P(Fp8SmallTGpu, MatchesCpu) {
   LOCKSTEP_REQUIRE_GPU();
-  const auto [T, N, K, out, pad] = GetParam();  // (pad: cuBLASLt only)
+  const auto& [shape, kernel] = GetParam();
+  const auto [T, N, K, out, pad] = shape;  // (pad: cuBLASLt only)
+  const SmallTSettings settings(kernel);
   Tensor x = random_tensor({T, K}, DType::bf16, 10, true), w = random_tensor({N, K}, DType::f32, 11);
   Tensor dy = random_tensor({T, N}, DType::bf16, 12, true);
   Fp8Rows qx = Fp8Rows::empty(T, K, Device::cuda), qdy = Fp8Rows::empty(T, N, Device::cuda);
@@ -209,20 +245,24 @@ TEST_P(Fp8SmallTGpu, MatchesCpu) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, Fp8SmallTGpu,
-    ::testing::Values(GemmCase{5, 256, 128, DType::bf16, false}, GemmCase{1, 384, 640, DType::bf16, false},
-                      GemmCase{3, 384, 640, DType::bf16, false}, GemmCase{16, 384, 640, DType::bf16, false},
-                      GemmCase{17, 384, 640, DType::bf16, false}, GemmCase{kSmallTMax, 384, 640, DType::bf16, false},
-                      GemmCase{3, 384, 640, DType::f32, false}, GemmCase{kSmallTMax, 384, 640, DType::f32, false},
-                      GemmCase{1, 4096, 2048, DType::bf16, false}, GemmCase{kSmallTMax, 4096, 2048, DType::bf16, false},
-                      GemmCase{17, 4096, 2048, DType::f32, false}),
-    case_name);
+    ::testing::Combine(
+        ::testing::Values(GemmCase{5, 256, 128, DType::bf16, false}, GemmCase{1, 384, 640, DType::bf16, false},
+                          GemmCase{3, 384, 640, DType::bf16, false}, GemmCase{16, 384, 640, DType::bf16, false},
+                          GemmCase{17, 384, 640, DType::bf16, false}, GemmCase{kSmallTMax, 384, 640, DType::bf16, false},
+                          GemmCase{3, 384, 640, DType::f32, false}, GemmCase{kSmallTMax, 384, 640, DType::f32, false},
+                          GemmCase{1, 4096, 2048, DType::bf16, false}, GemmCase{kSmallTMax, 4096, 2048, DType::bf16, false},
+                          GemmCase{17, 4096, 2048, DType::f32, false}),
+        ::testing::Values(SmallTKernel::mma_sync, SmallTKernel::wgmma)),
+    small_t_case_name);
 
 // A token's output does not depend on the batch around it (the rollout engine decodes the same
 // sequence at varying batch sizes): the first T rows of a 64-token FProp, bit for bit, at every
-// tile width the kernel has (8, 16, 32, 64 tokens).
-TEST(Fp8SmallTGpuBatch, TokenRowsIndependentOfBatch) {
+// tile width each kernel has (8, 16, 32, 64 tokens).
+class Fp8SmallTGpuBatch : public ::testing::TestWithParam<SmallTKernel> {};
+
+TEST_P(Fp8SmallTGpuBatch, TokenRowsIndependentOfBatch) {
   LOCKSTEP_REQUIRE_GPU();
-  const int previous = set_fp8_small_t(kSmallTMax);
+  const SmallTSettings settings(GetParam());
   const int64_t N = 384, K = 640;
   const Tensor x = random_tensor({kSmallTMax, K}, DType::bf16, 13, true);
   Fp8Weight qw = Fp8Weight::empty(N, K, Device::cuda);
@@ -237,8 +277,10 @@ TEST(Fp8SmallTGpuBatch, TokenRowsIndependentOfBatch) {
   const Tensor full = fprop(kSmallTMax);
   for (int64_t T : {1, 3, 16, 17, 32, 33})
     EXPECT_TRUE(same_bytes(fprop(T), full.rows(0, T))) << "T = " << T;
-  set_fp8_small_t(previous);
 }
+
+INSTANTIATE_TEST_SUITE_P(Kernels, Fp8SmallTGpuBatch, ::testing::Values(SmallTKernel::mma_sync, SmallTKernel::wgmma),
+                         [](const ::testing::TestParamInfo<SmallTKernel>& info) { return kernel_name(info.param); });
 
 // Autotuning picks whichever of cuBLASLt's candidates is fastest, so every candidate must compute
 // the same GEMM. `gpu` runs the op into a fresh poisoned output and returns it; it is run with
