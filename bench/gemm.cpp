@@ -18,7 +18,6 @@
 #include "bench/gpu_timing.h"
 #include "core/cuda_check.h"
 #include "numerics/quantize.h"
-#include "numerics/quantize_backends.h"
 #include "ops/adamw.h"
 #include "ops/gemm.h"
 #include "ops/gemm_backends.h"
@@ -191,26 +190,22 @@ void bench_decode() {
 
 // One memory-bound kernel's line: µs and % of copy for a single call (median, as timed since the
 // first runs) and back to back (launch latency hidden, as in a training step).
-void memory_bound_row(const std::string& name, const std::string& variant, double bytes, double copy_gbs,
-                      const std::function<void()>& fn) {
+void memory_bound_row(const std::string& name, double bytes, double copy_gbs, const std::function<void()>& fn) {
   const double ms = time_ms(fn), b2b_ms = bench::back_to_back_ms(fn, g_reps);
   const double gbs = bytes / (ms * 1e-3) / 1e9, b2b_gbs = bytes / (b2b_ms * 1e-3) / 1e9;
-  std::printf("%-46s %-8s %9.1f %9.0f %6.0f%% %9.1f %9.0f %6.0f%%\n", name.c_str(), variant.c_str(), ms * 1e3,
-              gbs, 100 * gbs / copy_gbs, b2b_ms * 1e3, b2b_gbs, 100 * b2b_gbs / copy_gbs);
-  add_json("{\"kind\": \"memory_bound\", \"kernel\": \"" + name + "\", \"variant\": \"" + variant +
-           "\", \"ms\": " + std::to_string(ms) + ", \"gbs\": " + std::to_string(gbs) + ", \"ms_back_to_back\": " +
-           std::to_string(b2b_ms) + ", \"gbs_back_to_back\": " + std::to_string(b2b_gbs) +
-           ", \"copy_gbs\": " + std::to_string(copy_gbs) + "}");
+  std::printf("%-46s %9.1f %9.0f %6.0f%% %9.1f %9.0f %6.0f%%\n", name.c_str(), ms * 1e3, gbs, 100 * gbs / copy_gbs,
+              b2b_ms * 1e3, b2b_gbs, 100 * b2b_gbs / copy_gbs);
+  add_json("{\"kind\": \"memory_bound\", \"kernel\": \"" + name + "\", \"ms\": " + std::to_string(ms) +
+           ", \"gbs\": " + std::to_string(gbs) + ", \"ms_back_to_back\": " + std::to_string(b2b_ms) +
+           ", \"gbs_back_to_back\": " + std::to_string(b2b_gbs) + ", \"copy_gbs\": " + std::to_string(copy_gbs) + "}");
 }
 
-// The FP8 quantization kernels, each with both tile loops (cuda::set_quant_variant: 0 the cp.async
-// ring, 1 the register prefetch), and AdamW over a 100M-parameter f32 tensor.
+// The FP8 quantization kernels, and AdamW over a 100M-parameter f32 tensor.
 void bench_memory_bound() {
   const int64_t T = 8192, K = 4096, N = 12288;
   const double copy_gbs = bench::copy_bandwidth_gbs(g_reps);
   std::printf("\nMemory-bound kernels (GB/s of bytes read + written) vs device-to-device copy: %.0f GB/s\n", copy_gbs);
-  std::printf("%-46s %-8s %9s %9s %7s %9s %9s %7s\n", "kernel", "variant", "us", "GB/s", "of copy", "us b2b",
-              "GB/s b2b", "of copy");
+  std::printf("%-46s %9s %9s %7s %9s %9s %7s\n", "kernel", "us", "GB/s", "of copy", "us b2b", "GB/s b2b", "of copy");
 
   Tensor x = random_device({T, K}, DType::bf16);
   Tensor w32 = random_device({N, K}, DType::f32), w16 = random_device({N, K}, DType::bf16);
@@ -225,13 +220,7 @@ void bench_memory_bound() {
       {"weight 128x128 + transpose (f32 12288x4096)", wel * 6, [&] { quantize_weight(qw, w32); }},
       {"weight 128x128 + transpose (bf16 12288x4096)", wel * 4, [&] { quantize_weight(qw, w16); }},
   };
-  const int previous = cuda::set_quant_variant(0);
-  for (const Quantizer& k : quantizers)
-    for (int variant : {0, 1}) {
-      cuda::set_quant_variant(variant);
-      memory_bound_row(k.name, variant == 0 ? "ring" : "regs", k.bytes, copy_gbs, k.fn);
-    }
-  cuda::set_quant_variant(previous);
+  for (const Quantizer& k : quantizers) memory_bound_row(k.name, k.bytes, copy_gbs, k.fn);
   x = w32 = w16 = Tensor();
   q = qt = Fp8Rows();
   qw = Fp8Weight();
@@ -248,9 +237,9 @@ void bench_memory_bound() {
   const auto adamw = [&](const WeightCopies& copies) {
     return [&, copies] { adamw_step(p, m, v, g, AdamWHyper{}, step++, 1.0f, copies); };
   };
-  memory_bound_row("adamw (f32 12288x8192)", "-", params * 28, copy_gbs, adamw({}));
-  memory_bound_row("adamw + bf16 copy", "-", params * 30, copy_gbs, adamw({.bf16 = &bf16}));
-  memory_bound_row("adamw + fp8 W, Wt (fused)", "-", params * 28 + fp8_bytes, copy_gbs, adamw({.fp8 = &fp8}));
+  memory_bound_row("adamw (f32 12288x8192)", params * 28, copy_gbs, adamw({}));
+  memory_bound_row("adamw + bf16 copy", params * 30, copy_gbs, adamw({.bf16 = &bf16}));
+  memory_bound_row("adamw + fp8 W, Wt (fused)", params * 28 + fp8_bytes, copy_gbs, adamw({.fp8 = &fp8}));
 }
 
 }  // namespace

@@ -20,11 +20,4 @@ void quantize_weight(Fp8Weight& out, const Tensor& w, bool pow2);
 void dequantize_rows(Tensor& out, const Fp8Rows& q);
 void dequantize_blocks(Tensor& out, const Fp8Blocks& q);
 int64_t first_nonfinite(const Tensor& scales);
-
-// A measurement switch, to be removed once the GPU numbers have picked one: which tile loop the
-// tile kernels (quantization, the fused producers) run, numerics/cuda/quantize_device.cuh
-// for_each_tile. 0: the cp.async ring in shared memory (the default), 1: the register prefetch.
-// Starts as LOCKSTEP_QUANT_VARIANT (0 when unset); set_quant_variant returns the previous value.
-int quant_variant();
-int set_quant_variant(int variant);
 }  // namespace lockstep::cuda

@@ -29,13 +29,11 @@ for stage in "$@"; do
       mkdir -p $OUT/json
       timeout 300 $B/bench_train_step --model qwen3-8b --layers 8 --recompute 1 --json $OUT/json/train_step_8b_recompute.json >> $OUT/train_step.txt 2>&1
       timeout 300 $B/bench_train_step --model qwen3-1.7b --recompute 1 --json $OUT/json/train_step_1.7b_recompute.json >> $OUT/train_step.txt 2>&1 ;;
-    membound)  # memory-bound kernels: their GPU tests under both tile loops, then bench_gemm (both, and AdamW)
-      for v in 0 1; do
-        LOCKSTEP_QUANT_VARIANT=$v timeout 300 $B/test_gpu --gtest_color=no \
-          --gtest_filter='*Quant*:*Fp8*:*E4m3*:*AdamW*:*SwiGlu*:*RmsNorm*' > $OUT/membound_tests_$v.log 2>&1
-        echo "membound tests, LOCKSTEP_QUANT_VARIANT=$v rc=$?" >> $OUT/summary.txt
-        grep -E "^\[  (FAILED|PASSED) |tests ran" $OUT/membound_tests_$v.log | tail -20 >> $OUT/summary.txt
-      done
+    membound)  # memory-bound kernels: their GPU tests, then bench_gemm (with AdamW)
+      timeout 300 $B/test_gpu --gtest_color=no \
+        --gtest_filter='*Quant*:*Fp8*:*E4m3*:*AdamW*:*SwiGlu*:*RmsNorm*' > $OUT/membound_tests.log 2>&1
+      echo "membound tests rc=$?" >> $OUT/summary.txt
+      grep -E "^\[  (FAILED|PASSED) |tests ran" $OUT/membound_tests.log | tail -20 >> $OUT/summary.txt
       mkdir -p $OUT/json
       timeout 400 $B/bench_gemm --json $OUT/json/bench_gemm.json > $OUT/bench_gemm.txt 2>&1; echo "rc=$?" >> $OUT/bench_gemm.txt ;;
     attn_bench) timeout 200 $B/bench_attention > $OUT/attention.txt 2>&1

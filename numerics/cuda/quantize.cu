@@ -4,16 +4,13 @@
 // built to keep HBM busy (docs/benchmarks.md has the numbers). The tile machinery they share with
 // the fused producers is in numerics/cuda/quantize_device.cuh:
 // - Every kernel works on 128×128 tiles, 16-byte loads, persistent blocks whose loads run ahead of
-//   the quantization: two tiles a block in flight through a cp.async ring in shared memory (or,
-//   LOCKSTEP_QUANT_VARIANT=1, one tile ahead in registers).
+//   the quantization: two tiles a block in flight through a cp.async ring in shared memory.
 // - The transposed outputs go through a shared-memory byte tile whose layout is swizzled so that
 //   the 8-byte column writes and the 16-byte row reads are free of bank conflicts; every global
 //   store is a full 128-byte line per 8 lanes (transposed) or per half-warp (rowwise).
 // - Amax of bf16 data compares two values per instruction on their raw magnitude bits; a token's
 //   128-feature group spans a half-warp, whose 8 token maxima are reduce-scattered (8 shuffles).
 #include <cstdint>
-#include <cstdlib>
-#include <string>
 #include <type_traits>
 
 #include "core/cuda_check.h"
@@ -30,18 +27,20 @@ using namespace quant;
 
 unsigned blocks_for(int64_t n, int threads) { return unsigned((n + threads - 1) / threads); }
 
+constexpr int kRingStages = 2;  // for_each_tile's tiles in flight a block
+
 // x bf16 [T, K]. Rowwise: each token's 128-feature groups -> q [T, K], s [K/128, T]. Columnwise:
 // each feature's groups of 128 tokens -> qt [K, Tp], st [Tp/128, K], tokens past T read as zeros
-// (the columnwise padding). Ring (kStages > 0): 64 KB of tiles in flight a block, two blocks an SM
-// (three for the rows alone, which need no scratch).
-template <bool kRowwise, bool kColumnwise, int kStages>
-__global__ void __launch_bounds__(Bf16::kThreads, kStages > 0 && !kColumnwise ? 3 : 2) quantize_activation_kernel(
+// (the columnwise padding). 64 KB of tiles in flight a block, two blocks an SM (three for the rows
+// alone, which need no scratch).
+template <bool kRowwise, bool kColumnwise>
+__global__ void __launch_bounds__(Bf16::kThreads, kColumnwise ? 2 : 3) quantize_activation_kernel(
     const uint16_t* __restrict__ x, int64_t T, int64_t K, uint8_t* __restrict__ q,
     float* __restrict__ s, uint8_t* __restrict__ qt, float* __restrict__ st, int64_t Tp,
     bool pow2) {
   extern __shared__ uint4 ring[];
   __shared__ ColumnScratch scratch;
-  for_each_tile<Bf16, Bf16::kThreads, kStages>(
+  for_each_tile<Bf16, Bf16::kThreads, kRingStages>(
       T, K, ring, [&](const auto& to, int64_t t0, int64_t k0) { Bf16::load(to, 0, x, K, T, t0, k0); },
       [&](const Bf16& f, int64_t t0, int64_t k0) {
         if constexpr (kRowwise) quantize_tile_rows(f, t0, k0, T, K, q, s, pow2);
@@ -51,8 +50,8 @@ __global__ void __launch_bounds__(Bf16::kThreads, kStages > 0 && !kColumnwise ? 
 
 // W [N, K] (f32 or bf16) in 128×128 blocks: q [N, K] row-major and, through shared memory, the
 // transposed copy qt [K, N] that DGrad reads; one scale per block in s and (transposed) st.
-// Ring: 2 tiles in flight a block (f32: 128 KB, one block of 512 threads an SM; bf16: 64 KB, two).
-template <class In, int kStages>
+// 2 tiles in flight a block (f32: 128 KB, one block of 512 threads an SM; bf16: 64 KB, two).
+template <class In>
 __global__ void __launch_bounds__(Fragment<In>::kThreads, 512 / Fragment<In>::kThreads) quantize_weight_kernel(
     const In* __restrict__ w, int64_t N, int64_t K, Fp8WeightOut out, bool pow2) {
   using Frag = Fragment<In>;
@@ -60,7 +59,7 @@ __global__ void __launch_bounds__(Fragment<In>::kThreads, 512 / Fragment<In>::kT
   __shared__ alignas(16) uint8_t tq[kTile * kTile];
   __shared__ uint32_t warp_max[Frag::kThreads / 32];
   const auto load = [&](const auto& to, int64_t n0, int64_t k0) { Frag::load(to, 0, w, K, N, n0, k0); };
-  for_each_tile<Frag, Frag::kThreads, kStages>(N, K, ring, load, [&](const Frag& f, int64_t n0, int64_t k0) {
+  for_each_tile<Frag, Frag::kThreads, kRingStages>(N, K, ring, load, [&](const Frag& f, int64_t n0, int64_t k0) {
     quantize_weight_tile(f, n0, k0, N, K, out, pow2, tq, warp_max);
   });
 }
@@ -96,19 +95,14 @@ void check_aligned(const Tensor& t, const char* what) {
                  t.data());
 }
 
-constexpr int kRingStages = 2;  // tiles in flight a block with the ring
-
 template <bool kRowwise, bool kColumnwise>
 void launch_activation(int64_t tiles, const uint16_t* x, int64_t T, int64_t K, uint8_t* q, float* s,
                        uint8_t* qt, float* st, int64_t Tp, bool pow2) {
-  with_tile_loop<kRingStages>([&](auto stages) {
-    constexpr int kStages = decltype(stages)::value;
-    constexpr auto kernel = quantize_activation_kernel<kRowwise, kColumnwise, kStages>;
-    constexpr size_t smem = ring_bytes<Bf16, Bf16::kThreads>(kStages);
-    kernel<<<persistent_grid<kernel>(Bf16::kThreads, smem, tiles), Bf16::kThreads, smem, current_stream()>>>(
-        x, T, K, q, s, qt, st, Tp, pow2);
-    LOCKSTEP_CUDA_CHECK_LAUNCH();
-  });
+  constexpr auto kernel = quantize_activation_kernel<kRowwise, kColumnwise>;
+  constexpr size_t smem = ring_bytes<Bf16, Bf16::kThreads>(kRingStages);
+  kernel<<<persistent_grid<kernel>(Bf16::kThreads, smem, tiles), Bf16::kThreads, smem, current_stream()>>>(
+      x, T, K, q, s, qt, st, Tp, pow2);
+  LOCKSTEP_CUDA_CHECK_LAUNCH();
 }
 
 template <class In>
@@ -116,14 +110,11 @@ void launch_weight(const Tensor& w, Fp8Weight& out, bool pow2) {
   using Frag = Fragment<In>;
   const int64_t N = w.dim(0), K = w.dim(1), tiles = (N / kTile) * (K / kTile);
   if (tiles == 0) return;
-  with_tile_loop<kRingStages>([&](auto stages) {
-    constexpr int kStages = decltype(stages)::value;
-    constexpr auto kernel = quantize_weight_kernel<In, kStages>;
-    constexpr size_t smem = ring_bytes<Frag, Frag::kThreads>(kStages);
-    kernel<<<persistent_grid<kernel>(Frag::kThreads, smem, tiles), Frag::kThreads, smem, current_stream()>>>(
-        static_cast<const In*>(w.data()), N, K, fp8_weight_out(out), pow2);
-    LOCKSTEP_CUDA_CHECK_LAUNCH();
-  });
+  constexpr auto kernel = quantize_weight_kernel<In>;
+  constexpr size_t smem = ring_bytes<Frag, Frag::kThreads>(kRingStages);
+  kernel<<<persistent_grid<kernel>(Frag::kThreads, smem, tiles), Frag::kThreads, smem, current_stream()>>>(
+      static_cast<const In*>(w.data()), N, K, fp8_weight_out(out), pow2);
+  LOCKSTEP_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
@@ -173,23 +164,6 @@ void dequantize_blocks(Tensor& out, const Fp8Blocks& q) {
       static_cast<const uint8_t*>(q.data.data()), q.scales.data_as<float>(), q.rows(), q.cols(),
       q.scales.dim(1), out.data_as<float>());
   LOCKSTEP_CUDA_CHECK_LAUNCH();
-}
-
-int quant_variant() { return set_quant_variant(-1); }
-
-int set_quant_variant(int variant) {
-  static int current = [] {
-    const char* env = std::getenv("LOCKSTEP_QUANT_VARIANT");
-    const std::string v = env ? env : "0";
-    LOCKSTEP_CHECK(v == "0" || v == "1", "LOCKSTEP_QUANT_VARIANT must be 0 (ring) or 1 (register prefetch), got '", v, "'");
-    return v == "0" ? 0 : 1;
-  }();
-  const int previous = current;
-  if (variant >= 0) {
-    LOCKSTEP_CHECK(variant <= 1, "set_quant_variant: 0 or 1, got ", variant);
-    current = variant;
-  }
-  return previous;
 }
 
 int64_t first_nonfinite(const Tensor& scales) {

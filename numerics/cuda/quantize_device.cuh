@@ -10,10 +10,9 @@
 // one 256/512-byte tile row. Blocks are persistent (persistent_grid) and walk the tiles in row-major
 // order with the loads of the next tiles in flight while the current one is processed
 // (for_each_tile): these kernels are memory-bound, and what keeps HBM busy is the bytes in flight
-// per SM. The loads go either through a ring of tiles in shared memory filled by cp.async (kStages
-// tiles ahead, costing no registers) or, kStages = 0, into registers one tile ahead; which one the
-// kernels run is a measurement switch (set_quant_variant, numerics/quantize_backends.h) until the
-// GPU numbers pick one.
+// per SM. The loads go through a ring of tiles in shared memory filled by cp.async, which costs no
+// registers; a register prefetch one tile ahead was measured against it (docs/benchmarks.md): no
+// better than 1 point anywhere, 7–8 points of copy bandwidth worse for the columns and f32 weights.
 // Include only from CUDA sources.
 #pragma once
 
@@ -21,11 +20,9 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <type_traits>
 
 #include "core/cuda_check.h"
 #include "numerics/quantize.h"
-#include "numerics/quantize_backends.h"
 #include "numerics/scale.h"
 
 namespace lockstep::cuda::quant {
@@ -77,6 +74,32 @@ __device__ __forceinline__ void store_transposed(const uint8_t* tq, uint8_t* dst
   }
 }
 
+// 16 bytes from global src to shared dst without passing through registers (cp.async, cached in L2
+// only); the bytes past `bytes` (0 or 16) are zeros, and none are read from src then.
+__device__ __forceinline__ void copy_async16(uint4* dst, const void* src, uint32_t bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(uint32_t(__cvta_generic_to_shared(dst))),
+               "l"(src), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Waits until at most kPending of this thread's committed copy groups are still in flight.
+template <int kPending>
+__device__ __forceinline__ void wait_copies() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+// The thread's slots in a stage of for_each_tile's ring (shared memory), filled asynchronously one
+// 16-byte word at a time: word w of a Tile (an aggregate of uint4 words, such as Fragments) from
+// src, or zeros when !valid (src is then any readable address and is not read).
+template <int kThreads>
+struct StageSlots {
+  uint4* first;  // the thread's word 0; word w at first[w * kThreads], so a warp's 16-byte
+                 // accesses to one word are consecutive (conflict-free)
+  __device__ void operator()(int w, const void* src, bool valid) const {
+    copy_async16(first + w * kThreads, src, valid ? 16 : 0);
+  }
+};
+
 // A thread's share of a 128×128 tile: 8 consecutive rows × kVec consecutive columns, one 16-byte
 // load per row. bf16 (uint16_t): 16 lanes per tile row, 256 threads; f32: 32 lanes, 512 threads.
 template <class In>
@@ -91,10 +114,9 @@ struct Fragment {
   __device__ static int col0() { return threadIdx.x % kLanesPerRow * kVec; }
 
   // The thread's share of tile (r_begin, c_begin) of src [rows, ld] to words word0 .. word0 + 7 of
-  // `to` (RegisterSlots or StageSlots: row p to word word0 + p); rows past `rows` read as zeros.
-  template <class Slots>
-  __device__ static void load(const Slots& to, int word0, const In* src, int64_t ld, int64_t rows,
-                              int64_t r_begin, int64_t c_begin) {
+  // its slots `to` (row p to word word0 + p); rows past `rows` read as zeros.
+  __device__ static void load(const StageSlots<kThreads>& to, int word0, const In* src, int64_t ld,
+                              int64_t rows, int64_t r_begin, int64_t c_begin) {
 #pragma unroll
     for (int p = 0; p < kRows; ++p) {
       const int64_t r = r_begin + row0() + p;
@@ -181,39 +203,6 @@ using Bf16 = Fragment<uint16_t>;
 
 // ---- The tile loop --------------------------------------------------------------------------
 
-// 16 bytes from global src to shared dst without passing through registers (cp.async, cached in L2
-// only); the bytes past `bytes` (0 or 16) are zeros, and none are read from src then.
-__device__ __forceinline__ void copy_async16(uint4* dst, const void* src, uint32_t bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(uint32_t(__cvta_generic_to_shared(dst))),
-               "l"(src), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-// Waits until at most kPending of this thread's committed copy groups are still in flight.
-template <int kPending>
-__device__ __forceinline__ void wait_copies() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
-
-// Where a tile's load puts the thread's share, one 16-byte word at a time: word w of a Tile (an
-// aggregate of uint4 words, such as Fragments) from src, or zeros when !valid (src is then any
-// readable address and is not read).
-template <class Tile>
-struct RegisterSlots {  // straight into a Tile in registers
-  Tile& tile;
-  __device__ void operator()(int w, const void* src, bool valid) const {
-    reinterpret_cast<uint4*>(&tile)[w] = valid ? *static_cast<const uint4*>(src) : make_uint4(0, 0, 0, 0);
-  }
-};
-template <int kThreads>
-struct StageSlots {  // asynchronously into the thread's slots of a shared-memory stage
-  uint4* first;      // the thread's word 0; word w at first[w * kThreads], so a warp's 16-byte
-                     // accesses to one word are consecutive (conflict-free)
-  __device__ void operator()(int w, const void* src, bool valid) const {
-    copy_async16(first + w * kThreads, src, valid ? 16 : 0);
-  }
-};
-
 // Bytes of dynamic shared memory for_each_tile's ring of kStages tiles takes.
 template <class Tile, int kThreads>
 constexpr size_t ring_bytes(int stages) {
@@ -222,67 +211,45 @@ constexpr size_t ring_bytes(int stages) {
 
 // Calls process(tile, r_begin, c_begin) on every 128×128 tile of a [rows, cols] matrix that falls
 // to this block (tiles b, b + gridDim.x, ... in row-major order, so the blocks in flight read one
-// contiguous band); load(slots, r_begin, c_begin) puts the thread's share of a tile into `slots`.
-// The loads run ahead of the processing, so that the memory never waits for the arithmetic:
-// - kStages = 0: the next tile's loads into registers are issued before the current tile is
-//   processed (two Tiles of registers a thread; one tile in flight a block);
-// - kStages > 0: `ring` (dynamic shared memory, ring_bytes<Tile, kThreads>(kStages)) holds the
-//   next kStages tiles, filled by cp.async: kStages tiles in flight a block while the current one,
-//   copied into registers, is processed, for one Tile of registers. Each thread copies and reads
-//   back only its own words, so the ring needs no block barrier.
+// contiguous band); load(slots, r_begin, c_begin) puts the thread's share of a tile into `slots`
+// (StageSlots<kThreads>). The loads run ahead of the processing, so that the memory never waits for
+// the arithmetic: `ring` (dynamic shared memory, ring_bytes<Tile, kThreads>(kStages)) holds the next
+// kStages tiles, filled by cp.async: kStages tiles in flight a block while the current one, copied
+// into registers, is processed, for one Tile of registers. Each thread copies and reads back only
+// its own words, so the ring needs no block barrier.
 // Every thread of the block calls it. process may modify its tile.
 template <class Tile, int kThreads, int kStages, class Load, class Process>
 __device__ __forceinline__ void for_each_tile(int64_t rows, int64_t cols, uint4* ring, Load&& load,
                                               Process&& process) {
-  static_assert(sizeof(Tile) % sizeof(uint4) == 0);
+  static_assert(sizeof(Tile) % sizeof(uint4) == 0 && kStages >= 1);
   const int64_t tiles_c = cols / kTile, tiles = (rows + kTile - 1) / kTile * tiles_c;
   const int64_t stride = gridDim.x;
   int64_t tile = blockIdx.x;
   if (tile >= tiles) return;  // the whole block
   const auto row_of = [&](int64_t t) { return t / tiles_c * kTile; };
   const auto col_of = [&](int64_t t) { return t % tiles_c * kTile; };
-  if constexpr (kStages == 0) {
-    Tile cur, next;
-    load(RegisterSlots<Tile>{cur}, row_of(tile), col_of(tile));
-    for (; tile < tiles; tile += stride) {
-      const int64_t following = tile + stride;
-      if (following < tiles) load(RegisterSlots<Tile>{next}, row_of(following), col_of(following));
-      process(cur, row_of(tile), col_of(tile));
-      cur = next;
-    }
-  } else {
-    constexpr int kWords = sizeof(Tile) / sizeof(uint4);
-    uint4* const mine = ring + threadIdx.x;
-    // One commit per tile, empty past the last, so that "all but the newest kStages - 1 groups
-    // complete" always means "the oldest tile has landed".
+  constexpr int kWords = sizeof(Tile) / sizeof(uint4);
+  uint4* const mine = ring + threadIdx.x;
+  // One commit per tile, empty past the last, so that "all but the newest kStages - 1 groups
+  // complete" always means "the oldest tile has landed".
 #pragma unroll
-    for (int s = 0; s < kStages; ++s) {
-      const int64_t t = tile + s * stride;
-      if (t < tiles) load(StageSlots<kThreads>{mine + s * kWords * kThreads}, row_of(t), col_of(t));
-      commit_copies();
-    }
-    for (int s = 0; tile < tiles; tile += stride, s = s + 1 == kStages ? 0 : s + 1) {
-      wait_copies<kStages - 1>();
-      uint4* const stage = mine + s * kWords * kThreads;
-      Tile cur;
-#pragma unroll
-      for (int w = 0; w < kWords; ++w) reinterpret_cast<uint4*>(&cur)[w] = stage[w * kThreads];
-      __syncwarp();  // orders this thread's reads of the stage before the refill's writes to it
-      const int64_t refill = tile + kStages * stride;
-      if (refill < tiles) load(StageSlots<kThreads>{stage}, row_of(refill), col_of(refill));
-      commit_copies();
-      process(cur, row_of(tile), col_of(tile));
-    }
+  for (int s = 0; s < kStages; ++s) {
+    const int64_t t = tile + s * stride;
+    if (t < tiles) load(StageSlots<kThreads>{mine + s * kWords * kThreads}, row_of(t), col_of(t));
+    commit_copies();
   }
-}
-
-// Runs f(std::integral_constant<int, kStages>{}) with kStages = kRingStages (> 0) or, when
-// the measurement switch (set_quant_variant, numerics/quantize_backends.h) says so, with 0: the
-// register prefetch. Host side; the tile kernels are instantiated for both.
-template <int kRingStages, class F>
-void with_tile_loop(F&& f) {
-  if (quant_variant() == 0) f(std::integral_constant<int, kRingStages>{});
-  else f(std::integral_constant<int, 0>{});
+  for (int s = 0; tile < tiles; tile += stride, s = s + 1 == kStages ? 0 : s + 1) {
+    wait_copies<kStages - 1>();
+    uint4* const stage = mine + s * kWords * kThreads;
+    Tile cur;
+#pragma unroll
+    for (int w = 0; w < kWords; ++w) reinterpret_cast<uint4*>(&cur)[w] = stage[w * kThreads];
+    __syncwarp();  // orders this thread's reads of the stage before the refill's writes to it
+    const int64_t refill = tile + kStages * stride;
+    if (refill < tiles) load(StageSlots<kThreads>{stage}, row_of(refill), col_of(refill));
+    commit_copies();
+    process(cur, row_of(tile), col_of(tile));
+  }
 }
 
 // Enough persistent blocks to fill the device (capped by the work): occupancy × SMs, queried once,

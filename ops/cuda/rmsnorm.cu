@@ -126,14 +126,14 @@ __global__ void __launch_bounds__(kRowThreads) rmsnorm_backward_kernel(
   }
 }
 
-// The tile loop's ring depth (quantize_device.cuh): 64 KB of x in flight a block, two blocks an SM
+// for_each_tile's ring depth (quantize_device.cuh): 64 KB of x in flight a block, two blocks an SM
 // (three for the rows alone, which need no scratch).
 constexpr int kRingStages = 2;
 
 // The tile of x is what the tile loop prefetches; its 8 rows' rstd and 8 columns' w (L2-resident,
 // a few bytes a thread) are read at the start of processing.
-template <bool kColumnwise, int kStages>
-__global__ void __launch_bounds__(Bf16::kThreads, kStages > 0 && !kColumnwise ? 3 : 2) rmsnorm_quantize_kernel(
+template <bool kColumnwise>
+__global__ void __launch_bounds__(Bf16::kThreads, kColumnwise ? 2 : 3) rmsnorm_quantize_kernel(
     const uint16_t* __restrict__ x, const float* __restrict__ rstd, const float* __restrict__ w,
     int64_t T, int64_t K, uint8_t* __restrict__ q, float* __restrict__ s, uint8_t* __restrict__ qt,
     float* __restrict__ st, int64_t Tp, bool pow2) {
@@ -141,7 +141,7 @@ __global__ void __launch_bounds__(Bf16::kThreads, kStages > 0 && !kColumnwise ? 
   __shared__ quant::ColumnScratch scratch;
   const int r0 = Bf16::row0(), c0 = Bf16::col0();
   const auto load = [&](const auto& to, int64_t t0, int64_t k0) { Bf16::load(to, 0, x, K, T, t0, k0); };
-  quant::for_each_tile<Bf16, Bf16::kThreads, kStages>(T, K, ring, load, [&](Bf16& f, int64_t t0, int64_t k0) {
+  quant::for_each_tile<Bf16, Bf16::kThreads, kRingStages>(T, K, ring, load, [&](Bf16& f, int64_t t0, int64_t k0) {
     float wv[kVec];
     load_f32x8(w + k0 + c0, wv);
 #pragma unroll
@@ -173,17 +173,13 @@ void launch_quantize(const Tensor& x, const Tensor& rstd, const Tensor& w, Fp8Ro
                      Fp8Rows* cols, bool pow2) {
   const int64_t T = x.dim(0), K = x.dim(1), Tp = round_up(T, quant::kTile);
   const int64_t tiles = Tp / quant::kTile * (K / quant::kTile);
-  quant::with_tile_loop<kRingStages>([&](auto stages) {
-    constexpr int kStages = decltype(stages)::value;
-    constexpr auto kernel = rmsnorm_quantize_kernel<kColumnwise, kStages>;
-    constexpr size_t smem = quant::ring_bytes<Bf16, Bf16::kThreads>(kStages);
-    kernel<<<quant::persistent_grid<kernel>(Bf16::kThreads, smem, tiles), Bf16::kThreads, smem, current_stream()>>>(
-        bf16_data(x), rstd.data_as<float>(), w.data_as<float>(), T, K,
-        static_cast<uint8_t*>(rows.data.data()), rows.scales.data_as<float>(),
-        cols ? static_cast<uint8_t*>(cols->data.data()) : nullptr,
-        cols ? cols->scales.data_as<float>() : nullptr, Tp, pow2);
-    LOCKSTEP_CUDA_CHECK_LAUNCH();
-  });
+  constexpr auto kernel = rmsnorm_quantize_kernel<kColumnwise>;
+  constexpr size_t smem = quant::ring_bytes<Bf16, Bf16::kThreads>(kRingStages);
+  kernel<<<quant::persistent_grid<kernel>(Bf16::kThreads, smem, tiles), Bf16::kThreads, smem, current_stream()>>>(
+      bf16_data(x), rstd.data_as<float>(), w.data_as<float>(), T, K, static_cast<uint8_t*>(rows.data.data()),
+      rows.scales.data_as<float>(), cols ? static_cast<uint8_t*>(cols->data.data()) : nullptr,
+      cols ? cols->scales.data_as<float>() : nullptr, Tp, pow2);
+  LOCKSTEP_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace

@@ -109,14 +109,13 @@ struct GluTile {
   Bf16 gate, up;
 };
 
-// Ring: one tile (gate and up, 64 KB) in flight a block while the current one is computed, two
-// blocks an SM: 16 warps to hide the latency of the division and exp chains. Register prefetch:
-// two GluTiles a thread, too many registers for two blocks an SM, so one, which still keeps a
-// 64 KB tile of loads in flight.
+// for_each_tile's ring depth (quantize_device.cuh): one tile (gate and up, 64 KB) in flight a block
+// while the current one is computed, two blocks an SM: 16 warps to hide the latency of the division
+// and exp chains.
 constexpr int kRingStages = 1;
 
-template <bool kColumnwise, int kStages>
-__global__ void __launch_bounds__(Bf16::kThreads, kStages > 0 ? 2 : 1) swiglu_quantize_kernel(
+template <bool kColumnwise>
+__global__ void __launch_bounds__(Bf16::kThreads, 2) swiglu_quantize_kernel(
     const uint16_t* __restrict__ gate_up, int64_t T, int64_t I, uint8_t* __restrict__ q,
     float* __restrict__ s, uint8_t* __restrict__ qt, float* __restrict__ st, int64_t Tp, bool pow2) {
   extern __shared__ uint4 ring[];
@@ -126,7 +125,7 @@ __global__ void __launch_bounds__(Bf16::kThreads, kStages > 0 ? 2 : 1) swiglu_qu
     Bf16::load(to, Bf16::kRows, gate_up + I, 2 * I, T, t0, k0);
   };
   // Padding rows (past T) load as zeros and give silu(0)·0 = 0: the zero padding.
-  quant::for_each_tile<GluTile, Bf16::kThreads, kStages>(T, I, ring, load, [&](GluTile& tile, int64_t t0, int64_t k0) {
+  quant::for_each_tile<GluTile, Bf16::kThreads, kRingStages>(T, I, ring, load, [&](GluTile& tile, int64_t t0, int64_t k0) {
 #pragma unroll
     for (int p = 0; p < Bf16::kRows; ++p) {
       float g[kVec], u[kVec];
@@ -189,16 +188,13 @@ void launch_quantize(const Tensor& gate_up, Fp8Rows& rows, Fp8Rows* cols, bool p
   const int64_t T = gate_up.dim(0), I = gate_up.dim(1) / 2, Tp = round_up(T, quant::kTile);
   const int64_t tiles = Tp / quant::kTile * (I / quant::kTile);
   if (tiles == 0) return;
-  quant::with_tile_loop<kRingStages>([&](auto stages) {
-    constexpr int kStages = decltype(stages)::value;
-    constexpr auto kernel = swiglu_quantize_kernel<kColumnwise, kStages>;
-    constexpr size_t smem = quant::ring_bytes<GluTile, Bf16::kThreads>(kStages);
-    kernel<<<quant::persistent_grid<kernel>(Bf16::kThreads, smem, tiles), Bf16::kThreads, smem, current_stream()>>>(
-        bf16_data(gate_up), T, I, static_cast<uint8_t*>(rows.data.data()), rows.scales.data_as<float>(),
-        cols ? static_cast<uint8_t*>(cols->data.data()) : nullptr,
-        cols ? cols->scales.data_as<float>() : nullptr, Tp, pow2);
-    LOCKSTEP_CUDA_CHECK_LAUNCH();
-  });
+  constexpr auto kernel = swiglu_quantize_kernel<kColumnwise>;
+  constexpr size_t smem = quant::ring_bytes<GluTile, Bf16::kThreads>(kRingStages);
+  kernel<<<quant::persistent_grid<kernel>(Bf16::kThreads, smem, tiles), Bf16::kThreads, smem, current_stream()>>>(
+      bf16_data(gate_up), T, I, static_cast<uint8_t*>(rows.data.data()), rows.scales.data_as<float>(),
+      cols ? static_cast<uint8_t*>(cols->data.data()) : nullptr, cols ? cols->scales.data_as<float>() : nullptr,
+      Tp, pow2);
+  LOCKSTEP_CUDA_CHECK_LAUNCH();
 }
 
 template <bool kColumnwise>
