@@ -36,9 +36,4 @@ int gemm_set_algo_choice(int choice);
 // (ops/cuda/gemm_fp8_small_t.h), larger ones on cuBLASLt; 0: always cuBLASLt; at most 64.
 // Default 64, or the environment's LOCKSTEP_FP8_SMALL_T. Returns the previous setting.
 int gemm_set_fp8_small_t(int tokens);
-// Tests and benches: which small-T kernel runs them (ops/cuda/gemm_fp8_small_t.h): by_tokens
-// (mma.sync up to 16 tokens, wgmma above), or always mma_sync or wgmma. Default by_tokens, or the
-// environment's LOCKSTEP_FP8_SMALL_T_KERNEL (auto, mma or wgmma). Returns the previous setting.
-enum class Fp8SmallTKernel { by_tokens, mma_sync, wgmma };
-Fp8SmallTKernel gemm_set_fp8_small_t_kernel(Fp8SmallTKernel kernel);
 }  // namespace lockstep::cuda

@@ -6,7 +6,6 @@
 #include <cstdio>
 #include <functional>
 #include <string>
-#include <tuple>
 
 #include "core/error.h"
 #include "ops/gemm.h"
@@ -45,16 +44,6 @@ int set_fp8_small_t(int tokens) {
 #else
   (void)tokens;
   return 0;
-#endif
-}
-
-using SmallTKernel = cuda::Fp8SmallTKernel;
-
-SmallTKernel set_fp8_small_t_kernel(SmallTKernel kernel) {
-#if LOCKSTEP_HAS_CUDA
-  return cuda::gemm_set_fp8_small_t_kernel(kernel);
-#else
-  return kernel;
 #endif
 }
 
@@ -174,53 +163,37 @@ INSTANTIATE_TEST_SUITE_P(
                       GemmCase{1000, 768, 1024, DType::bf16, false}),
     case_name);
 
-// The fp8 small-T kernels (ops/cuda/gemm_fp8_small_t.cu), the default for 1 .. 64 tokens, each
-// forced at every T (mma.sync and wgmma): FProp and DGrad (both go through them) against the CPU
-// reference on the same quantized bytes, error per token row (the rows' magnitudes span
-// 1e-3 .. 1e2). Shapes: K of 1 block (no split), 5 blocks split unevenly four ways (N=384, K=640;
-// its DGrad: two ways), and Qwen3-1.7B's qkv (8 ways). The tolerances are the cuBLASLt fp8 tests':
-// bf16 rounding of the output for bf16; for f32, mma.sync sums exact e4m3 products in fp32 (only
-// the order differs from the CPU's) and wgmma sums a K block with the fp8 tensor cores' precision
-// (cuBLASLt's, ≤ 1.7e-4), both below 1e-3.
-constexpr int kSmallTMax = 64;  // the kernels' limit and default threshold
+// The fp8 small-T kernel (ops/cuda/gemm_fp8_small_t.cu), forced at every T: FProp and DGrad (both
+// go through it) against the CPU reference on the same quantized bytes, error per token row (the
+// rows' magnitudes span 1e-3 .. 1e2). Shapes: K of 1 block (no split), 5 blocks split unevenly four
+// ways (N=384, K=640; its DGrad: two ways), and Qwen3-1.7B's qkv (8 ways). The tolerances are the
+// cuBLASLt fp8 tests': bf16 rounding of the output for bf16; for f32, wgmma sums a K block with the
+// fp8 tensor cores' precision (cuBLASLt's, ≤ 1.7e-4), below 1e-3.
+constexpr int kSmallTMax = 64;  // the kernel's limit
 
-using SmallTCase = std::tuple<GemmCase, SmallTKernel>;
-
-std::string kernel_name(SmallTKernel kernel) { return kernel == SmallTKernel::wgmma ? "wgmma" : "mma"; }
-
-std::string small_t_case_name(const ::testing::TestParamInfo<SmallTCase>& info) {
-  return shape_name(std::get<0>(info.param)) + "_" + kernel_name(std::get<1>(info.param));
-}
-
-// Restores the small-T settings on scope exit.
+// Forces the small-T kernel for 1 .. 64 tokens; restores the setting on scope exit.
 class SmallTSettings {
  public:
-  explicit SmallTSettings(SmallTKernel kernel) {
-    if (!cuda_device_available()) return;
-    tokens_ = set_fp8_small_t(kSmallTMax);
-    kernel_ = set_fp8_small_t_kernel(kernel);
+  SmallTSettings() {
+    if (cuda_device_available()) tokens_ = set_fp8_small_t(kSmallTMax);
   }
   ~SmallTSettings() {
-    if (!cuda_device_available()) return;
-    set_fp8_small_t(tokens_);
-    set_fp8_small_t_kernel(kernel_);
+    if (cuda_device_available()) set_fp8_small_t(tokens_);
   }
 
  private:
   int tokens_ = 0;
-  SmallTKernel kernel_ = SmallTKernel::by_tokens;
 };
 
-class Fp8SmallTGpu : public ::testing::TestWithParam<SmallTCase> {};
+class Fp8SmallTGpu : public ::testing::TestWithParam<GemmCase> {};
 
 Fp8Rows to_host(const Fp8Rows& q) { return Fp8Rows{q.data.to(Device::cpu), q.scales.to(Device::cpu)}; }
 Fp8Blocks to_host(const Fp8Blocks& q) { return Fp8Blocks{q.data.to(Device::cpu), q.scales.to(Device::cpu)}; }
 
 TEST_P(Fp8SmallTGpu, MatchesCpu) {
   LOCKSTEP_REQUIRE_GPU();
-  const auto& [shape, kernel] = GetParam();
-  const auto [T, N, K, out, pad] = shape;  // (pad: cuBLASLt only)
-  const SmallTSettings settings(kernel);
+  const auto [T, N, K, out, pad] = GetParam();  // (pad: cuBLASLt only)
+  const SmallTSettings settings;
   Tensor x = random_tensor({T, K}, DType::bf16, 10, true), w = random_tensor({N, K}, DType::f32, 11);
   Tensor dy = random_tensor({T, N}, DType::bf16, 12, true);
   Fp8Rows qx = Fp8Rows::empty(T, K, Device::cuda), qdy = Fp8Rows::empty(T, N, Device::cuda);
@@ -245,24 +218,20 @@ TEST_P(Fp8SmallTGpu, MatchesCpu) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, Fp8SmallTGpu,
-    ::testing::Combine(
-        ::testing::Values(GemmCase{5, 256, 128, DType::bf16, false}, GemmCase{1, 384, 640, DType::bf16, false},
-                          GemmCase{3, 384, 640, DType::bf16, false}, GemmCase{16, 384, 640, DType::bf16, false},
-                          GemmCase{17, 384, 640, DType::bf16, false}, GemmCase{kSmallTMax, 384, 640, DType::bf16, false},
-                          GemmCase{3, 384, 640, DType::f32, false}, GemmCase{kSmallTMax, 384, 640, DType::f32, false},
-                          GemmCase{1, 4096, 2048, DType::bf16, false}, GemmCase{kSmallTMax, 4096, 2048, DType::bf16, false},
-                          GemmCase{17, 4096, 2048, DType::f32, false}),
-        ::testing::Values(SmallTKernel::mma_sync, SmallTKernel::wgmma)),
-    small_t_case_name);
+    ::testing::Values(GemmCase{5, 256, 128, DType::bf16, false}, GemmCase{1, 384, 640, DType::bf16, false},
+                      GemmCase{3, 384, 640, DType::bf16, false}, GemmCase{16, 384, 640, DType::bf16, false},
+                      GemmCase{17, 384, 640, DType::bf16, false}, GemmCase{kSmallTMax, 384, 640, DType::bf16, false},
+                      GemmCase{3, 384, 640, DType::f32, false}, GemmCase{kSmallTMax, 384, 640, DType::f32, false},
+                      GemmCase{1, 4096, 2048, DType::bf16, false}, GemmCase{kSmallTMax, 4096, 2048, DType::bf16, false},
+                      GemmCase{17, 4096, 2048, DType::f32, false}),
+    case_name);
 
 // A token's output does not depend on the batch around it (the rollout engine decodes the same
 // sequence at varying batch sizes): the first T rows of a 64-token FProp, bit for bit, at every
-// tile width each kernel has (8, 16, 32, 64 tokens).
-class Fp8SmallTGpuBatch : public ::testing::TestWithParam<SmallTKernel> {};
-
-TEST_P(Fp8SmallTGpuBatch, TokenRowsIndependentOfBatch) {
+// tile width of the kernel (8, 16, 32, 64 tokens).
+TEST(Fp8SmallTGpuBatch, TokenRowsIndependentOfBatch) {
   LOCKSTEP_REQUIRE_GPU();
-  const SmallTSettings settings(GetParam());
+  const SmallTSettings settings;
   const int64_t N = 384, K = 640;
   const Tensor x = random_tensor({kSmallTMax, K}, DType::bf16, 13, true);
   Fp8Weight qw = Fp8Weight::empty(N, K, Device::cuda);
@@ -278,9 +247,6 @@ TEST_P(Fp8SmallTGpuBatch, TokenRowsIndependentOfBatch) {
   for (int64_t T : {1, 3, 16, 17, 32, 33})
     EXPECT_TRUE(same_bytes(fprop(T), full.rows(0, T))) << "T = " << T;
 }
-
-INSTANTIATE_TEST_SUITE_P(Kernels, Fp8SmallTGpuBatch, ::testing::Values(SmallTKernel::mma_sync, SmallTKernel::wgmma),
-                         [](const ::testing::TestParamInfo<SmallTKernel>& info) { return kernel_name(info.param); });
 
 // Autotuning picks whichever of cuBLASLt's candidates is fastest, so every candidate must compute
 // the same GEMM. `gpu` runs the op into a fresh poisoned output and returns it; it is run with
