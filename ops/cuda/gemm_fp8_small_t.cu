@@ -31,14 +31,11 @@
 #include <cooperative_groups.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
-#include <cstdlib>
 
 #include "core/cuda_check.h"
 #include "core/cuda_stream.h"
 #include "ops/cuda/vector.cuh"
-#include "ops/gemm_backends.h"
 
 namespace lockstep::cuda {
 
@@ -50,7 +47,6 @@ constexpr int kThreads = 128;         // 4 warps: one warpgroup
 constexpr int kRows = 128;            // weight rows of a CTA: one row of scale blocks
 constexpr int kBlockK = 128;          // bytes of a K block (e4m3): one swizzled row
 constexpr int kMaxSplits = 8;         // the portable cluster size
-constexpr int kMaxTokens = 64;        // NT = 8
 constexpr int kStages = 4;
 constexpr int kSwizzleAtom = 1024;    // 8 rows × 128 bytes: every tile starts on one
 
@@ -370,34 +366,12 @@ void launch_for_tokens(const Args& a, int splits) {
   launch<8, Out>(a, splits);
 }
 
-// The token limit: LOCKSTEP_FP8_SMALL_T (0 .. 64, 0 = cuBLASLt always) or 64, until
-// gemm_set_fp8_small_t changes it.
-std::atomic<int>& max_tokens() {
-  static std::atomic<int> limit = [] {
-    const char* env = std::getenv("LOCKSTEP_FP8_SMALL_T");
-    if (!env) return kMaxTokens;
-    char* end = nullptr;
-    const long v = std::strtol(env, &end, 10);
-    LOCKSTEP_CHECK(*env && !*end && v >= 0 && v <= kMaxTokens, "LOCKSTEP_FP8_SMALL_T: expected a token count from 0 "
-                   "(always cuBLASLt) to ", kMaxTokens, ", got '", env, "'");
-    return int(v);
-  }();
-  return limit;
-}
-
 }  // namespace
-
-int gemm_set_fp8_small_t(int tokens) {
-  LOCKSTEP_CHECK(tokens >= 0 && tokens <= kMaxTokens, "gemm_set_fp8_small_t: expected 0 .. ", kMaxTokens,
-                 " tokens, got ", tokens);
-  return max_tokens().exchange(tokens);
-}
-
-bool fp8_small_t_takes(int64_t tokens) { return tokens >= 1 && tokens <= max_tokens().load(); }
 
 void gemm_fp8_small_t(Tensor& out, const Fp8Rows& act, const Fp8Blocks& weight) {
   const int64_t T = act.rows(), K = act.cols(), M = weight.rows();
-  LOCKSTEP_CHECK(T >= 1 && T <= kMaxTokens, "fp8 small-T GEMM: 1 .. ", kMaxTokens, " tokens, got ", T);
+  LOCKSTEP_CHECK(T >= 1 && T <= kFp8SmallTMaxTokens, "fp8 small-T GEMM: 1 .. ", kFp8SmallTMaxTokens,
+                 " tokens, got ", T);
   LOCKSTEP_CHECK(reinterpret_cast<uintptr_t>(out.data()) % 16 == 0,
                  "fp8 small-T GEMM: the output must be 16-byte aligned, got ", out.describe(), " at ", out.data());
   LOCKSTEP_CHECK(M / kRows <= 65535, "fp8 small-T GEMM: at most 65535 row blocks, got ", weight.data.describe());

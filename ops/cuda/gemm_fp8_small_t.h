@@ -8,7 +8,8 @@
 // output never depends on the other tokens of the batch: the same bits at every T of 1 .. 64 (the
 // K split is a function of the shape alone, and each token's sum is the same whatever the tile).
 //
-// ops/cuda/gemm.cu dispatches to it; arguments are checked there and by ops/gemm.cpp (K and M
+// ops/cuda/gemm.cu dispatches to it, or to cuBLASLt, per shape (gemm_set_fp8_small_t in
+// ops/gemm_backends.h); arguments are checked there and by ops/gemm.cpp (K and M
 // multiples of 128, act and weight 16-byte aligned). Include only from CUDA sources.
 #pragma once
 
@@ -19,11 +20,9 @@
 
 namespace lockstep::cuda {
 
-// True when a GEMM of `tokens` tokens goes to gemm_fp8_small_t: 1 ≤ tokens ≤ the limit set by
-// gemm_set_fp8_small_t (ops/gemm_backends.h).
-bool fp8_small_t_takes(int64_t tokens);
+constexpr int kFp8SmallTMaxTokens = 64;
 
-// out: bf16 or f32 [T, M], 16-byte aligned; 1 ≤ T ≤ 64.
+// out: bf16 or f32 [T, M], 16-byte aligned; 1 ≤ T ≤ kFp8SmallTMaxTokens.
 void gemm_fp8_small_t(Tensor& out, const Fp8Rows& act, const Fp8Blocks& weight);
 
 }  // namespace lockstep::cuda

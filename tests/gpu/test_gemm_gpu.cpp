@@ -7,6 +7,7 @@
 #include <functional>
 #include <string>
 
+#include "core/cuda_graph.h"
 #include "core/error.h"
 #include "ops/gemm.h"
 #include "ops/gemm_backends.h"
@@ -44,6 +45,15 @@ int set_fp8_small_t(int tokens) {
 #else
   (void)tokens;
   return 0;
+#endif
+}
+
+bool uses_small_t(int64_t tokens, int64_t rows, int64_t k, DType out) {
+#if LOCKSTEP_HAS_CUDA
+  return cuda::gemm_fp8_uses_small_t(tokens, rows, k, out);
+#else
+  (void)tokens, (void)rows, (void)k, (void)out;
+  return false;
 #endif
 }
 
@@ -171,11 +181,11 @@ INSTANTIATE_TEST_SUITE_P(
 // fp8 tensor cores' precision (cuBLASLt's, ≤ 1.7e-4), below 1e-3.
 constexpr int kSmallTMax = 64;  // the kernel's limit
 
-// Forces the small-T kernel for 1 .. 64 tokens; restores the setting on scope exit.
+// gemm_set_fp8_small_t(tokens) (default: the small-T kernel for 1 .. 64 tokens) for the scope.
 class SmallTSettings {
  public:
-  SmallTSettings() {
-    if (cuda_device_available()) tokens_ = set_fp8_small_t(kSmallTMax);
+  explicit SmallTSettings(int tokens = kSmallTMax) {
+    if (cuda_device_available()) tokens_ = set_fp8_small_t(tokens);
   }
   ~SmallTSettings() {
     if (cuda_device_available()) set_fp8_small_t(tokens_);
@@ -185,35 +195,44 @@ class SmallTSettings {
   int tokens_ = 0;
 };
 
-class Fp8SmallTGpu : public ::testing::TestWithParam<GemmCase> {};
-
 Fp8Rows to_host(const Fp8Rows& q) { return Fp8Rows{q.data.to(Device::cpu), q.scales.to(Device::cpu)}; }
 Fp8Blocks to_host(const Fp8Blocks& q) { return Fp8Blocks{q.data.to(Device::cpu), q.scales.to(Device::cpu)}; }
+
+// Random quantized operands of an fp8 FProp (x [T, K], W [N, K]) and DGrad (dy [T, N]) on the
+// current stream, and their host copies; and the CPU reference's outputs.
+struct Fp8Gemms {
+  Fp8Gemms(int64_t T, int64_t N, int64_t K, DType out)
+      : qx(Fp8Rows::empty(T, K, Device::cuda)), qdy(Fp8Rows::empty(T, N, Device::cuda)),
+        qw(Fp8Weight::empty(N, K, Device::cuda)), y(poisoned({T, N}, out, Device::cpu)),
+        dx(poisoned({T, K}, out, Device::cpu)) {
+    quantize_rows(qx, random_tensor({T, K}, DType::bf16, 10, true).to(Device::cuda));
+    quantize_rows(qdy, random_tensor({T, N}, DType::bf16, 12, true).to(Device::cuda));
+    quantize_weight(qw, random_tensor({N, K}, DType::f32, 11).to(Device::cuda));
+    const Fp8Weight cw{to_host(qw.w), to_host(qw.wt)};
+    gemm_fprop(y, to_host(qx), cw);
+    gemm_dgrad(dx, to_host(qdy), cw);
+  }
+  Fp8Rows qx, qdy;
+  Fp8Weight qw;
+  Tensor y, dx;  // CPU
+};
+
+class Fp8SmallTGpu : public ::testing::TestWithParam<GemmCase> {};
 
 TEST_P(Fp8SmallTGpu, MatchesCpu) {
   LOCKSTEP_REQUIRE_GPU();
   const auto [T, N, K, out, pad] = GetParam();  // (pad: cuBLASLt only)
   const SmallTSettings settings;
-  Tensor x = random_tensor({T, K}, DType::bf16, 10, true), w = random_tensor({N, K}, DType::f32, 11);
-  Tensor dy = random_tensor({T, N}, DType::bf16, 12, true);
-  Fp8Rows qx = Fp8Rows::empty(T, K, Device::cuda), qdy = Fp8Rows::empty(T, N, Device::cuda);
-  Fp8Weight qw = Fp8Weight::empty(N, K, Device::cuda);
-  quantize_rows(qx, x.to(Device::cuda));
-  quantize_rows(qdy, dy.to(Device::cuda));
-  quantize_weight(qw, w.to(Device::cuda));
-  const Fp8Rows cx = to_host(qx), cdy = to_host(qdy);
-  const Fp8Weight cw{to_host(qw.w), to_host(qw.wt)};
+  const Fp8Gemms g(T, N, K, out);
   const double tol = std::max(tolerance(out), kFp8F32Tol);
 
-  Tensor y = poisoned({T, N}, out, Device::cpu), yg = poisoned({T, N}, out, Device::cuda);
-  gemm_fprop(y, cx, cw);
-  gemm_fprop(yg, qx, qw);
-  EXPECT_LE(worst_row_error(to_double(yg), to_double(y), N), tol) << "fprop";
+  Tensor yg = poisoned({T, N}, out, Device::cuda);
+  gemm_fprop(yg, g.qx, g.qw);
+  EXPECT_LE(worst_row_error(to_double(yg), to_double(g.y), N), tol) << "fprop";
 
-  Tensor dx = poisoned({T, K}, out, Device::cpu), dxg = poisoned({T, K}, out, Device::cuda);
-  gemm_dgrad(dx, cdy, cw);
-  gemm_dgrad(dxg, qdy, qw);
-  EXPECT_LE(worst_row_error(to_double(dxg), to_double(dx), K), tol) << "dgrad";
+  Tensor dxg = poisoned({T, K}, out, Device::cuda);
+  gemm_dgrad(dxg, g.qdy, g.qw);
+  EXPECT_LE(worst_row_error(to_double(dxg), to_double(g.dx), K), tol) << "dgrad";
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -246,6 +265,66 @@ TEST(Fp8SmallTGpuBatch, TokenRowsIndependentOfBatch) {
   const Tensor full = fprop(kSmallTMax);
   for (int64_t T : {1, 3, 16, 17, 32, 33})
     EXPECT_TRUE(same_bytes(fprop(T), full.rows(0, T))) << "T = " << T;
+}
+
+// The dispatcher (kFp8SmallTAuto): a shape's first call times the small-T kernel and cuBLASLt into
+// the caller's output, then runs the faster. Whichever it picked, FProp and DGrad match the CPU
+// reference (the tolerances above: both paths meet them), and a second call (the remembered pick,
+// untimed) writes the same bytes. Qwen3-1.7B's qkv shape at T = 1, 17, 64.
+class Fp8DispatchGpu : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(Fp8DispatchGpu, MatchesCpuWhateverItPicks) {
+  LOCKSTEP_REQUIRE_GPU();
+  const SmallTSettings settings(cuda::kFp8SmallTAuto);
+  const int64_t T = GetParam(), N = 4096, K = 2048;
+  const Fp8Gemms g(T, N, K, DType::bf16);
+  const double tol = tolerance(DType::bf16);
+  const auto check = [&](const char* what, int64_t rows, int64_t k, const Tensor& ref,
+                         const std::function<void(Tensor&)>& op) {
+    Tensor first = poisoned({T, rows}, DType::bf16, Device::cuda);
+    Tensor second = poisoned({T, rows}, DType::bf16, Device::cuda);
+    op(first);
+    op(second);
+    const char* picked = uses_small_t(T, rows, k, DType::bf16) ? "small-T" : "cuBLASLt";
+    EXPECT_LE(worst_row_error(to_double(first), to_double(ref), rows), tol) << what << ", " << picked;
+    EXPECT_TRUE(same_bytes(first, second)) << what << ", " << picked;
+  };
+  check("fprop", N, K, g.y, [&](Tensor& y) { gemm_fprop(y, g.qx, g.qw); });
+  check("dgrad", K, N, g.dx, [&](Tensor& dx) { gemm_dgrad(dx, g.qdy, g.qw); });
+}
+
+INSTANTIATE_TEST_SUITE_P(Tokens, Fp8DispatchGpu, ::testing::Values(1, 17, 64),
+                         [](const ::testing::TestParamInfo<int64_t>& info) {
+                           std::string name = "T";  // (appended to, as in shape_name)
+                           return name += std::to_string(info.param);
+                         });
+
+// A shape first called while a CUDA graph is being captured is not timed (timing synchronizes,
+// which fails a capture): the capture succeeds, the untimed rule picks (the small-T kernel at 16
+// tokens, cuBLASLt at 33) and the replayed graph matches the CPU reference. An eager call of the
+// same kernel, forced, comes first: its one-time set-up (cuBLASLt's plan, workspace and padding
+// scratch) allocates, as the rollout engine's eager decode steps do before it captures.
+TEST(Fp8DispatchCaptureGpu, NewShapeIsNotTimed) {
+  LOCKSTEP_REQUIRE_GPU();
+  const int64_t N = 768, K = 1024;
+  for (const int64_t T : {16, 33}) {
+    const SideStream stream;
+    const CurrentStream on(stream);
+    const Fp8Gemms g(T, N, K, DType::bf16);
+    Tensor y = poisoned({T, N}, DType::bf16, Device::cuda);
+    {
+      const SmallTSettings forced(T <= 16 ? kSmallTMax : 0);
+      gemm_fprop(y, g.qx, g.qw);
+    }
+    const SmallTSettings settings(cuda::kFp8SmallTAuto);
+    y.fill_bytes(0xFF);
+    stream.synchronize();
+    const CudaGraph graph = CudaGraph::capture(stream, [&] { gemm_fprop(y, g.qx, g.qw); });
+    graph.launch();
+    stream.synchronize();
+    EXPECT_EQ(uses_small_t(T, N, K, DType::bf16), T <= 16) << "T = " << T;
+    EXPECT_LE(worst_row_error(to_double(y), to_double(g.y), N), tolerance(DType::bf16)) << "T = " << T;
+  }
 }
 
 // Autotuning picks whichever of cuBLASLt's candidates is fastest, so every candidate must compute
