@@ -1,7 +1,7 @@
 // bench/gemm — TFLOP/s of the bf16 and fp8 linear-layer GEMMs (FProp, DGrad, WGrad) at the
 // Qwen3-1.7B and Qwen3-8B shapes with T = 8192 tokens, FProp at decode shapes (cuBLASLt bf16 and
-// fp8, and the fp8 small-T kernels), and the GB/s of the memory-bound kernels (FP8 quantization,
-// AdamW) against a measured device-to-device copy. Every cuBLASLt GEMM is timed twice: with the
+// fp8, the fp8 small-T kernel, and fp8 as dispatched between the two), and the GB/s of the
+// memory-bound kernels (FP8 quantization, AdamW) against a measured device-to-device copy. Every cuBLASLt GEMM is timed twice: with the
 // autotuned algorithm (the default) and with cuBLASLt's first heuristic choice (what
 // LOCKSTEP_GEMM_AUTOTUNE=0 selects).
 // Usage: bench_gemm [--json out.json] [--reps N]
@@ -139,20 +139,19 @@ void bench_training(int64_t T) {
 }
 
 // Decode shapes, L2 flushed before every timed call (a decode step reads each layer's weights
-// from HBM once): bf16 and fp8 on cuBLASLt (autotuned; heuristic's choice in the JSON) and fp8 on
-// both small-T kernels (ops/cuda/gemm_fp8_small_t.cu: mma.sync and wgmma), with their weight bytes
-// per second.
+// from HBM once): bf16 and fp8 on cuBLASLt (autotuned; heuristic's choice in the JSON), fp8 on the
+// small-T kernel (ops/cuda/gemm_fp8_small_t.cu) with its weight bytes per second, and fp8 as
+// dispatched (kFp8SmallTAuto: the faster of the two, timed on the shape's first call) with its pick.
 void bench_decode() {
   const size_t flush_bytes = size_t(512) << 20;
   void* flush = nullptr;
   LOCKSTEP_CUDA_CHECK(cudaMalloc(&flush, flush_bytes));
   const std::function<void()> flush_l2 = [&] { LOCKSTEP_CUDA_CHECK(cudaMemsetAsync(flush, 0, flush_bytes)); };
-  std::printf("\nDecode-shape FProp, L2 flushed: microseconds of bf16 and fp8 on cuBLASLt (autotuned) and fp8 on the\n"
-              "small-T kernels (mma.sync, wgmma); their weight GB/s; speedups of wgmma\n");
-  std::printf("%-11s %-8s %4s | %8s %8s %8s %8s | %8s %10s | %10s %9s %9s\n", "model", "linear", "T", "bf16 us",
-              "fp8 us", "mma us", "wgmma us", "mma GB/s", "wgmma GB/s", "bf16/wgmma", "fp8/wgmma", "mma/wgmma");
+  std::printf("\nDecode-shape FProp, L2 flushed: microseconds of bf16 and fp8 on cuBLASLt (autotuned), fp8 on the\n"
+              "small-T kernel (its weight GB/s) and fp8 as dispatched (its pick); speedups of the dispatched fp8\n");
+  std::printf("%-11s %-8s %4s | %8s %8s %10s %9s %-8s | %12s | %9s %9s\n", "model", "linear", "T", "bf16 us",
+              "fp8 us", "small-T us", "auto us", "pick", "small-T GB/s", "bf16/auto", "fp8/auto");
   const int previous = cuda::gemm_set_fp8_small_t(0);  // restored at the end
-  const cuda::Fp8SmallTKernel previous_kernel = cuda::gemm_set_fp8_small_t_kernel(cuda::Fp8SmallTKernel::by_tokens);
   for (const Linear& l : kLinears) {
     const int64_t N = l.n, K = l.k;
     Tensor w = random_device({N, K}, DType::bf16);
@@ -166,25 +165,24 @@ void bench_decode() {
       cuda::gemm_set_fp8_small_t(0);
       const Timing fp8 = time_both([&] { gemm_fprop(y, qx, qw); }, flush_l2);
       cuda::gemm_set_fp8_small_t(64);
-      auto small_t = [&](cuda::Fp8SmallTKernel kernel) {
-        cuda::gemm_set_fp8_small_t_kernel(kernel);
-        return time_ms([&] { gemm_fprop(y, qx, qw); }, flush_l2);
-      };
-      const double mma = small_t(cuda::Fp8SmallTKernel::mma_sync), wgmma = small_t(cuda::Fp8SmallTKernel::wgmma);
-      auto gbs = [&](double ms) { return double(N * K) / (ms * 1e-3) / 1e9; };
-      std::printf("%-11s %-8s %4ld | %8.1f %8.1f %8.1f %8.1f | %8.0f %10.0f | %9.2fx %8.2fx %8.2fx\n", l.model, l.name,
-                  long(T), bf16.tuned * 1e3, fp8.tuned * 1e3, mma * 1e3, wgmma * 1e3, gbs(mma), gbs(wgmma),
-                  bf16.tuned / wgmma, fp8.tuned / wgmma, mma / wgmma);
+      const double small_t = time_ms([&] { gemm_fprop(y, qx, qw); }, flush_l2);
+      cuda::gemm_set_fp8_small_t(cuda::kFp8SmallTAuto);
+      const double dispatched = time_ms([&] { gemm_fprop(y, qx, qw); }, flush_l2);
+      const bool picked_small_t = cuda::gemm_fp8_uses_small_t(T, N, K, DType::bf16);
+      const double gbs = double(N * K) / (small_t * 1e-3) / 1e9;
+      std::printf("%-11s %-8s %4ld | %8.1f %8.1f %10.1f %9.1f %-8s | %12.0f | %8.2fx %8.2fx\n", l.model, l.name,
+                  long(T), bf16.tuned * 1e3, fp8.tuned * 1e3, small_t * 1e3, dispatched * 1e3,
+                  picked_small_t ? "small-T" : "cuBLASLt", gbs, bf16.tuned / dispatched, fp8.tuned / dispatched);
       add_json("{\"kind\": \"decode\", \"model\": \"" + std::string(l.model) + "\", \"linear\": \"" + l.name +
                "\", \"T\": " + std::to_string(T) + ", \"N\": " + std::to_string(N) + ", \"K\": " + std::to_string(K) +
                ", \"bf16_ms\": " + std::to_string(bf16.tuned) + ", \"fp8_ms\": " + std::to_string(fp8.tuned) +
-               ", \"fp8_mma_ms\": " + std::to_string(mma) + ", \"fp8_wgmma_ms\": " + std::to_string(wgmma) +
-               ", \"bf16_ms_heuristic\": " + std::to_string(bf16.heuristic) + ", \"fp8_ms_heuristic\": " +
+               ", \"fp8_small_t_ms\": " + std::to_string(small_t) + ", \"fp8_auto_ms\": " +
+               std::to_string(dispatched) + ", \"fp8_auto_pick\": \"" + (picked_small_t ? "small_t" : "cublaslt") +
+               "\", \"bf16_ms_heuristic\": " + std::to_string(bf16.heuristic) + ", \"fp8_ms_heuristic\": " +
                std::to_string(fp8.heuristic) + "}");
     }
   }
   cuda::gemm_set_fp8_small_t(previous);
-  cuda::gemm_set_fp8_small_t_kernel(previous_kernel);
   cudaFree(flush);
 }
 

@@ -32,13 +32,22 @@ void gemm_force_token_padding(bool on);
 // Tests and benches: how new plans pick their algorithm: −1 autotune (default), i ≥ 0 the
 // heuristic's i-th candidate. Returns the previous setting.
 int gemm_set_algo_choice(int choice);
-// Tests and benches: the fp8 GEMMs (FProp, DGrad) of 1 .. `tokens` tokens run on the small-T kernel
-// (ops/cuda/gemm_fp8_small_t.h), larger ones on cuBLASLt; 0: always cuBLASLt; at most 64.
-// Default 64, or the environment's LOCKSTEP_FP8_SMALL_T. Returns the previous setting.
+// Which fp8 GEMMs (FProp, DGrad) of 1 .. 64 tokens run on the small-T kernel
+// (ops/cuda/gemm_fp8_small_t.h) rather than cuBLASLt; larger ones always run on cuBLASLt.
+// kFp8SmallTAuto (the default): per shape (tokens, rows, K, output dtype), the faster of the two,
+// timed (L2 flushed, as in decoding) on the shape's first call and remembered; cuBLASLt must win by
+// the autotune margin. Untimed, the small-T kernel takes 1 .. 16 tokens and cuBLASLt more (where it
+// measured faster on some Qwen3 shapes): with autotuning off (LOCKSTEP_GEMM_AUTOTUNE=0 or a fixed
+// gemm_set_algo_choice: deterministic across runs), and for a shape first called during CUDA-graph
+// capture (remembered so; timing would synchronize). A token's bits are independent of the batch
+// size among the sizes that run on the same kernel (all of 1 .. 64 when forced, as tests do).
+// Tests and benches: 0 .. 64 forces the small-T kernel for 1 .. `tokens` tokens and cuBLASLt
+// above (0: always cuBLASLt). Default kFp8SmallTAuto, or the environment's LOCKSTEP_FP8_SMALL_T
+// (auto, or 0 .. 64). Returns the previous setting.
+constexpr int kFp8SmallTAuto = -1;
 int gemm_set_fp8_small_t(int tokens);
-// Tests and benches: which small-T kernel runs them (ops/cuda/gemm_fp8_small_t.h): by_tokens
-// (mma.sync up to 16 tokens, wgmma above), or always mma_sync or wgmma. Default by_tokens, or the
-// environment's LOCKSTEP_FP8_SMALL_T_KERNEL (auto, mma or wgmma). Returns the previous setting.
-enum class Fp8SmallTKernel { by_tokens, mma_sync, wgmma };
-Fp8SmallTKernel gemm_set_fp8_small_t_kernel(Fp8SmallTKernel kernel);
+// Benches: whether gemm_fp8 now runs a GEMM of this shape (act [tokens, k], weight [rows, k]) on
+// the small-T kernel; under kFp8SmallTAuto with autotuning, the choice remembered from the shape's
+// first call (the untimed rule before one).
+bool gemm_fp8_uses_small_t(int64_t tokens, int64_t rows, int64_t k, DType out);
 }  // namespace lockstep::cuda

@@ -9,16 +9,19 @@
 // Every distinct call shape gets a Plan (descriptors, layouts, algorithm), made once and cached;
 // the hot path only sets the scale pointers and calls cublasLtMatmul. Each stream has its own
 // workspace. When cuBLASLt has no algorithm for an odd token count, the activation is padded to a
-// multiple of 16 tokens in a per-stream scratch buffer. FP8 GEMMs of few tokens (decoding) go to
-// ops/cuda/gemm_fp8_small_t.cu instead.
+// multiple of 16 tokens in a per-stream scratch buffer. FP8 GEMMs of few tokens (decoding) may go
+// to ops/cuda/gemm_fp8_small_t.cu instead: per shape, whichever of the two timed faster on its
+// first call (gemm_set_fp8_small_t in ops/gemm_backends.h).
 //
 // Autotuning: the heuristic's first choice is often not the fastest kernel (block-scaled FP8
 // WGrad in particular), so a plan times up to 17 candidates on its first call's operands and keeps
 // the fastest (a one-time cost per shape, ~0.1–0.5 s at the largest training shapes).
-// LOCKSTEP_GEMM_AUTOTUNE=0 takes the heuristic's first choice instead (deterministic across runs;
-// an autotuned pick may differ between runs when candidates time within noise of each other);
-// LOCKSTEP_GEMM_AUTOTUNE=verbose prints each tuned plan's timings. Make every shape's plan before
-// capturing a CUDA graph: a plan first made during capture is not tuned.
+// LOCKSTEP_GEMM_AUTOTUNE=0 takes the heuristic's first choice instead, and the small-T kernel for
+// 1 .. 16 tokens (deterministic across runs; an autotuned pick may differ between runs when
+// candidates time within noise of each other); LOCKSTEP_GEMM_AUTOTUNE=verbose prints each tuned
+// plan's and small-T choice's timings. Make every shape's plan before
+// capturing a CUDA graph: a plan first made during capture is not tuned, nor is the choice of the
+// small-T kernel for a shape first seen then.
 #include <cublasLt.h>
 
 #include <algorithm>
@@ -27,8 +30,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -76,6 +81,9 @@ constexpr double kTuneMargin = 0.98;  // another candidate must beat the heurist
 constexpr int64_t kTokenPad = 16;
 constexpr int kNoScale = -1;
 constexpr int kAutotune = -1;
+// Untimed, the small-T kernel runs up to this many tokens: on an H200 it beats cuBLASLt clearly
+// there (up to 2.7×) but loses some Qwen3 shapes at 32 and 64 (docs/results/bench_gemm_h200_s4b.txt).
+constexpr int64_t kSmallTUntunedTokens = 16;
 
 struct MatmulShape {
   cublasOperation_t op_a, op_b;
@@ -86,6 +94,13 @@ struct MatmulShape {
   int alignment;         // bytes every pointer is aligned to: 256 or 16
   int choice = kAutotune;  // how the algorithm was picked (set by plan_for, see gemm_set_algo_choice)
   auto operator<=>(const MatmulShape&) const = default;
+};
+
+// An fp8 GEMM of gemm_fp8 (FProp, DGrad) as the small-T choice sees it.
+struct SmallTShape {
+  int64_t tokens, rows, k;
+  DType out;
+  auto operator<=>(const SmallTShape&) const = default;
 };
 
 struct Plan {
@@ -111,7 +126,20 @@ struct Context {
   bool force_padding = false;
   int choice = kAutotune;
   bool verbose = false;  // LOCKSTEP_GEMM_AUTOTUNE=verbose: one line per tuned plan on stderr
+  int small_t = kFp8SmallTAuto;                // gemm_set_fp8_small_t
+  std::map<SmallTShape, bool> small_t_picks;   // kFp8SmallTAuto: true = the small-T kernel
 };
+
+// LOCKSTEP_FP8_SMALL_T: auto, or a token count 0 .. 64.
+int small_t_from_env() {
+  const char* env = std::getenv("LOCKSTEP_FP8_SMALL_T");
+  if (!env || std::string_view(env) == "auto") return kFp8SmallTAuto;
+  char* end = nullptr;
+  const long v = std::strtol(env, &end, 10);
+  LOCKSTEP_CHECK(*env && !*end && v >= 0 && v <= kFp8SmallTMaxTokens, "LOCKSTEP_FP8_SMALL_T: expected auto or a "
+                 "token count from 0 (always cuBLASLt) to ", kFp8SmallTMaxTokens, ", got '", env, "'");
+  return int(v);
+}
 
 Context& context() {
   static Context* ctx = [] {
@@ -121,6 +149,7 @@ Context& context() {
     const std::string_view mode = env ? env : "";
     if (mode == "0") c->choice = 0;
     c->verbose = mode == "verbose";
+    c->small_t = small_t_from_env();
     return c;
   }();
   return *ctx;
@@ -220,6 +249,39 @@ std::string describe(const Candidate& c) {
                         config(CUBLASLT_ALGO_CONFIG_SPLITK_NUM), " ws ", c.workspace_bytes >> 20, " MiB");
 }
 
+// Milliseconds per call of `call` (false: it failed) on the current stream: one warm-up call, then
+// the mean of kTuneReps calls, each timed alone after an untimed `before_each`; infinity when a call
+// fails. The calls are queued back to back, with one synchronization at the end: never while the
+// stream is being captured.
+float per_call_ms(const std::function<bool()>& call, const std::function<void()>& before_each = {}) {
+  cudaStream_t stream = current_stream();
+  cudaEvent_t events[2 * kTuneReps];  // start, stop of each call
+  for (cudaEvent_t& e : events) LOCKSTEP_CUDA_CHECK(cudaEventCreate(&e));
+  bool ok = call();
+  for (int r = 0; r < kTuneReps && ok; ++r) {
+    if (before_each) before_each();
+    LOCKSTEP_CUDA_CHECK(cudaEventRecord(events[2 * r], stream));
+    ok = call();
+    LOCKSTEP_CUDA_CHECK(cudaEventRecord(events[2 * r + 1], stream));
+  }
+  LOCKSTEP_CUDA_CHECK(cudaStreamSynchronize(stream));
+  float total = 0;
+  for (int r = 0; r < kTuneReps && ok; ++r) {
+    float ms = 0;
+    LOCKSTEP_CUDA_CHECK(cudaEventElapsedTime(&ms, events[2 * r], events[2 * r + 1]));
+    total += ms;
+  }
+  for (cudaEvent_t e : events) cudaEventDestroy(e);
+  if (!ok) (void)cudaGetLastError();  // a launch error cuBLASLt reported is not sticky: clear it
+  return ok ? total / kTuneReps : INFINITY;
+}
+
+bool capturing() {
+  cudaStreamCaptureStatus capture;
+  LOCKSTEP_CUDA_CHECK(cudaStreamIsCapturing(current_stream(), &capture));
+  return capture != cudaStreamCaptureStatusNone;
+}
+
 // Index of the fastest candidate on the call's own operands: each runs twice kTuneReps times
 // (after a warm-up) on the current stream into a scratch output — never the caller's, which
 // WGrad accumulates into — and keeps its best mean. The heuristic's first choice stays unless
@@ -228,11 +290,8 @@ std::string describe(const Candidate& c) {
 // the scratch does not fit in memory: then candidate 0.
 size_t fastest(cublasLtHandle_t handle, const Plan& p, const MatmulShape& s,
                const std::vector<Candidate>& list, const Operands& in, bool verbose) {
-  if (list.size() < 2) return 0;
+  if (list.size() < 2 || capturing()) return 0;
   cudaStream_t stream = current_stream();
-  cudaStreamCaptureStatus capture;
-  LOCKSTEP_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-  if (capture != cudaStreamCaptureStatusNone) return 0;
   const size_t out_bytes = size_t(s.ldd) * size_t(s.n) * element_bytes(s.type_d);
   char* scratch = nullptr;
   if (cudaMalloc(&scratch, kTuneWorkspaceBytes + out_bytes) != cudaSuccess) {
@@ -240,31 +299,17 @@ size_t fastest(cublasLtHandle_t handle, const Plan& p, const MatmulShape& s,
     return 0;
   }
   void* out = scratch + kTuneWorkspaceBytes;
-  cudaEvent_t start, stop;
-  LOCKSTEP_CUDA_CHECK(cudaEventCreate(&start));
-  LOCKSTEP_CUDA_CHECK(cudaEventCreate(&stop));
   LOCKSTEP_CUDA_CHECK(cudaMemsetAsync(out, 0, out_bytes, stream));  // accumulating GEMMs read it
-  // Milliseconds per call of candidate i, or infinity when cuBLASLt cannot run it after all.
-  auto per_call_ms = [&](size_t i) {
-    auto call = [&] {
+  // Candidate i, or infinity when cuBLASLt cannot run it after all.
+  auto candidate_ms = [&](size_t i) {
+    return per_call_ms([&] {
       return matmul(handle, p, list[i].algo, s, in.a, in.b, out, scratch, kTuneWorkspaceBytes, stream) ==
              CUBLAS_STATUS_SUCCESS;
-    };
-    bool ok = call();
-    LOCKSTEP_CUDA_CHECK(cudaEventRecord(start, stream));
-    for (int r = 0; r < kTuneReps && ok; ++r) ok = call();
-    LOCKSTEP_CUDA_CHECK(cudaEventRecord(stop, stream));
-    LOCKSTEP_CUDA_CHECK(cudaEventSynchronize(stop));
-    float total = 0;
-    LOCKSTEP_CUDA_CHECK(cudaEventElapsedTime(&total, start, stop));
-    if (!ok) (void)cudaGetLastError();  // a launch error cuBLASLt reported is not sticky: clear it
-    return ok ? total / kTuneReps : INFINITY;
+    });
   };
   std::vector<float> ms(list.size(), INFINITY);
   for (int round = 0; round < 2; ++round)
-    for (size_t i = 0; i < list.size(); ++i) ms[i] = std::min(ms[i], per_call_ms(i));
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
+    for (size_t i = 0; i < list.size(); ++i) ms[i] = std::min(ms[i], candidate_ms(i));
   LOCKSTEP_CUDA_CHECK(cudaFree(scratch));
   const size_t best = size_t(std::min_element(ms.begin(), ms.end()) - ms.begin());
   const size_t pick = ms[best] < kTuneMargin * ms[0] ? best : 0;
@@ -416,6 +461,73 @@ void run_token_gemm(MatmulShape s, const void* weight, const float* weight_scale
   LOCKSTEP_CUDA_CHECK(cudaMemcpyAsync(out.data(), pout, out.nbytes(), cudaMemcpyDeviceToDevice, stream));
 }
 
+void gemm_fp8_cublaslt(Tensor& out, const Fp8Rows& act, const Fp8Blocks& weight) {
+  const int64_t T = act.rows(), K = act.cols(), M = weight.rows();
+  MatmulShape s{CUBLAS_OP_T, CUBLAS_OP_N, CUDA_R_8F_E4M3, CUDA_R_8F_E4M3, cuda_type(out.dtype()),
+                M, T, K, K, K, M, CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F,
+                CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F, false, 0};
+  run_token_gemm(s, weight.data.data(), weight.scales.data_as<float>(), act.data, &act.scales, out);
+}
+
+// Whether the small-T kernel beats cuBLASLt on this call's operands (see gemm_set_fp8_small_t):
+// each runs twice kTuneReps times into `out` (which the call itself then overwrites), after a
+// warm-up that makes cuBLASLt's plan, with the L2 cache flushed before every timed call; the
+// better mean of each counts. The untimed rule while capturing, or when the flush buffer does not
+// fit in memory.
+bool small_t_faster(Tensor& out, const Fp8Rows& act, const Fp8Blocks& weight, bool verbose) {
+  const int64_t T = act.rows();
+  if (capturing()) return T <= kSmallTUntunedTokens;
+  int device = 0, l2_bytes = 0;
+  LOCKSTEP_CUDA_CHECK(cudaGetDevice(&device));
+  LOCKSTEP_CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device));
+  const size_t flush_bytes = 2 * size_t(l2_bytes);
+  void* flush = nullptr;
+  if (cudaMalloc(&flush, flush_bytes) != cudaSuccess) {
+    (void)cudaGetLastError();  // out of memory is not sticky: clear it
+    return T <= kSmallTUntunedTokens;
+  }
+  cudaStream_t stream = current_stream();
+  const std::function<void()> flush_l2 = [&] { LOCKSTEP_CUDA_CHECK(cudaMemsetAsync(flush, 0, flush_bytes, stream)); };
+  float small_t = INFINITY, cublaslt = INFINITY;
+  for (int round = 0; round < 2; ++round) {
+    small_t = std::min(small_t, per_call_ms([&] { gemm_fp8_small_t(out, act, weight); return true; }, flush_l2));
+    cublaslt = std::min(cublaslt, per_call_ms([&] { gemm_fp8_cublaslt(out, act, weight); return true; }, flush_l2));
+  }
+  LOCKSTEP_CUDA_CHECK(cudaFree(flush));
+  const bool faster = !(cublaslt < kTuneMargin * small_t);
+  if (verbose)
+    std::fprintf(stderr, "gemm fp8 small-T choice m=%ld n=%ld k=%ld: small-T %.4f ms, cuBLASLt %.4f ms: %s\n",
+                 long(weight.rows()), long(T), long(act.cols()), small_t, cublaslt, faster ? "small-T" : "cuBLASLt");
+  return faster;
+}
+
+// What gemm_fp8 runs for `shape` under the current settings; nullopt: not decided yet (its first
+// call times both).
+std::optional<bool> small_t_decided(const Context& ctx, const SmallTShape& shape) {
+  if (shape.tokens < 1 || shape.tokens > kFp8SmallTMaxTokens) return false;
+  if (ctx.small_t != kFp8SmallTAuto) return shape.tokens <= ctx.small_t;
+  if (ctx.choice != kAutotune) return shape.tokens <= kSmallTUntunedTokens;
+  const auto it = ctx.small_t_picks.find(shape);
+  if (it == ctx.small_t_picks.end()) return std::nullopt;
+  return it->second;
+}
+
+bool small_t_runs(Tensor& out, const Fp8Rows& act, const Fp8Blocks& weight) {
+  Context& ctx = context();
+  const SmallTShape shape{act.rows(), weight.rows(), act.cols(), out.dtype()};
+  bool verbose = false;
+  {
+    std::lock_guard lock(ctx.mutex);
+    if (const std::optional<bool> decided = small_t_decided(ctx, shape)) return *decided;
+    verbose = ctx.verbose;
+  }
+  // Unlocked: timing runs cuBLASLt, which takes the lock. Another thread may decide the same shape
+  // meanwhile; the first decision stays.
+  const bool faster = small_t_faster(out, act, weight, verbose);
+  std::lock_guard lock(ctx.mutex);
+  return ctx.small_t_picks.emplace(shape, faster).first->second;
+}
+
 }  // namespace
 
 void gemm_force_token_padding(bool on) { context().force_padding = on; }
@@ -429,6 +541,21 @@ int gemm_set_algo_choice(int choice) {
   Context& ctx = context();
   std::lock_guard lock(ctx.mutex);
   return std::exchange(ctx.choice, choice);
+}
+
+int gemm_set_fp8_small_t(int tokens) {
+  LOCKSTEP_CHECK(tokens == kFp8SmallTAuto || (tokens >= 0 && tokens <= kFp8SmallTMaxTokens),
+                 "gemm_set_fp8_small_t: expected kFp8SmallTAuto (", kFp8SmallTAuto, ") or 0 .. ",
+                 kFp8SmallTMaxTokens, " tokens, got ", tokens);
+  Context& ctx = context();
+  std::lock_guard lock(ctx.mutex);
+  return std::exchange(ctx.small_t, tokens);
+}
+
+bool gemm_fp8_uses_small_t(int64_t tokens, int64_t rows, int64_t k, DType out) {
+  Context& ctx = context();
+  std::lock_guard lock(ctx.mutex);
+  return small_t_decided(ctx, {tokens, rows, k, out}).value_or(tokens <= kSmallTUntunedTokens);
 }
 
 void gemm_fprop_bf16(Tensor& y, const Tensor& x, const Tensor& w) {
@@ -469,12 +596,8 @@ void gemm_wgrad_bf16(Tensor& dw, const Tensor& dy, const Tensor& x, bool accumul
 void gemm_fp8(Tensor& out, const Fp8Rows& act, const Fp8Blocks& weight) {
   check_aligned16(act.data, "fp8 gemm: activation");
   check_aligned16(weight.data, "fp8 gemm: weight");
-  const int64_t T = act.rows(), K = act.cols(), M = weight.rows();
-  if (fp8_small_t_takes(T)) return gemm_fp8_small_t(out, act, weight);
-  MatmulShape s{CUBLAS_OP_T, CUBLAS_OP_N, CUDA_R_8F_E4M3, CUDA_R_8F_E4M3, cuda_type(out.dtype()),
-                M, T, K, K, K, M, CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F,
-                CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F, false, 0};
-  run_token_gemm(s, weight.data.data(), weight.scales.data_as<float>(), act.data, &act.scales, out);
+  if (small_t_runs(out, act, weight)) return gemm_fp8_small_t(out, act, weight);
+  gemm_fp8_cublaslt(out, act, weight);
 }
 
 void gemm_wgrad_fp8(Tensor& dw, const Fp8Rows& dy_t, const Fp8Rows& x_t, bool accumulate) {

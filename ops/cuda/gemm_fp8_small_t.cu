@@ -1,7 +1,6 @@
 // ops/cuda/gemm_fp8_small_t.cu — ops/cuda/gemm_fp8_small_t.h: the fp8 GEMM at decode token counts,
 // which is weight-bandwidth bound: the kernel streams the weight once, 16-byte copies, several K
-// blocks in flight per CTA. Two variants share everything but the tensor-core instructions that sum
-// a K block: mma.sync on e4m3 widened to f16, and wgmma on e4m3 itself.
+// blocks in flight per CTA, and sums each K block with wgmma on e4m3.
 //
 // Work: a CTA (4 warps, one warpgroup) owns one 128-row block of the weight (one row of 128×128
 // scale blocks, so the weight scale is one number per K block) and a contiguous range of its K
@@ -12,27 +11,18 @@
 // Pipeline: each K block's weight tile (128 rows × 128 bytes), act tile (8·NT tokens × 128 bytes,
 // tokens ≥ T zero-filled) and scales go global → shared by cp.async, kStages deep. The tiles are
 // rows of eight 16-byte chunks, 128-byte swizzled: chunk c of row r sits at c ^ r%8, tiles 1024-byte
-// aligned. That is the layout wgmma's SWIZZLE_128B K-major descriptors read, and it spreads both
-// kernels' shared loads and the copies over all 32 banks.
+// aligned. That is the layout wgmma's SWIZZLE_128B K-major descriptors read, and it spreads the
+// copies over all 32 banks.
 //
-// Per K block, both variants sum the block into a fresh fp32 partial tile (128 rows × 8·NT tokens),
+// Per K block, the kernel sums the block into a fresh fp32 partial tile (128 rows × 8·NT tokens),
 // which is then multiplied by sx[t]·sw and added to the accumulator: the CPU reference's order of
-// operations. The partials and accumulators of both have the same fragment layout (PTX ISA: the C
-// fragment of mma.m16n8, the D fragment of wgmma m64nN, f32): lane l, g = l/4, q = l%4, element
-// [m][n][e] is weight row base(warp, m) + g + 8·(e/2) and token 8n + 2q + e%2, where base is
-// 32·warp + 16m for mma.sync (a warp owns 32 rows, two m16 tiles) and 64m + 16·warp for wgmma (the
-// warpgroup owns two m64 tiles; warp w holds rows 16w .. 16w+15 of each).
-//
-// mma.sync: Hopper has no fp8 mma.sync (ptxas turns mma.m16n8k32.e4m3 into two f16 MMAs from zero
-// plus four FADDs); e4m3 widens to f16 exactly (cvt.f16x2.e4m3x2), so we widen and chain 8
-// m16n8k16 MMAs a tile. Fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16", f16): a0 = row g,
-// k 2q, 2q+1; a1 = row g+8, same k; a2 = row g, k 2q+8, 2q+9; a3 = row g+8, same; b0 = k 2q, 2q+1 of
-// column g; b1 = k 2q+8, 2q+9. A sum over k does not care which physical k sits at which MMA position
-// as long as A and B agree, so lane q reads chunks 2q and 2q+1 of each of its rows (bytes
-// [32q, 32q+32) of the K block) and each 4-byte word of them feeds one MMA: its bytes 0, 1 (widened)
-// as a0 / a1 / b0, bytes 2, 3 as a2 / a3 / b1. The 8 MMAs of a block cover its 128 k once. A
-// quarter-warp (rows r and r+1, r even, four lanes q each) reads chunks (2q+c) ^ r%8 and
-// (2q+c) ^ (r+1)%8: opposite parities, 8 distinct chunks, 32 banks.
+// operations. Two partials alternate, so that block i's wgmmas run while block i - 1's partial is
+// scaled and added (wgmma.wait_group 1): the adds stay in block order, the same bits as one partial
+// and a full wait a block. A stage is refilled once the block it held is summed and scaled, after a
+// barrier (one more a block). The second partial costs registers: 248 at 64 tokens, no spills
+// (ptxas -v), still two CTAs an SM. Partials and accumulators have the D fragment layout of wgmma m64nN, f32 (PTX ISA):
+// lane l, g = l/4, q = l%4, element [m][n][e] is weight row 64m + 16·warp + g + 8·(e/2) and token
+// 8n + 2q + e%2 (the warpgroup owns two m64 tiles; warp w holds rows 16w .. 16w+15 of each).
 //
 // wgmma: m64nNk32 e4m3 × e4m3 → f32, A = 64 weight rows, B = N = 8·NT tokens, both K-major in
 // shared memory (the only layout fp8 wgmma takes). A K block is 4 k32 steps a tile; step j starts
@@ -45,29 +35,22 @@
 #include <cooperative_groups.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
-#include <cstdlib>
-#include <string_view>
 
 #include "core/cuda_check.h"
 #include "core/cuda_stream.h"
 #include "ops/cuda/vector.cuh"
-#include "ops/gemm_backends.h"
 
 namespace lockstep::cuda {
 
 namespace {
 
 namespace cg = cooperative_groups;
-using Kernel = Fp8SmallTKernel;
 
 constexpr int kThreads = 128;         // 4 warps: one warpgroup
 constexpr int kRows = 128;            // weight rows of a CTA: one row of scale blocks
 constexpr int kBlockK = 128;          // bytes of a K block (e4m3): one swizzled row
 constexpr int kMaxSplits = 8;         // the portable cluster size
-constexpr int kMaxTokens = 64;        // NT = 8
-constexpr int kMmaSyncMaxTokens = 16; // by_tokens: mma.sync up to here, wgmma above
 constexpr int kStages = 4;
 constexpr int kSwizzleAtom = 1024;    // 8 rows × 128 bytes: every tile starts on one
 
@@ -114,32 +97,6 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
-// d += a · b: 16×16 f16 · 16×8 f16, fp32 accumulate.
-__device__ __forceinline__ void mma_f16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                        uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-// Four e4m3 (bytes 0..3 of v) as two f16 pairs (exact: f16 holds every e4m3 value): bytes 0, 1 in
-// lo (byte 0 in the low half), bytes 2, 3 in hi.
-struct F16x4 {
-  uint32_t lo, hi;
-};
-__device__ __forceinline__ F16x4 to_f16(uint32_t v) {
-  F16x4 r;
-  asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %2;\ncvt.rn.f16x2.e4m3x2 %0, l;\ncvt.rn.f16x2.e4m3x2 %1, h;\n}\n"
-      : "=r"(r.lo), "=r"(r.hi)
-      : "r"(v));
-  return r;
-}
-
-__device__ __forceinline__ uint32_t word(const uint4& v, int i) {
-  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
 
 // The shared-memory descriptor of a K-major e4m3 tile for wgmma (PTX ISA, "Matrix Descriptor
@@ -255,49 +212,11 @@ __device__ __forceinline__ void load_stage(uint8_t* tiles, uint8_t* scales, cons
     cp_async4(scales + L::kTokens * 4, a.weight_scales + row0 / kRows * a.ld_weight_scales + kb, true);
 }
 
-// p[m][n] = Σ over the K block in `tiles` of the warp's rows m × tokens n, with mma.sync: per
-// (m, n) tile 8 chained m16n8k16 MMAs from zero. The 2·NT tiles' MMAs are independent of each
-// other, which hides their latency.
+// Starts p[m] = Σ over the K block in `tiles` of weight rows 64m .. 64m+63 × the tokens, with
+// wgmma: 4 k32 steps a tile, both tiles' steps in one wgmma group. p is written, and the tiles
+// read, until wait_wgmma says the group is done.
 template <int NT>
-__device__ __forceinline__ void partial_mma_sync(const uint8_t* tiles, float (&p)[2][NT][4], int warp, int g,
-                                                 int q) {
-  using L = Layout<NT>;
-#pragma unroll
-  for (int m = 0; m < 2; ++m)
-#pragma unroll
-    for (int n = 0; n < NT; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) p[m][n][e] = 0.f;
-#pragma unroll
-  for (int c = 0; c < 2; ++c) {  // chunk 2q + c of each row
-    F16x4 w[2][2][4];            // [m tile][row g, g + 8][word]
-#pragma unroll
-    for (int m = 0; m < 2; ++m)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const uint4 v = *reinterpret_cast<const uint4*>(tiles + chunk_offset(32 * warp + 16 * m + 8 * h + g, 2 * q + c));
-#pragma unroll
-        for (int i = 0; i < 4; ++i) w[m][h][i] = to_f16(word(v, i));
-      }
-#pragma unroll
-    for (int n = 0; n < NT; ++n) {
-      const uint4 v = *reinterpret_cast<const uint4*>(tiles + L::kActOffset + chunk_offset(8 * n + g, 2 * q + c));
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const F16x4 x = to_f16(word(v, i));
-#pragma unroll
-        for (int m = 0; m < 2; ++m)
-          mma_f16(p[m][n], w[m][0][i].lo, w[m][1][i].lo, w[m][0][i].hi, w[m][1][i].hi, x.lo, x.hi);
-      }
-    }
-  }
-}
-
-// p[m] = Σ over the K block in `tiles` of weight rows 64m .. 64m+63 × the tokens, with wgmma: 4 k32
-// steps a tile, both tiles' steps in flight together, then a wait for all of them (their shared
-// reads included, so the stage may be refilled after the next barrier).
-template <int NT>
-__device__ __forceinline__ void partial_wgmma(const uint8_t* tiles, float (&p)[2][NT][4]) {
+__device__ __forceinline__ void start_wgmma(const uint8_t* tiles, float (&p)[2][NT][4]) {
   using L = Layout<NT>;
   const uint32_t weight = smem_address(tiles), act = weight + L::kActOffset;
   pin_registers(p);  // the last block's reads of p come first
@@ -308,7 +227,13 @@ __device__ __forceinline__ void partial_wgmma(const uint8_t* tiles, float (&p)[2
     for (int m = 0; m < 2; ++m)
       wgmma_e4m3<NT>(p[m], tile_descriptor(weight + 64 * kBlockK * m + 32 * j), tile_descriptor(act + 32 * j), j > 0);
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+}
+
+// Waits until at most `Pending` of this thread's wgmma groups are in flight; p, the partial of the
+// group waited for, is then complete.
+template <int Pending, int NT>
+__device__ __forceinline__ void wait_wgmma(float (&p)[2][NT][4]) {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(Pending) : "memory");
   pin_registers(p);
 }
 
@@ -332,21 +257,14 @@ __device__ __forceinline__ void add_scaled(float (&acc)[2][NT][4], const float (
   }
 }
 
-// First weight row (of the CTA's 128) of fragment tile m of `warp`.
-template <Kernel K>
-__device__ __forceinline__ int row_base(int warp, int m) {
-  return K == Kernel::wgmma ? 64 * m + 16 * warp : 32 * warp + 16 * m;
-}
-
 __device__ __forceinline__ void store4(float* out, const float4& v) { *reinterpret_cast<float4*>(out) = v; }
 __device__ __forceinline__ void store4(uint16_t* out, const float4& v) {
   *reinterpret_cast<uint2*>(out) = make_uint2(pack_bf16x2(v.x, v.y), pack_bf16x2(v.z, v.w));
 }
 
 // Grid (splits, M/128), clusters of (splits, 1, 1): blockIdx.x is the rank in the cluster.
-template <Kernel K, int NT, class Out>
+template <int NT, class Out>
 __global__ void __launch_bounds__(kThreads) small_t_kernel(const Args a) {
-  static_assert(K == Kernel::mma_sync || K == Kernel::wgmma);
   using L = Layout<NT>;
   // The swizzle needs 1024-byte aligned tiles. (The compiler takes this alignment as given; on
   // sm_90 dynamic shared memory starts at 1024, after the reserved kilobyte.)
@@ -360,22 +278,39 @@ __global__ void __launch_bounds__(kThreads) small_t_kernel(const Args a) {
   auto scales = [&](int i) { return smem + L::kScalesOffset + i % kStages * L::kScaleBytes; };
 
   const Copier cp = copier(a, row0);
-  float acc[2][NT][4] = {}, p[2][NT][4] = {};
+  // Two partials, so that block i's wgmmas run while block i - 1's partial is scaled and added
+  // (the adds in block order, as without the overlap). Registers cannot be indexed at run time:
+  // the loop takes two blocks at a time, swapping the partials' roles.
+  float acc[2][NT][4] = {}, p0[2][NT][4] = {}, p1[2][NT][4] = {};
 #pragma unroll
   for (int i = 0; i < kStages - 1; ++i) {
     if (i < count) load_stage<NT>(tiles(i), scales(i), cp, a, row0, kb0 + i);
     cp_async_commit();
   }
-  for (int i = 0; i < count; ++i) {
+  auto step = [&](int i, float (&p)[2][NT][4], float (&previous)[2][NT][4]) {
     cp_async_wait<kStages - 2>();  // K block i has landed (this thread's copies) ...
-    if constexpr (K == Kernel::wgmma) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-    __syncthreads();               // ... everyone's; and everyone is done with block i - 1
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    __syncthreads();               // ... everyone's
+    start_wgmma<NT>(tiles(i), p);
+    if (i > 0) {
+      wait_wgmma<1>(previous);  // block i - 1's group
+      add_scaled<NT>(acc, previous, scales(i - 1), q);
+    }
+    __syncthreads();  // every warp is done with block i - 1's tiles and scales
     const int next = i + kStages - 1;  // into the stage block i - 1 used
     if (next < count) load_stage<NT>(tiles(next), scales(next), cp, a, row0, kb0 + next);
     cp_async_commit();
-    if constexpr (K == Kernel::wgmma) partial_wgmma<NT>(tiles(i), p);
-    else partial_mma_sync<NT>(tiles(i), p, warp, g, q);
-    add_scaled<NT>(acc, p, scales(i), q);
+  };
+  for (int i = 0; i < count; i += 2) {
+    step(i, p0, p1);
+    if (i + 1 < count) step(i + 1, p1, p0);
+  }
+  if (count % 2) {  // the last block, count - 1, went to p0 (even) or p1 (odd)
+    wait_wgmma<0>(p0);
+    add_scaled<NT>(acc, p0, scales(count - 1), q);
+  } else {
+    wait_wgmma<0>(p1);
+    add_scaled<NT>(acc, p1, scales(count - 1), q);
   }
   cp_async_wait<0>();
   __syncthreads();  // the stages become the partial tile
@@ -387,7 +322,7 @@ __global__ void __launch_bounds__(kThreads) small_t_kernel(const Args a) {
     for (int n = 0; n < NT; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e)
-        red[(8 * n + 2 * q + e % 2) * L::kRedStride + row_base<K>(warp, m) + g + e / 2 * 8] = acc[m][n][e];
+        red[(8 * n + 2 * q + e % 2) * L::kRedStride + 64 * m + 16 * warp + g + e / 2 * 8] = acc[m][n][e];
   cluster_sync_publish();  // every partial tile of the cluster written
   const cg::cluster_group cluster = cg::this_cluster();
 
@@ -427,9 +362,9 @@ int splits_for(int64_t M, int64_t K) {
   return splits;
 }
 
-template <Kernel K, int NT, class Out>
+template <int NT, class Out>
 void launch(const Args& a, int splits) {
-  constexpr auto kernel = small_t_kernel<K, NT, Out>;
+  constexpr auto kernel = small_t_kernel<NT, Out>;
   static const bool prepared = [] {
     LOCKSTEP_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Layout<NT>::kSmem));
@@ -451,64 +386,20 @@ void launch(const Args& a, int splits) {
   LOCKSTEP_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, a));
 }
 
-template <Kernel K, class Out>
-void launch_for_tokens(const Args& a, int splits) {
-  if (a.T <= 8) return launch<K, 1, Out>(a, splits);
-  if (a.T <= 16) return launch<K, 2, Out>(a, splits);
-  if (a.T <= 32) return launch<K, 4, Out>(a, splits);
-  launch<K, 8, Out>(a, splits);
-}
-
 template <class Out>
-void launch_kernel(Kernel kernel, const Args& a, int splits) {
-  if (kernel == Kernel::mma_sync) return launch_for_tokens<Kernel::mma_sync, Out>(a, splits);
-  launch_for_tokens<Kernel::wgmma, Out>(a, splits);
-}
-
-// The token limit: LOCKSTEP_FP8_SMALL_T (0 .. 64, 0 = cuBLASLt always) or 64, until
-// gemm_set_fp8_small_t changes it.
-std::atomic<int>& max_tokens() {
-  static std::atomic<int> limit = [] {
-    const char* env = std::getenv("LOCKSTEP_FP8_SMALL_T");
-    if (!env) return kMaxTokens;
-    char* end = nullptr;
-    const long v = std::strtol(env, &end, 10);
-    LOCKSTEP_CHECK(*env && !*end && v >= 0 && v <= kMaxTokens, "LOCKSTEP_FP8_SMALL_T: expected a token count from 0 "
-                   "(always cuBLASLt) to ", kMaxTokens, ", got '", env, "'");
-    return int(v);
-  }();
-  return limit;
-}
-
-// The kernel choice: LOCKSTEP_FP8_SMALL_T_KERNEL (auto, mma or wgmma) or by_tokens, until
-// gemm_set_fp8_small_t_kernel changes it.
-std::atomic<Kernel>& kernel_choice() {
-  static std::atomic<Kernel> choice = [] {
-    const char* env = std::getenv("LOCKSTEP_FP8_SMALL_T_KERNEL");
-    const std::string_view v = env ? env : "auto";
-    if (v == "auto") return Kernel::by_tokens;
-    if (v == "mma") return Kernel::mma_sync;
-    LOCKSTEP_CHECK(v == "wgmma", "LOCKSTEP_FP8_SMALL_T_KERNEL: expected auto, mma or wgmma, got '", v, "'");
-    return Kernel::wgmma;
-  }();
-  return choice;
+void launch_for_tokens(const Args& a, int splits) {
+  if (a.T <= 8) return launch<1, Out>(a, splits);
+  if (a.T <= 16) return launch<2, Out>(a, splits);
+  if (a.T <= 32) return launch<4, Out>(a, splits);
+  launch<8, Out>(a, splits);
 }
 
 }  // namespace
 
-int gemm_set_fp8_small_t(int tokens) {
-  LOCKSTEP_CHECK(tokens >= 0 && tokens <= kMaxTokens, "gemm_set_fp8_small_t: expected 0 .. ", kMaxTokens,
-                 " tokens, got ", tokens);
-  return max_tokens().exchange(tokens);
-}
-
-Fp8SmallTKernel gemm_set_fp8_small_t_kernel(Fp8SmallTKernel kernel) { return kernel_choice().exchange(kernel); }
-
-bool fp8_small_t_takes(int64_t tokens) { return tokens >= 1 && tokens <= max_tokens().load(); }
-
 void gemm_fp8_small_t(Tensor& out, const Fp8Rows& act, const Fp8Blocks& weight) {
   const int64_t T = act.rows(), K = act.cols(), M = weight.rows();
-  LOCKSTEP_CHECK(T >= 1 && T <= kMaxTokens, "fp8 small-T GEMM: 1 .. ", kMaxTokens, " tokens, got ", T);
+  LOCKSTEP_CHECK(T >= 1 && T <= kFp8SmallTMaxTokens, "fp8 small-T GEMM: 1 .. ", kFp8SmallTMaxTokens,
+                 " tokens, got ", T);
   LOCKSTEP_CHECK(reinterpret_cast<uintptr_t>(out.data()) % 16 == 0,
                  "fp8 small-T GEMM: the output must be 16-byte aligned, got ", out.describe(), " at ", out.data());
   LOCKSTEP_CHECK(M / kRows <= 65535, "fp8 small-T GEMM: at most 65535 row blocks, got ", weight.data.describe());
@@ -516,10 +407,8 @@ void gemm_fp8_small_t(Tensor& out, const Fp8Rows& act, const Fp8Blocks& weight) 
                static_cast<const uint8_t*>(weight.data.data()), weight.scales.data_as<float>(), out.data(),
                T, M, K, weight.scales.dim(1)};
   const int splits = splits_for(M, K);
-  Kernel kernel = kernel_choice().load();
-  if (kernel == Kernel::by_tokens) kernel = T <= kMmaSyncMaxTokens ? Kernel::mma_sync : Kernel::wgmma;
-  if (out.dtype() == DType::f32) return launch_kernel<float>(kernel, a, splits);
-  launch_kernel<uint16_t>(kernel, a, splits);
+  if (out.dtype() == DType::f32) return launch_for_tokens<float>(a, splits);
+  launch_for_tokens<uint16_t>(a, splits);
 }
 
 }  // namespace lockstep::cuda

@@ -6,8 +6,8 @@
 #include <cstdio>
 #include <functional>
 #include <string>
-#include <tuple>
 
+#include "core/cuda_graph.h"
 #include "core/error.h"
 #include "ops/gemm.h"
 #include "ops/gemm_backends.h"
@@ -48,13 +48,12 @@ int set_fp8_small_t(int tokens) {
 #endif
 }
 
-using SmallTKernel = cuda::Fp8SmallTKernel;
-
-SmallTKernel set_fp8_small_t_kernel(SmallTKernel kernel) {
+bool uses_small_t(int64_t tokens, int64_t rows, int64_t k, DType out) {
 #if LOCKSTEP_HAS_CUDA
-  return cuda::gemm_set_fp8_small_t_kernel(kernel);
+  return cuda::gemm_fp8_uses_small_t(tokens, rows, k, out);
 #else
-  return kernel;
+  (void)tokens, (void)rows, (void)k, (void)out;
+  return false;
 #endif
 }
 
@@ -174,95 +173,84 @@ INSTANTIATE_TEST_SUITE_P(
                       GemmCase{1000, 768, 1024, DType::bf16, false}),
     case_name);
 
-// The fp8 small-T kernels (ops/cuda/gemm_fp8_small_t.cu), the default for 1 .. 64 tokens, each
-// forced at every T (mma.sync and wgmma): FProp and DGrad (both go through them) against the CPU
-// reference on the same quantized bytes, error per token row (the rows' magnitudes span
-// 1e-3 .. 1e2). Shapes: K of 1 block (no split), 5 blocks split unevenly four ways (N=384, K=640;
-// its DGrad: two ways), and Qwen3-1.7B's qkv (8 ways). The tolerances are the cuBLASLt fp8 tests':
-// bf16 rounding of the output for bf16; for f32, mma.sync sums exact e4m3 products in fp32 (only
-// the order differs from the CPU's) and wgmma sums a K block with the fp8 tensor cores' precision
-// (cuBLASLt's, ≤ 1.7e-4), both below 1e-3.
-constexpr int kSmallTMax = 64;  // the kernels' limit and default threshold
+// The fp8 small-T kernel (ops/cuda/gemm_fp8_small_t.cu), forced at every T: FProp and DGrad (both
+// go through it) against the CPU reference on the same quantized bytes, error per token row (the
+// rows' magnitudes span 1e-3 .. 1e2). Shapes: K of 1 block (no split), 5 blocks split unevenly four
+// ways (N=384, K=640; its DGrad: two ways), and Qwen3-1.7B's qkv (8 ways). The tolerances are the
+// cuBLASLt fp8 tests': bf16 rounding of the output for bf16; for f32, wgmma sums a K block with the
+// fp8 tensor cores' precision (cuBLASLt's, ≤ 1.7e-4), below 1e-3.
+constexpr int kSmallTMax = 64;  // the kernel's limit
 
-using SmallTCase = std::tuple<GemmCase, SmallTKernel>;
-
-std::string kernel_name(SmallTKernel kernel) { return kernel == SmallTKernel::wgmma ? "wgmma" : "mma"; }
-
-std::string small_t_case_name(const ::testing::TestParamInfo<SmallTCase>& info) {
-  return shape_name(std::get<0>(info.param)) + "_" + kernel_name(std::get<1>(info.param));
-}
-
-// Restores the small-T settings on scope exit.
+// gemm_set_fp8_small_t(tokens) (default: the small-T kernel for 1 .. 64 tokens) for the scope.
 class SmallTSettings {
  public:
-  explicit SmallTSettings(SmallTKernel kernel) {
-    if (!cuda_device_available()) return;
-    tokens_ = set_fp8_small_t(kSmallTMax);
-    kernel_ = set_fp8_small_t_kernel(kernel);
+  explicit SmallTSettings(int tokens = kSmallTMax) {
+    if (cuda_device_available()) tokens_ = set_fp8_small_t(tokens);
   }
   ~SmallTSettings() {
-    if (!cuda_device_available()) return;
-    set_fp8_small_t(tokens_);
-    set_fp8_small_t_kernel(kernel_);
+    if (cuda_device_available()) set_fp8_small_t(tokens_);
   }
 
  private:
   int tokens_ = 0;
-  SmallTKernel kernel_ = SmallTKernel::by_tokens;
 };
-
-class Fp8SmallTGpu : public ::testing::TestWithParam<SmallTCase> {};
 
 Fp8Rows to_host(const Fp8Rows& q) { return Fp8Rows{q.data.to(Device::cpu), q.scales.to(Device::cpu)}; }
 Fp8Blocks to_host(const Fp8Blocks& q) { return Fp8Blocks{q.data.to(Device::cpu), q.scales.to(Device::cpu)}; }
 
+// Random quantized operands of an fp8 FProp (x [T, K], W [N, K]) and DGrad (dy [T, N]) on the
+// current stream, and their host copies; and the CPU reference's outputs.
+struct Fp8Gemms {
+  Fp8Gemms(int64_t T, int64_t N, int64_t K, DType out)
+      : qx(Fp8Rows::empty(T, K, Device::cuda)), qdy(Fp8Rows::empty(T, N, Device::cuda)),
+        qw(Fp8Weight::empty(N, K, Device::cuda)), y(poisoned({T, N}, out, Device::cpu)),
+        dx(poisoned({T, K}, out, Device::cpu)) {
+    quantize_rows(qx, random_tensor({T, K}, DType::bf16, 10, true).to(Device::cuda));
+    quantize_rows(qdy, random_tensor({T, N}, DType::bf16, 12, true).to(Device::cuda));
+    quantize_weight(qw, random_tensor({N, K}, DType::f32, 11).to(Device::cuda));
+    const Fp8Weight cw{to_host(qw.w), to_host(qw.wt)};
+    gemm_fprop(y, to_host(qx), cw);
+    gemm_dgrad(dx, to_host(qdy), cw);
+  }
+  Fp8Rows qx, qdy;
+  Fp8Weight qw;
+  Tensor y, dx;  // CPU
+};
+
+class Fp8SmallTGpu : public ::testing::TestWithParam<GemmCase> {};
+
 TEST_P(Fp8SmallTGpu, MatchesCpu) {
   LOCKSTEP_REQUIRE_GPU();
-  const auto& [shape, kernel] = GetParam();
-  const auto [T, N, K, out, pad] = shape;  // (pad: cuBLASLt only)
-  const SmallTSettings settings(kernel);
-  Tensor x = random_tensor({T, K}, DType::bf16, 10, true), w = random_tensor({N, K}, DType::f32, 11);
-  Tensor dy = random_tensor({T, N}, DType::bf16, 12, true);
-  Fp8Rows qx = Fp8Rows::empty(T, K, Device::cuda), qdy = Fp8Rows::empty(T, N, Device::cuda);
-  Fp8Weight qw = Fp8Weight::empty(N, K, Device::cuda);
-  quantize_rows(qx, x.to(Device::cuda));
-  quantize_rows(qdy, dy.to(Device::cuda));
-  quantize_weight(qw, w.to(Device::cuda));
-  const Fp8Rows cx = to_host(qx), cdy = to_host(qdy);
-  const Fp8Weight cw{to_host(qw.w), to_host(qw.wt)};
+  const auto [T, N, K, out, pad] = GetParam();  // (pad: cuBLASLt only)
+  const SmallTSettings settings;
+  const Fp8Gemms g(T, N, K, out);
   const double tol = std::max(tolerance(out), kFp8F32Tol);
 
-  Tensor y = poisoned({T, N}, out, Device::cpu), yg = poisoned({T, N}, out, Device::cuda);
-  gemm_fprop(y, cx, cw);
-  gemm_fprop(yg, qx, qw);
-  EXPECT_LE(worst_row_error(to_double(yg), to_double(y), N), tol) << "fprop";
+  Tensor yg = poisoned({T, N}, out, Device::cuda);
+  gemm_fprop(yg, g.qx, g.qw);
+  EXPECT_LE(worst_row_error(to_double(yg), to_double(g.y), N), tol) << "fprop";
 
-  Tensor dx = poisoned({T, K}, out, Device::cpu), dxg = poisoned({T, K}, out, Device::cuda);
-  gemm_dgrad(dx, cdy, cw);
-  gemm_dgrad(dxg, qdy, qw);
-  EXPECT_LE(worst_row_error(to_double(dxg), to_double(dx), K), tol) << "dgrad";
+  Tensor dxg = poisoned({T, K}, out, Device::cuda);
+  gemm_dgrad(dxg, g.qdy, g.qw);
+  EXPECT_LE(worst_row_error(to_double(dxg), to_double(g.dx), K), tol) << "dgrad";
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, Fp8SmallTGpu,
-    ::testing::Combine(
-        ::testing::Values(GemmCase{5, 256, 128, DType::bf16, false}, GemmCase{1, 384, 640, DType::bf16, false},
-                          GemmCase{3, 384, 640, DType::bf16, false}, GemmCase{16, 384, 640, DType::bf16, false},
-                          GemmCase{17, 384, 640, DType::bf16, false}, GemmCase{kSmallTMax, 384, 640, DType::bf16, false},
-                          GemmCase{3, 384, 640, DType::f32, false}, GemmCase{kSmallTMax, 384, 640, DType::f32, false},
-                          GemmCase{1, 4096, 2048, DType::bf16, false}, GemmCase{kSmallTMax, 4096, 2048, DType::bf16, false},
-                          GemmCase{17, 4096, 2048, DType::f32, false}),
-        ::testing::Values(SmallTKernel::mma_sync, SmallTKernel::wgmma)),
-    small_t_case_name);
+    ::testing::Values(GemmCase{5, 256, 128, DType::bf16, false}, GemmCase{1, 384, 640, DType::bf16, false},
+                      GemmCase{3, 384, 640, DType::bf16, false}, GemmCase{16, 384, 640, DType::bf16, false},
+                      GemmCase{17, 384, 640, DType::bf16, false}, GemmCase{kSmallTMax, 384, 640, DType::bf16, false},
+                      GemmCase{3, 384, 640, DType::f32, false}, GemmCase{kSmallTMax, 384, 640, DType::f32, false},
+                      GemmCase{1, 4096, 2048, DType::bf16, false}, GemmCase{kSmallTMax, 4096, 2048, DType::bf16, false},
+                      GemmCase{17, 4096, 2048, DType::f32, false}),
+    case_name);
 
 // A token's output does not depend on the batch around it (the rollout engine decodes the same
 // sequence at varying batch sizes): the first T rows of a 64-token FProp, bit for bit, at every
-// tile width each kernel has (8, 16, 32, 64 tokens).
-class Fp8SmallTGpuBatch : public ::testing::TestWithParam<SmallTKernel> {};
-
-TEST_P(Fp8SmallTGpuBatch, TokenRowsIndependentOfBatch) {
+// tile width of the kernel (8, 16, 32, 64 tokens).
+TEST(Fp8SmallTGpuBatch, TokenRowsIndependentOfBatch) {
   LOCKSTEP_REQUIRE_GPU();
-  const SmallTSettings settings(GetParam());
+  const SmallTSettings settings;
   const int64_t N = 384, K = 640;
   const Tensor x = random_tensor({kSmallTMax, K}, DType::bf16, 13, true);
   Fp8Weight qw = Fp8Weight::empty(N, K, Device::cuda);
@@ -279,8 +267,65 @@ TEST_P(Fp8SmallTGpuBatch, TokenRowsIndependentOfBatch) {
     EXPECT_TRUE(same_bytes(fprop(T), full.rows(0, T))) << "T = " << T;
 }
 
-INSTANTIATE_TEST_SUITE_P(Kernels, Fp8SmallTGpuBatch, ::testing::Values(SmallTKernel::mma_sync, SmallTKernel::wgmma),
-                         [](const ::testing::TestParamInfo<SmallTKernel>& info) { return kernel_name(info.param); });
+// The dispatcher (kFp8SmallTAuto): a shape's first call times the small-T kernel and cuBLASLt into
+// the caller's output, then runs the faster. Whichever it picked, FProp and DGrad match the CPU
+// reference (the tolerances above: both paths meet them), and a second call (the remembered pick,
+// untimed) writes the same bytes. Qwen3-1.7B's qkv shape at T = 1, 17, 64.
+class Fp8DispatchGpu : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(Fp8DispatchGpu, MatchesCpuWhateverItPicks) {
+  LOCKSTEP_REQUIRE_GPU();
+  const SmallTSettings settings(cuda::kFp8SmallTAuto);
+  const int64_t T = GetParam(), N = 4096, K = 2048;
+  const Fp8Gemms g(T, N, K, DType::bf16);
+  const double tol = tolerance(DType::bf16);
+  const auto check = [&](const char* what, int64_t rows, int64_t k, const Tensor& ref,
+                         const std::function<void(Tensor&)>& op) {
+    Tensor first = poisoned({T, rows}, DType::bf16, Device::cuda);
+    Tensor second = poisoned({T, rows}, DType::bf16, Device::cuda);
+    op(first);
+    op(second);
+    const char* picked = uses_small_t(T, rows, k, DType::bf16) ? "small-T" : "cuBLASLt";
+    EXPECT_LE(worst_row_error(to_double(first), to_double(ref), rows), tol) << what << ", " << picked;
+    EXPECT_TRUE(same_bytes(first, second)) << what << ", " << picked;
+  };
+  check("fprop", N, K, g.y, [&](Tensor& y) { gemm_fprop(y, g.qx, g.qw); });
+  check("dgrad", K, N, g.dx, [&](Tensor& dx) { gemm_dgrad(dx, g.qdy, g.qw); });
+}
+
+INSTANTIATE_TEST_SUITE_P(Tokens, Fp8DispatchGpu, ::testing::Values(1, 17, 64),
+                         [](const ::testing::TestParamInfo<int64_t>& info) {
+                           std::string name = "T";  // (appended to, as in shape_name)
+                           return name += std::to_string(info.param);
+                         });
+
+// A shape first called while a CUDA graph is being captured is not timed (timing synchronizes,
+// which fails a capture): the capture succeeds, the untimed rule picks (the small-T kernel at 16
+// tokens, cuBLASLt at 33) and the replayed graph matches the CPU reference. An eager call of the
+// same kernel, forced, comes first: its one-time set-up (cuBLASLt's plan, workspace and padding
+// scratch) allocates, as the rollout engine's eager decode steps do before it captures.
+TEST(Fp8DispatchCaptureGpu, NewShapeIsNotTimed) {
+  LOCKSTEP_REQUIRE_GPU();
+  const int64_t N = 768, K = 1024;
+  for (const int64_t T : {16, 33}) {
+    const SideStream stream;
+    const CurrentStream on(stream);
+    const Fp8Gemms g(T, N, K, DType::bf16);
+    Tensor y = poisoned({T, N}, DType::bf16, Device::cuda);
+    {
+      const SmallTSettings forced(T <= 16 ? kSmallTMax : 0);
+      gemm_fprop(y, g.qx, g.qw);
+    }
+    const SmallTSettings settings(cuda::kFp8SmallTAuto);
+    y.fill_bytes(0xFF);
+    stream.synchronize();
+    const CudaGraph graph = CudaGraph::capture(stream, [&] { gemm_fprop(y, g.qx, g.qw); });
+    graph.launch();
+    stream.synchronize();
+    EXPECT_EQ(uses_small_t(T, N, K, DType::bf16), T <= 16) << "T = " << T;
+    EXPECT_LE(worst_row_error(to_double(y), to_double(g.y), N), tolerance(DType::bf16)) << "T = " << T;
+  }
+}
 
 // Autotuning picks whichever of cuBLASLt's candidates is fastest, so every candidate must compute
 // the same GEMM. `gpu` runs the op into a fresh poisoned output and returns it; it is run with
