@@ -16,11 +16,7 @@
 //
 // Per K block, the kernel sums the block into a fresh fp32 partial tile (128 rows × 8·NT tokens),
 // which is then multiplied by sx[t]·sw and added to the accumulator: the CPU reference's order of
-// operations. Two partials alternate, so that block i's wgmmas run while block i - 1's partial is
-// scaled and added (wgmma.wait_group 1): the adds stay in block order, the same bits as one partial
-// and a full wait a block. A stage is refilled once the block it held is summed and scaled, after a
-// barrier (one more a block). The second partial costs registers: 248 at 64 tokens, no spills
-// (ptxas -v), still two CTAs an SM. Partials and accumulators have the D fragment layout of wgmma m64nN, f32 (PTX ISA):
+// operations. Partials and accumulators have the D fragment layout of wgmma m64nN, f32 (PTX ISA):
 // lane l, g = l/4, q = l%4, element [m][n][e] is weight row 64m + 16·warp + g + 8·(e/2) and token
 // 8n + 2q + e%2 (the warpgroup owns two m64 tiles; warp w holds rows 16w .. 16w+15 of each).
 //
@@ -212,11 +208,11 @@ __device__ __forceinline__ void load_stage(uint8_t* tiles, uint8_t* scales, cons
     cp_async4(scales + L::kTokens * 4, a.weight_scales + row0 / kRows * a.ld_weight_scales + kb, true);
 }
 
-// Starts p[m] = Σ over the K block in `tiles` of weight rows 64m .. 64m+63 × the tokens, with
-// wgmma: 4 k32 steps a tile, both tiles' steps in one wgmma group. p is written, and the tiles
-// read, until wait_wgmma says the group is done.
+// p[m] = Σ over the K block in `tiles` of weight rows 64m .. 64m+63 × the tokens, with wgmma: 4 k32
+// steps a tile, both tiles' steps in flight together, then a wait for all of them (their shared
+// reads included, so the stage may be refilled after the next barrier).
 template <int NT>
-__device__ __forceinline__ void start_wgmma(const uint8_t* tiles, float (&p)[2][NT][4]) {
+__device__ __forceinline__ void partial_wgmma(const uint8_t* tiles, float (&p)[2][NT][4]) {
   using L = Layout<NT>;
   const uint32_t weight = smem_address(tiles), act = weight + L::kActOffset;
   pin_registers(p);  // the last block's reads of p come first
@@ -227,13 +223,7 @@ __device__ __forceinline__ void start_wgmma(const uint8_t* tiles, float (&p)[2][
     for (int m = 0; m < 2; ++m)
       wgmma_e4m3<NT>(p[m], tile_descriptor(weight + 64 * kBlockK * m + 32 * j), tile_descriptor(act + 32 * j), j > 0);
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-
-// Waits until at most `Pending` of this thread's wgmma groups are in flight; p, the partial of the
-// group waited for, is then complete.
-template <int Pending, int NT>
-__device__ __forceinline__ void wait_wgmma(float (&p)[2][NT][4]) {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(Pending) : "memory");
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
   pin_registers(p);
 }
 
@@ -278,39 +268,21 @@ __global__ void __launch_bounds__(kThreads) small_t_kernel(const Args a) {
   auto scales = [&](int i) { return smem + L::kScalesOffset + i % kStages * L::kScaleBytes; };
 
   const Copier cp = copier(a, row0);
-  // Two partials, so that block i's wgmmas run while block i - 1's partial is scaled and added
-  // (the adds in block order, as without the overlap). Registers cannot be indexed at run time:
-  // the loop takes two blocks at a time, swapping the partials' roles.
-  float acc[2][NT][4] = {}, p0[2][NT][4] = {}, p1[2][NT][4] = {};
+  float acc[2][NT][4] = {}, p[2][NT][4] = {};
 #pragma unroll
   for (int i = 0; i < kStages - 1; ++i) {
     if (i < count) load_stage<NT>(tiles(i), scales(i), cp, a, row0, kb0 + i);
     cp_async_commit();
   }
-  auto step = [&](int i, float (&p)[2][NT][4], float (&previous)[2][NT][4]) {
+  for (int i = 0; i < count; ++i) {
     cp_async_wait<kStages - 2>();  // K block i has landed (this thread's copies) ...
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-    __syncthreads();               // ... everyone's
-    start_wgmma<NT>(tiles(i), p);
-    if (i > 0) {
-      wait_wgmma<1>(previous);  // block i - 1's group
-      add_scaled<NT>(acc, previous, scales(i - 1), q);
-    }
-    __syncthreads();  // every warp is done with block i - 1's tiles and scales
+    __syncthreads();               // ... everyone's; and everyone is done with block i - 1
     const int next = i + kStages - 1;  // into the stage block i - 1 used
     if (next < count) load_stage<NT>(tiles(next), scales(next), cp, a, row0, kb0 + next);
     cp_async_commit();
-  };
-  for (int i = 0; i < count; i += 2) {
-    step(i, p0, p1);
-    if (i + 1 < count) step(i + 1, p1, p0);
-  }
-  if (count % 2) {  // the last block, count - 1, went to p0 (even) or p1 (odd)
-    wait_wgmma<0>(p0);
-    add_scaled<NT>(acc, p0, scales(count - 1), q);
-  } else {
-    wait_wgmma<0>(p1);
-    add_scaled<NT>(acc, p1, scales(count - 1), q);
+    partial_wgmma<NT>(tiles(i), p);
+    add_scaled<NT>(acc, p, scales(i), q);
   }
   cp_async_wait<0>();
   __syncthreads();  // the stages become the partial tile
