@@ -409,7 +409,7 @@ Tensor Transformer::forward_infer(const InferBatch& batch, KvCache& cache) {
   const Attend attend = [&](size_t i, Tensor& out, const Tensor& qkv, LayerActivations*) {
     kv_cache_write(cache.k[i], cache.v[i], qkv, batch.slots, layout_);
     attention_paged(out, qkv, cache.k[i], cache.v[i], batch.block_tables, batch.cu_seqlens_q,
-                    batch.context_lens, layout_);
+                    batch.context_lens, layout_, batch.one_row_each);
   };
   for (size_t i = 0; i < params_.layers.size(); ++i)
     x = layer_forward(i, x, batch.positions, attend, nullptr);

@@ -53,6 +53,7 @@ struct InferBatch {
   Tensor context_lens;  // i32 [S]: tokens in the cache once these are written
   Tensor block_tables;  // i32 [S, max_blocks]
   Tensor last_rows;     // i32 [S]: cu_seqlens_q[s + 1] − 1, the row whose hidden state is returned
+  bool one_row_each = false;  // every sequence has one row (a decode step): attention_paged's flag
 };
 
 // What a training forward keeps for the backward (opaque to callers).

@@ -185,7 +185,7 @@ void kv_cache_write(Tensor& k_cache, Tensor& v_cache, const Tensor& qkv, const T
 
 void attention_paged(Tensor& out, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
                      const Tensor& block_tables, const Tensor& cu_seqlens_q,
-                     const Tensor& context_lens, const HeadLayout& layout) {
+                     const Tensor& context_lens, const HeadLayout& layout, bool one_row_each) {
   const std::string op = "attention_paged";
   const int64_t T = check_qkv(op, qkv, layout);
   const Device device = qkv.device();
@@ -199,6 +199,8 @@ void attention_paged(Tensor& out, const Tensor& qkv, const Tensor& k_cache, cons
                  "attention_paged: block_tables: expected [S = ", S, ", max_blocks], got ",
                  block_tables.describe());
   check_act(out, "attention_paged: out", device, {T, layout.q_width()});
+  LOCKSTEP_CHECK(!one_row_each || T == S, "attention_paged: one_row_each: expected one row per "
+                 "sequence, got ", T, " rows for ", S, " sequences");
   if (device == Device::cuda) {
 #if LOCKSTEP_HAS_CUDA
     check_cuda(op, layout, {{"out", &out}, {"qkv", &qkv}, {"k_cache", &k_cache}, {"v_cache", &v_cache}});
@@ -206,7 +208,7 @@ void attention_paged(Tensor& out, const Tensor& qkv, const Tensor& k_cache, cons
     LOCKSTEP_CHECK(layout.group() <= 16, op, ": the CUDA backend takes at most 16 q heads per kv head, got ",
                    layout.q_heads, " q heads over ", layout.kv_heads, " kv heads");
     return cuda::attention_paged(out, qkv, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens,
-                                 layout);
+                                 layout, one_row_each);
 #else
     LOCKSTEP_NO_CUDA_OP("attention_paged");
 #endif
@@ -220,6 +222,8 @@ void attention_paged(Tensor& out, const Tensor& qkv, const Tensor& k_cache, cons
   const int64_t max_blocks = block_tables.dim(1);
   for (int64_t s = 0; s < S; ++s) {
     const int64_t n_q = cu[s + 1] - cu[s], len = lens[s];
+    LOCKSTEP_CHECK(!one_row_each || n_q == 1, "attention_paged: one_row_each: sequence ", s,
+                   " has ", n_q, " rows in cu_seqlens_q");
     LOCKSTEP_CHECK(len >= n_q, "attention_paged: context_lens: sequence ", s, " has ", n_q,
                    " query rows but a context of ", len,
                    " positions (its queries are its last positions)");

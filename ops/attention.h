@@ -24,6 +24,10 @@
 //   positions 0..that position (its own k/v must already be written). Position p of sequence s
 //   lives in block block_tables[s, p / block_size] at offset p % block_size.
 //   block_tables: i32 [S, max_blocks]; context_lens: i32 [S]; out: [T, q_width].
+//   one_row_each: the caller's promise that every sequence has exactly one row (a decode step:
+//   T = S, cu_seqlens_q = 0, 1, …, S; T = S is checked, and on the CPU the offsets). The result is
+//   the same; on CUDA only the one-row kernels run, and a sequence s whose offsets are not (s, s+1)
+//   makes row s NaN (instead of every row, as without the promise).
 //
 // CUDA (ops/cuda/attention.cu): bf16 tensors, head_dim 64 or 128, paged at most 16 q heads per
 // kv head. Index values stay on the device and are not checked up front: a malformed cu_seqlens
@@ -50,6 +54,7 @@ void kv_cache_write(Tensor& k_cache, Tensor& v_cache, const Tensor& qkv, const T
 
 void attention_paged(Tensor& out, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
                      const Tensor& block_tables, const Tensor& cu_seqlens_q,
-                     const Tensor& context_lens, const HeadLayout& layout);
+                     const Tensor& context_lens, const HeadLayout& layout,
+                     bool one_row_each = false);
 
 }  // namespace lockstep

@@ -28,5 +28,5 @@ void kv_cache_write(Tensor& k_cache, Tensor& v_cache, const Tensor& qkv, const T
                     const HeadLayout& layout);
 void attention_paged(Tensor& out, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
                      const Tensor& block_tables, const Tensor& cu_seqlens_q,
-                     const Tensor& context_lens, const HeadLayout& layout);
+                     const Tensor& context_lens, const HeadLayout& layout, bool one_row_each);
 }  // namespace lockstep::cuda

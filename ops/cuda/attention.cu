@@ -506,6 +506,7 @@ struct DecodeArgs {
   int S, T, q_heads, kv_heads, group, max_blocks, block_size, num_blocks, max_parts;
   int64_t qkv_width, out_width;
   float scale_log2;
+  bool one_row_each;  // attention_paged's promise: T = S, sequence s owns row s
 };
 
 // Keys per partition of a context of len positions split into at most max_parts partitions:
@@ -516,9 +517,11 @@ __device__ __forceinline__ int decode_span(int len, int max_parts) {
 }
 
 // The row of a one-row sequence s, or −1 (a multi-row sequence, or a malformed cu_seqlens whose
-// rows fwd_kernel turns into NaN afterwards).
-__device__ __forceinline__ int decode_row(const int32_t* cu, int s, int T) {
+// rows fwd_kernel turns into NaN afterwards). Under one_row_each only row s is s's: a sequence
+// with other offsets gets −1 and decode_kernel makes row s NaN (fwd_kernel does not run).
+__device__ __forceinline__ int decode_row(const int32_t* cu, int s, int T, bool one_row_each) {
   const int a = cu[s], b = cu[s + 1];
+  if (one_row_each) return a == s && b == s + 1 ? s : -1;
   return 0 <= a && a <= b && b <= T && b - a == 1 ? a : -1;
 }
 
@@ -533,8 +536,14 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeArgs a) {
   const int part = blockIdx.x, g = blockIdx.y, s = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
-  const int t = decode_row(a.cu, s, a.T);
-  if (t < 0) return;
+  const int t = decode_row(a.cu, s, a.T, a.one_row_each);
+  if (t < 0) {
+    if (a.one_row_each && part == 0) {
+      uint16_t* row = a.out + int64_t(s) * a.out_width + int64_t(g) * a.group * D;
+      for (int i = threadIdx.x; i < a.group * D; i += kThreads) row[i] = kBf16NaN;
+    }
+    return;
+  }
   const int len = a.context_lens[s];
   uint16_t* out = a.out + int64_t(t) * a.out_width + int64_t(g) * a.group * D;
   if (len < 1 || len > a.max_blocks * a.block_size) {
@@ -646,7 +655,7 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const DecodeArgs a) {
   const int64_t pair = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
   if (pair >= int64_t(a.S) * a.q_heads) return;
   const int s = int(pair / a.q_heads), h = int(pair % a.q_heads);
-  const int t = decode_row(a.cu, s, a.T);
+  const int t = decode_row(a.cu, s, a.T, a.one_row_each);
   if (t < 0) return;
   const int len = a.context_lens[s];
   if (len < 1 || len > a.max_blocks * a.block_size) return;  // decode_kernel wrote NaN
@@ -1029,7 +1038,7 @@ void kv_cache_write(Tensor& k_cache, Tensor& v_cache, const Tensor& qkv, const T
 
 void attention_paged(Tensor& out, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
                      const Tensor& block_tables, const Tensor& cu_seqlens_q,
-                     const Tensor& context_lens, const HeadLayout& layout) {
+                     const Tensor& context_lens, const HeadLayout& layout, bool one_row_each) {
   if (qkv.dim(0) == 0) return;
   FwdArgs a = fwd_args(out, qkv, cu_seqlens_q, layout);
   a.k_cache = data<const uint16_t>(k_cache);
@@ -1061,6 +1070,7 @@ void attention_paged(Tensor& out, const Tensor& qkv, const Tensor& k_cache, cons
   d.qkv_width = a.qkv_width;
   d.out_width = a.out_width;
   d.scale_log2 = a.scale_log2;
+  d.one_row_each = one_row_each;
   // Partitions per one-row sequence: enough that S · kv_heads · partitions CTAs fill the GPU about
   // 4 times over (batch 1 at long contexts is bandwidth-bound only if every SM streams K/V), but
   // no more than the longest possible context has 64-key tiles. The kernels split each context by
@@ -1090,6 +1100,7 @@ void attention_paged(Tensor& out, const Tensor& qkv, const Tensor& k_cache, cons
         LOCKSTEP_CUDA_CHECK_LAUNCH();
       }
     }
+    if (one_row_each) return;  // no multi-row sequence; decode_kernel NaNs misplaced rows itself
     // Persistent CTAs: how many rows belong to multi-row sequences is known only on the device.
     const int resident = prepare<fwd_kernel<D, true>>(kFwdSmem<D>);
     fwd_kernel<D, true><<<std::min(items, resident), kThreads, kFwdSmem<D>, current_stream()>>>(a);

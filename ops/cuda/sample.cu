@@ -1,7 +1,19 @@
-// ops/cuda/sample.cu — ops/sample.h on CUDA: one CTA of kThreads per draw walks its logits row
-// (L2-resident at small batches) in passes, each with coalesced 16-byte loads:
+// ops/cuda/sample.cu — ops/sample.h on CUDA, in three launches.
+//
+// Split path: greedy draws and untruncated ones (top_k 0 or ≥ V, top_p 1), what rollouts use. A
+// CTA per (draw, kVocabChunk chunk) of the row, grid (D, chunks):
+//   chunk_max_kernel   the chunk's max z (softmax_fold.cuh's chunk_max_z), NaN flag, argmax key;
+//   chunk_sums_kernel  the chunk's fold sums at the fold's running max through the chunk (the
+//                      prefix max of the chunk maxes) and its weight Σ W at the row's max z;
+// then sample_kernel (a CTA per draw) replays the fold over the chunks in increasing order — the
+// same operations on the same values as one CTA folding the row, so the logprob keeps the bits of
+// logits_logprob — and finds the token in the chunk where u·total falls (step 4 below).
+//
+// Truncated draws (top-k / top-p): the split kernels return at once, and in sample_kernel the
+// draw's CTA walks its logits row (L2-resident at small batches) in passes, each with coalesced
+// 16-byte loads:
 //   1. the logits_logprob fold of the row (ops/cuda/softmax_fold.cuh: its max and sum give the
-//      logprob), NaN detection, and for a greedy draw the argmax;
+//      logprob) and NaN detection;
 //   2. top-k (0 < top_k < V): radix select of the top_k-th largest sort key;
 //   3. top-p (top_p < 1): radix search of the shortest prefix, in sort-key order, of the top-k set
 //      whose weight reaches top_p of the set's;
@@ -19,7 +31,8 @@
 // independent of the summation order (a chunk's total from pass 4 equals its scan's) and
 // deterministic; u64 holds V ≤ 2^19 weights ≤ 2^44. Histograms count (warp-aggregated) and add
 // weights in shared memory with integer atomics: deterministic too. z = l·(1/τ) as in the CUDA
-// lm_head fold.
+// lm_head fold. Both paths give the same chunk weights and the same fold, hence the same token
+// and logprob: the split path only spreads the work.
 #include <cstdint>
 
 #include "core/cuda_check.h"
@@ -45,8 +58,23 @@ constexpr float kWeightScale = 0x1p44f;
 static_assert(kBins % kThreads == 0 && kMaxSampleVocab % kVocabChunk == 0);
 static_assert(kSampleIdBits + 44 <= 64, "a sum of V weights must fit u64");
 
+// The split path's results for one (draw, chunk): max_z, nan and best from chunk_max_kernel, the
+// rest from chunk_sums_kernel (not written when the row has a NaN or no finite max: then unread).
+struct ChunkStat {
+  float max_z;         // chunk_max_z
+  unsigned nan;        // the chunk holds a NaN
+  float sum, shifted;  // chunk_sums at the running max of the fold through this chunk
+  u64 best;            // the largest sort key (greedy draws)
+  u64 weight;          // Σ W at the row's max z (sampled draws)
+};
+static_assert(sizeof(ChunkStat) == 32 && sizeof(ChunkStat) % 8 == 0);
+
 struct SampleSmem {
   Smem fold;
+  ChunkStat chunk[kMaxChunks];
+  float fold_max, fold_sum, fold_shifted;  // the replayed RowFold (no initializers in __shared__)
+  u64 best;
+  int nan;
   unsigned count[kBins];
   u64 weight[kBins];
   u64 partial[kWarps];
@@ -242,10 +270,9 @@ __device__ u64 top_p_threshold(const float* row, int64_t V, float top_p, u64 kep
   }
 }
 
-// The first id, in increasing order, of the keys ≥ kept_from whose cumulative weight reaches
-// ceil(u · their total weight).
-__device__ int draw_token(const float* row, int64_t V, u64 kept_from, float inv_t, float max_z,
-                          double u, SampleSmem& s) {
+// The kept weight of each chunk into s.chunk_weight: the weights of the keys ≥ kept_from.
+__device__ void chunk_weights(const float* row, int64_t V, u64 kept_from, float inv_t, float max_z,
+                              SampleSmem& s) {
   for_each_chunk(row, V, [&](const float (&x)[kLoads][kVec], int64_t v0) {
     u64 own = 0;
     for_each_element(x, v0, V, [&](float logit, int v) {
@@ -254,7 +281,13 @@ __device__ int draw_token(const float* row, int64_t V, u64 kept_from, float inv_
     const u64 sum = block_sum_u64(own, s.partial);
     if (threadIdx.x == 0) s.chunk_weight[v0 / kVocabChunk] = sum;
   });
-  __syncthreads();
+}
+
+// The first id, in increasing order, of the keys ≥ kept_from whose cumulative weight reaches
+// ceil(u · their total weight), s.chunk_weight holding each chunk's kept weight.
+__device__ int draw_token(const float* row, int64_t V, u64 kept_from, float inv_t, float max_z,
+                          double u, SampleSmem& s) {
+  __syncthreads();  // s.chunk_weight is complete
   const int chunks = int((V + kVocabChunk - 1) / kVocabChunk);
   u64 total = 0;
   for (int c = 0; c < chunks; ++c) total += s.chunk_weight[c];
@@ -287,11 +320,102 @@ __device__ int draw_token(const float* row, int64_t V, u64 kept_from, float inv_
   return s.token;
 }
 
-// CTA d: draw d. Every branch below is uniform across the CTA (it depends on the spec and on
-// block-wide reductions only).
+__device__ __forceinline__ bool spec_ok(const SampleSpec& spec, int64_t rows) {
+  return spec.row >= 0 && spec.row < rows && isfinite(spec.temperature) &&
+         spec.temperature >= 0.0f && spec.top_p > 0.0f && spec.top_p <= 1.0f && spec.top_k >= 0;
+}
+
+// Whether a (valid) draw takes the split path: greedy, or sampled without truncation.
+__device__ __forceinline__ bool split_path(const SampleSpec& spec, int64_t V) {
+  return spec.temperature == 0.0f || ((spec.top_k == 0 || spec.top_k >= V) && spec.top_p >= 1.0f);
+}
+
+__device__ __forceinline__ float inv_temperature(const SampleSpec& spec) {
+  return spec.temperature == 0.0f ? 1.0f : 1.0f / spec.temperature;
+}
+
+// Chunk blockIdx.y of draw blockIdx.x into x (as for_each_chunk holds it); its first id is v0.
+__device__ __forceinline__ void load_split_chunk(float (&x)[kLoads][kVec], const float* row,
+                                                 int64_t V, int64_t v0) {
+  load_chunk(x, row + v0, int(V - v0 < kVocabChunk ? V - v0 : kVocabChunk));
+}
+
+// Split path, first pass: a CTA per (draw, chunk) writes the chunk's max z, NaN flag and, for a
+// greedy draw, largest sort key.
+__global__ void __launch_bounds__(kThreads)
+    chunk_max_kernel(const float* logits, int64_t rows, int64_t V, const SampleSpec* specs,
+                     ChunkStat* stats) {
+  __shared__ Smem smem;
+  __shared__ u64 partial[kWarps];
+  const int64_t d = blockIdx.x, v0 = int64_t(blockIdx.y) * kVocabChunk;
+  const SampleSpec spec = specs[d];
+  if (!spec_ok(spec, rows) || !split_path(spec, V)) return;  // sample_kernel draws it
+  const bool greedy = spec.temperature == 0.0f;
+  float x[kLoads][kVec];
+  load_split_chunk(x, logits + spec.row * V, V, v0);
+  bool nan = false;
+  u64 best = 0;
+  for_each_element(x, v0, V, [&](float logit, int v) {
+    nan |= isnan(logit);
+    if (greedy) best = max(best, sort_key(logit, v));
+  });
+  const float max_z = chunk_max_z(x, inv_temperature(spec), smem);
+  nan = __syncthreads_or(nan);
+  if (greedy) best = block_max_u64(best, partial);
+  if (threadIdx.x != 0) return;
+  ChunkStat& st = stats[d * gridDim.y + blockIdx.y];
+  st.max_z = max_z;
+  st.nan = nan;
+  st.best = best;
+}
+
+// Split path, second pass: a CTA per (draw, chunk) reads the chunk maxes of its row and writes the
+// chunk's fold sums at the running max through it (as fold_chunk gets them) and, for a sampled
+// draw, its weight at the row's max z. Rows with a NaN or no finite max are left to sample_kernel.
+__global__ void __launch_bounds__(kThreads)
+    chunk_sums_kernel(const float* logits, int64_t rows, int64_t V, const SampleSpec* specs,
+                      ChunkStat* stats) {
+  __shared__ Smem smem;
+  __shared__ u64 partial[kWarps];
+  __shared__ float max_z[kMaxChunks];
+  const int64_t d = blockIdx.x, v0 = int64_t(blockIdx.y) * kVocabChunk;
+  const int chunks = int(gridDim.y), chunk = int(blockIdx.y);
+  const SampleSpec spec = specs[d];
+  if (!spec_ok(spec, rows) || !split_path(spec, V)) return;
+  ChunkStat* row_stats = stats + d * chunks;
+  bool nan = false;
+  for (int c = int(threadIdx.x); c < chunks; c += kThreads) {
+    max_z[c] = row_stats[c].max_z;
+    nan |= row_stats[c].nan != 0;
+  }
+  if (__syncthreads_or(nan)) return;
+  float running = -INFINITY, row_max = -INFINITY;  // as RowFold::max through `chunk` and the row
+  for (int c = 0; c < chunks; ++c) {
+    if (max_z[c] > row_max) row_max = max_z[c];
+    if (c == chunk) running = row_max;
+  }
+  if (!isfinite(row_max)) return;
+  const bool greedy = spec.temperature == 0.0f;
+  const float inv_t = inv_temperature(spec);
+  float x[kLoads][kVec];
+  load_split_chunk(x, logits + spec.row * V, V, v0);
+  const float2 r = chunk_sums(x, inv_t, running, smem);
+  u64 own = 0;
+  if (!greedy) for_each_element(x, v0, V, [&](float logit, int) { own += weight_of(logit, inv_t, row_max); });
+  const u64 weight = greedy ? 0 : block_sum_u64(own, partial);
+  if (threadIdx.x != 0) return;
+  ChunkStat& st = row_stats[chunk];
+  st.sum = r.x;
+  st.shifted = r.y;
+  st.weight = weight;
+}
+
+// CTA d: draw d, from the split kernels' chunk results or, for a truncated draw, from its row.
+// Every branch below is uniform across the CTA (it depends on the spec and on block-wide
+// reductions only).
 __global__ void __launch_bounds__(kThreads)
     sample_kernel(const float* logits, int64_t rows, int64_t V, const SampleSpec* specs,
-                  int32_t* tokens, float* logprobs) {
+                  const ChunkStat* stats, int chunks, int32_t* tokens, float* logprobs) {
   __shared__ SampleSmem s;
   const int64_t d = blockIdx.x;
   const SampleSpec spec = specs[d];
@@ -301,9 +425,7 @@ __global__ void __launch_bounds__(kThreads)
       logprobs[d] = NAN;
     }
   };
-  if (!(spec.row >= 0 && spec.row < rows && isfinite(spec.temperature) &&
-        spec.temperature >= 0.0f && spec.top_p > 0.0f && spec.top_p <= 1.0f && spec.top_k >= 0))
-    return refuse();
+  if (!spec_ok(spec, rows)) return refuse();
   if (threadIdx.x == 0) {  // defined even if a search below went wrong: token −1, no stray index
     s.token = -1;
     s.found_bin = 0;
@@ -311,28 +433,56 @@ __global__ void __launch_bounds__(kThreads)
   }
 
   const float* row = logits + spec.row * V;
-  const bool greedy = spec.temperature == 0.0f;
-  const float inv_t = greedy ? 1.0f : 1.0f / spec.temperature;
+  const bool greedy = spec.temperature == 0.0f, split = split_path(spec, V);
+  const float inv_t = inv_temperature(spec);
   RowFold f;
   bool nan = false;
-  u64 best = 0;
-  for_each_chunk(row, V, [&](const float (&x)[kLoads][kVec], int64_t v0) {
-    fold_chunk(f, x, inv_t, s.fold);
-    for_each_element(x, v0, V, [&](float logit, int v) {
-      nan |= isnan(logit);
-      if (greedy) best = max(best, sort_key(logit, v));
+  if (split) {
+    for (int c = int(threadIdx.x); c < chunks; c += kThreads) s.chunk[c] = stats[d * chunks + c];
+    __syncthreads();
+    if (threadIdx.x == 0) {  // fold_chunk's steps over the chunks in order: the same bits
+      RowFold g;
+      int any_nan = 0;
+      u64 best = 0;
+      for (int c = 0; c < chunks; ++c) {
+        const ChunkStat& st = s.chunk[c];
+        any_nan |= int(st.nan != 0);
+        best = max(best, st.best);
+        raise_max(g, st.max_z);
+        g.sum += st.sum;
+        g.shifted += st.shifted;
+        s.chunk_weight[c] = st.weight;
+      }
+      s.fold_max = g.max;
+      s.fold_sum = g.sum;
+      s.fold_shifted = g.shifted;
+      s.nan = any_nan;
+      s.best = best;
+    }
+    __syncthreads();
+    f.max = s.fold_max;
+    f.sum = s.fold_sum;
+    f.shifted = s.fold_shifted;
+    nan = s.nan != 0;
+  } else {
+    for_each_chunk(row, V, [&](const float (&x)[kLoads][kVec], int64_t v0) {
+      fold_chunk(f, x, inv_t, s.fold);
+      for_each_element(x, v0, V, [&](float logit, int) { nan |= isnan(logit); });
     });
-  });
+  }
   if (__syncthreads_or(nan) || !isfinite(f.max)) return refuse();
 
   int token;
   if (greedy) {
-    token = id_of(block_max_u64(best, s.partial));
+    token = id_of(s.best);
   } else {
     u64 kept_from = 0;
-    if (spec.top_k > 0 && spec.top_k < V) kept_from = top_k_threshold(row, V, u64(spec.top_k), s);
-    if (spec.top_p < 1.0f)
-      kept_from = max(kept_from, top_p_threshold(row, V, spec.top_p, kept_from, inv_t, f.max, s));
+    if (!split) {
+      if (spec.top_k > 0 && spec.top_k < V) kept_from = top_k_threshold(row, V, u64(spec.top_k), s);
+      if (spec.top_p < 1.0f)
+        kept_from = max(kept_from, top_p_threshold(row, V, spec.top_p, kept_from, inv_t, f.max, s));
+      chunk_weights(row, V, kept_from, inv_t, f.max, s);
+    }
     const double u = philox_uniform53(philox_at(spec.seed, spec.stream, spec.position));
     token = draw_token(row, V, kept_from, inv_t, f.max, u, s);
   }
@@ -347,10 +497,20 @@ void sample_tokens(Tensor& tokens, Tensor& logprobs, const Tensor& logits, const
   const int64_t draws = specs.dim(0);
   LOCKSTEP_CHECK(draws <= INT32_MAX, "sample_tokens: ", draws,
                  " draws are more than one launch takes");
+  const int64_t rows = logits.dim(0), V = logits.dim(1);
+  const int chunks = int((V + kVocabChunk - 1) / kVocabChunk);
+  const float* l = logits.data_as<float>();
+  const auto* spec = static_cast<const SampleSpec*>(specs.data());
+  Tensor scratch = Tensor::empty({draws, chunks, int64_t(sizeof(ChunkStat) / 8)}, DType::i64,
+                                 Device::cuda);
+  auto* stats = static_cast<ChunkStat*>(scratch.data());
+  const dim3 split_grid{unsigned(draws), unsigned(chunks)};
+  chunk_max_kernel<<<split_grid, kThreads, 0, current_stream()>>>(l, rows, V, spec, stats);
+  LOCKSTEP_CUDA_CHECK_LAUNCH();
+  chunk_sums_kernel<<<split_grid, kThreads, 0, current_stream()>>>(l, rows, V, spec, stats);
+  LOCKSTEP_CUDA_CHECK_LAUNCH();
   sample_kernel<<<unsigned(draws), kThreads, 0, current_stream()>>>(
-      logits.data_as<float>(), logits.dim(0), logits.dim(1),
-      static_cast<const SampleSpec*>(specs.data()), tokens.data_as<int32_t>(),
-      logprobs.data_as<float>());
+      l, rows, V, spec, stats, chunks, tokens.data_as<int32_t>(), logprobs.data_as<float>());
   LOCKSTEP_CUDA_CHECK_LAUNCH();
 }
 

@@ -109,18 +109,20 @@ __device__ __forceinline__ void for_each_chunk(const float* row, int64_t V, Body
   }
 }
 
-// Folds the z = x·inv_t of a chunk loaded by load_chunk into f, as the CPU's fold_span: rescale
-// once if the chunk raises the max, then add its terms. Called by every thread of the CTA with the
-// same f.
-__device__ __forceinline__ void fold_chunk(RowFold& f, const float (&x)[kLoads][kVec], float inv_t,
-                                           Smem& smem) {
+// The max z = x·inv_t of a chunk loaded by load_chunk, the same in every thread.
+__device__ __forceinline__ float chunk_max_z(const float (&x)[kLoads][kVec], float inv_t,
+                                             Smem& smem) {
   float m = -INFINITY;
 #pragma unroll
   for (int i = 0; i < kLoads; ++i)
 #pragma unroll
     for (int j = 0; j < kVec; ++j) m = fmaxf(m, x[i][j]);
   // Rounded scaling by inv_t > 0 is monotonic, so this is the max of the z; + 0 makes a −0 max +0.
-  m = block_max(m, smem.max) * inv_t + 0.0f;
+  return block_max(m, smem.max) * inv_t + 0.0f;
+}
+
+// Raises f's max to a chunk's max z m when m is larger, rescaling the sums so far.
+__device__ __forceinline__ void raise_max(RowFold& f, float m) {
   if (m > f.max) {
     if (f.sum > 0.0f) {
       const float shift = f.max - m, scale = expf(shift);
@@ -129,16 +131,31 @@ __device__ __forceinline__ void fold_chunk(RowFold& f, const float (&x)[kLoads][
     }
     f.max = m;
   }
+}
+
+// A chunk's (Σ exp(z − max), Σ exp(z − max)·(z − max)), the same in every thread.
+__device__ __forceinline__ float2 chunk_sums(const float (&x)[kLoads][kVec], float inv_t,
+                                             float max, Smem& smem) {
   float s = 0.0f, d = 0.0f;
 #pragma unroll
   for (int i = 0; i < kLoads; ++i)
 #pragma unroll
     for (int j = 0; j < kVec; ++j) {
-      const float zm = x[i][j] * inv_t - f.max, e = expf(zm);
+      const float zm = x[i][j] * inv_t - max, e = expf(zm);
       s += e;
       d = fmaf(e, e > 0.0f ? zm : 0.0f, d);  // an e of 0 (−inf past n) adds 0, not 0·(−inf)
     }
-  const float2 r = block_sum2(s, d, smem.sum);
+  return block_sum2(s, d, smem.sum);
+}
+
+// Folds the z = x·inv_t of a chunk loaded by load_chunk into f, as the CPU's fold_span: rescale
+// once if the chunk raises the max, then add its terms. Called by every thread of the CTA with the
+// same f. Its three steps are separate functions so that ops/cuda/sample.cu can run them in
+// different CTAs and replay the fold from their results with the same bits.
+__device__ __forceinline__ void fold_chunk(RowFold& f, const float (&x)[kLoads][kVec], float inv_t,
+                                           Smem& smem) {
+  raise_max(f, chunk_max_z(x, inv_t, smem));
+  const float2 r = chunk_sums(x, inv_t, f.max, smem);
   f.sum += r.x;
   f.shifted += r.y;
 }

@@ -266,11 +266,11 @@ struct PagedBatch {
     attention_paged(out, qkv, k_cache, v_cache, block_tables, cu_q, context_lens, layout);
     return out;
   }
-  Tensor run_gpu(const HeadLayout& layout) const {
+  Tensor run_gpu(const HeadLayout& layout, bool one_row_each = false) const {
     Tensor out = poisoned({rows(), layout.q_width()}, DType::bf16, Device::cuda);
     attention_paged(out, qkv.to(Device::cuda), k_cache.to(Device::cuda), v_cache.to(Device::cuda),
                     block_tables.to(Device::cuda), cu_q.to(Device::cuda), context_lens.to(Device::cuda),
-                    layout);
+                    layout, one_row_each);
     return out;
   }
 };
@@ -313,6 +313,26 @@ TEST_P(PagedGpu, MatchesCpu) {
 
 INSTANTIATE_TEST_SUITE_P(Batches, PagedGpu, ::testing::ValuesIn(paged_cases()),
                          [](const auto& info) { return info.param.name; });
+
+// A decode step told one_row_each (the multi-row kernel skipped) gives the bits of the general
+// call, at batch 1 (split context, combine kernel) and at 80 sequences (unsplit).
+TEST(PagedGpu, OneRowEachGivesTheSameBits) {
+  LOCKSTEP_REQUIRE_GPU();
+  for (const PagedCase& c : paged_cases()) {
+    if (!std::all_of(c.seqs.begin(), c.seqs.end(), [](const PagedSequence& q) { return q.rows == 1; }))
+      continue;
+    const PagedBatch batch(c.seqs, c.block_size, c.layout, 12);
+    EXPECT_TRUE(same_bytes(batch.run_gpu(c.layout, true), batch.run_gpu(c.layout, false))) << c.name;
+  }
+  // Under the promise, sequences 1 and 2 with offsets (1, 1) and (1, 3) make rows 1 and 2 NaN.
+  const HeadLayout layout{16, 8, 128};
+  PagedBatch batch({{300, 1}, {40, 1}, {900, 1}}, 16, layout, 13);
+  batch.cu_q = i32_tensor({0, 1, 1, 3});
+  const Vec out = to_double(batch.run_gpu(layout, true));
+  const int64_t w = layout.q_width();
+  EXPECT_TRUE(all_nan(Vec(out.begin() + w, out.end())));
+  EXPECT_TRUE(all_finite(Vec(out.begin(), out.begin() + w)));
+}
 
 TEST(KvCacheWriteGpu, SameBytesAsCpu) {
   LOCKSTEP_REQUIRE_GPU();

@@ -162,7 +162,8 @@ void expect_like_cpu(const Tensor& logits, const std::vector<SampleSpec>& specs)
     }
     const float temperature = s.temperature > 0 ? s.temperature : 1.0f;
     float max_z = 0;
-    for (float l : row) max_z = std::max(max_z, std::abs(l) / temperature);
+    for (float l : row)
+      if (std::isfinite(l)) max_z = std::max(max_z, std::abs(l) / temperature);
     const double tolerance = std::max(1e-5, 4.0 * double(std::nextafter(max_z, INFINITY) - max_z));
     EXPECT_NEAR(gpu.logprobs[d], cpu_logprob(row, gpu.tokens[d], s.temperature), tolerance)
         << "draw " << d;
@@ -210,6 +211,85 @@ TEST(SampleGpu, GreedyIsTheFirstArgmax) {
   }
   EXPECT_EQ(gpu.tokens[1], 70000);
   EXPECT_EQ(gpu.tokens[2], vocab - 1);
+}
+
+// Greedy and untruncated draws take the split path (a CTA per 4096-id chunk, then a replay of the
+// row's fold over the chunks): tokens as the CPU's (expect_like_cpu), and logprobs with the bits
+// of logits_logprob on CUDA, which folds the whole row in one CTA — the replay must reproduce it.
+void expect_split_path_like_cpu(const Tensor& logits) {
+  std::vector<SampleSpec> specs;
+  for (int32_t r = 0; r < int32_t(logits.dim(0)); ++r)
+    for (float temperature : {0.0f, 0.6f, 1.0f, 1.7f})
+      for (uint64_t p = 0; p < 6; ++p)
+        specs.push_back({.seed = 77 + uint64_t(r), .stream = p % 2, .position = 10 + p, .row = r,
+                         .temperature = temperature,
+                         .top_k = p == 5 ? int32_t(logits.dim(1)) : 0});  // top_k = V: untruncated
+  expect_like_cpu(logits, specs);
+  const Drawn gpu = sample_on(Device::cuda, logits, specs);
+  for (float temperature : {0.0f, 0.6f, 1.0f, 1.7f}) {
+    // One logits_logprob call per temperature over the rows the draws read, targets their tokens.
+    std::vector<size_t> draws;
+    for (size_t d = 0; d < specs.size(); ++d)
+      if (specs[d].temperature == temperature) draws.push_back(d);
+    const int64_t n = int64_t(draws.size()), vocab = logits.dim(1);
+    Tensor picked = Tensor::empty({n, vocab}, DType::f32), target = Tensor::empty({n}, DType::i32);
+    for (int64_t i = 0; i < n; ++i) {
+      const SampleSpec& s = specs[draws[size_t(i)]];
+      std::memcpy(picked.data_as<float>() + i * vocab, logits.data_as<float>() + s.row * vocab,
+                  size_t(vocab) * 4);
+      target.data_as<int32_t>()[i] = gpu.tokens[draws[size_t(i)]];
+    }
+    Tensor lp = Tensor::empty({n}, DType::f32, Device::cuda);
+    Tensor ent = Tensor::empty({n}, DType::f32, Device::cuda);
+    logits_logprob(lp, ent, picked.to(Device::cuda), target.to(Device::cuda),
+                   temperature > 0 ? temperature : 1.0f);
+    const Tensor want = lp.to(Device::cpu);
+    for (int64_t i = 0; i < n; ++i)
+      EXPECT_EQ(bits(gpu.logprobs[draws[size_t(i)]]), bits(want.data_as<float>()[i]))
+          << "draw " << draws[size_t(i)] << " temperature " << temperature;
+  }
+}
+
+// Vocabularies that are not multiples of the chunk (one of a single chunk, one with a last chunk
+// of one id) and Qwen's.
+TEST(SampleGpu, SplitPathMatchesTheCpuAndLogitsLogprob) {
+  LOCKSTEP_REQUIRE_GPU();
+  for (int64_t vocab : {151936, 3 * 4096 + 1, 4095, 2 * 4096 + 17, 37}) {
+    const Tensor logits = logits_rows(vocab, {0.3f, 1.0f, 3.0f, 9.0f}, false, 40 + uint64_t(vocab));
+    expect_split_path_like_cpu(logits);
+  }
+}
+
+// −inf logits (masked ids): scattered ones and whole chunks of them, after a first chunk holding
+// finite logits (a row whose first chunk is all −inf folds to a NaN sum, on the CPU too).
+TEST(SampleGpu, SplitPathWithMinusInfinityLogits) {
+  LOCKSTEP_REQUIRE_GPU();
+  Tensor logits = logits_rows(5 * 4096 + 100, {1.0f, 4.0f}, false, 50);
+  float* p = logits.data_as<float>();
+  const int64_t vocab = logits.dim(1);
+  for (int64_t v = 0; v < vocab; ++v) {
+    if (v % 3 == 1) p[v] = -INFINITY;                                 // row 0: scattered
+    if (v >= 4096 && v < 3 * 4096 + 50) p[vocab + v] = -INFINITY;  // row 1: whole chunks
+  }
+  expect_split_path_like_cpu(logits);
+}
+
+// Greedy ties: across a chunk boundary, far apart, and −0 against +0 (equal: the lower id wins).
+TEST(SampleGpu, SplitPathGreedyTies) {
+  LOCKSTEP_REQUIRE_GPU();
+  Tensor logits = logits_rows(151936, {1.0f, 1.0f, 1.0f}, false, 51);
+  float* p = logits.data_as<float>();
+  const int64_t vocab = logits.dim(1);
+  p[4096] = p[4095] = 50.0f;
+  p[vocab + 151935] = p[vocab + 8191] = 50.0f;
+  for (int64_t v = 0; v < vocab; ++v) p[2 * vocab + v] = -1.0f - std::abs(p[2 * vocab + v]);
+  p[2 * vocab + 9000] = -0.0f;
+  p[2 * vocab + 100000] = 0.0f;
+  std::vector<SampleSpec> specs(3);
+  for (int32_t r = 0; r < 3; ++r) specs[size_t(r)] = {.row = r, .temperature = 0.0f};
+  const Drawn gpu = sample_on(Device::cuda, logits, specs);
+  EXPECT_EQ(gpu.tokens, (std::vector<int32_t>{4095, 8191, 9000}));
+  EXPECT_EQ(gpu.tokens, sample_on(Device::cpu, logits, specs).tokens);
 }
 
 // A draw's bits depend on its row and spec only: alone, in a batch, or run again.
