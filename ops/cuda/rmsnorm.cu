@@ -11,7 +11,9 @@
 // that run's partial sums; add_partial_sums adds the runs to dw in a fixed order. No atomics: the
 // same bits every run.
 //
-// rmsnorm_forward_fp8: the rstd pass of the forward (the same kernel, so the same rstd bits), then a
+// rmsnorm_forward_fp8: for T ≤ quant::kSmallT rows only (decode), the forward's row kernel quantizes
+// each row's y in place of storing it (one launch; the same rstd and y bits, so the same bytes).
+// Otherwise the rstd pass of the forward (the same kernel, so the same rstd bits), then a
 // tile kernel that recomputes y = bf16(x · rstd · w) with the forward's operations into a bf16
 // Fragment and quantizes it with numerics/cuda/quantize_device.cuh, without storing y: the bytes of
 // rmsnorm_forward followed by quantize_rows(_and_columns). HBM traffic per element: x read twice
@@ -43,11 +45,19 @@ __device__ __forceinline__ void normalize(float (&v)[kVec], float rstd, const fl
   for (int e = 0; e < kVec; ++e) v[e] = __fmul_rn(__fmul_rn(v[e], rstd), w[e]);
 }
 
-// rstd[r] for row r = blockIdx.x of x [R, C]; with kStoreY also y [R, C].
-template <bool kStoreY>
+// What rmsnorm_rows_kernel writes besides rstd: nothing (the rstd pass of the fp8 tile kernel), y,
+// or y's rowwise fp8 bytes and scales (rmsnorm_forward_fp8's rows for T ≤ quant::kSmallT: one
+// kernel where the tile kernel would take 128-row tiles and a second launch).
+enum class RowsOut { rstd, y, fp8 };
+
+// rstd[r] for row r = blockIdx.x of x [R, C], and what kOut says. fp8: y's bytes to q [R, C], its
+// scales to s [C/128, R]; the 16 vectors of a 128-column group fall to one half-warp (vector v to
+// thread v % blockDim.x, a multiple of 32), which quant::quantize_vector_rows needs.
+template <RowsOut kOut>
 __global__ void __launch_bounds__(kRowThreads) rmsnorm_rows_kernel(
-    const uint16_t* __restrict__ x, const float* __restrict__ w, int64_t C, float eps,
-    float* __restrict__ rstd, uint16_t* __restrict__ y) {
+    const uint16_t* __restrict__ x, const float* __restrict__ w, int64_t R, int64_t C, float eps,
+    float* __restrict__ rstd, uint16_t* __restrict__ y, uint8_t* __restrict__ q, float* __restrict__ s,
+    bool pow2) {
   __shared__ float scratch[kRowThreads / 32];
   const int64_t r = blockIdx.x, vectors = C / kVec;
   const uint16_t* xr = x + r * C;
@@ -60,13 +70,28 @@ __global__ void __launch_bounds__(kRowThreads) rmsnorm_rows_kernel(
   }
   const float rs = rstd_of(block_sum(sum, scratch), C, eps);
   if (threadIdx.x == 0) rstd[r] = rs;
-  if constexpr (kStoreY) {
+  if constexpr (kOut == RowsOut::y) {
     for (int64_t v = threadIdx.x; v < vectors; v += blockDim.x) {
       float a[kVec], wv[kVec];
       load_bf16x8(xr + v * kVec, a);
       load_f32x8(w + v * kVec, wv);
       normalize(a, rs, wv);
       store_bf16x8(y + r * C + v * kVec, a);
+    }
+  }
+  if constexpr (kOut == RowsOut::fp8) {
+    for (int64_t v0 = 0; v0 < vectors; v0 += blockDim.x) {  // uniform: every lane reaches the shuffles
+      const int64_t v = v0 + threadIdx.x;
+      const bool valid = v < vectors;  // a whole half-warp's: vectors is a multiple of 16
+      uint4 raw = make_uint4(0, 0, 0, 0);
+      if (valid) {
+        float a[kVec], wv[kVec];
+        load_bf16x8(xr + v * kVec, a);
+        load_f32x8(w + v * kVec, wv);
+        normalize(a, rs, wv);
+        raw = pack_bf16x8(a);
+      }
+      quant::quantize_vector_rows(raw, valid, q + r * C + v * kVec, s + v * kVec / quant::kTile * R + r, pow2);
     }
   }
 }
@@ -159,12 +184,15 @@ __global__ void __launch_bounds__(Bf16::kThreads, kColumnwise ? 2 : 3) rmsnorm_q
 
 const uint16_t* bf16_data(const Tensor& t) { return static_cast<const uint16_t*>(t.data()); }
 
-template <bool kStoreY>
-void launch_rows(const Tensor& x, const Tensor& w, float eps, Tensor& rstd, uint16_t* y) {
+template <RowsOut kOut>
+void launch_rows(const Tensor& x, const Tensor& w, float eps, Tensor& rstd, uint16_t* y,
+                 Fp8Rows* rows = nullptr, bool pow2 = false) {
   const int64_t R = x.dim(0), C = x.dim(1);
   if (R == 0) return;
-  rmsnorm_rows_kernel<kStoreY><<<unsigned(R), row_threads(C), 0, current_stream()>>>(
-      bf16_data(x), w.data_as<float>(), C, eps, rstd.data_as<float>(), y);
+  rmsnorm_rows_kernel<kOut><<<unsigned(R), row_threads(C), 0, current_stream()>>>(
+      bf16_data(x), w.data_as<float>(), R, C, eps, rstd.data_as<float>(), y,
+      rows ? static_cast<uint8_t*>(rows->data.data()) : nullptr, rows ? rows->scales.data_as<float>() : nullptr,
+      pow2);
   LOCKSTEP_CUDA_CHECK_LAUNCH();
 }
 
@@ -185,7 +213,7 @@ void launch_quantize(const Tensor& x, const Tensor& rstd, const Tensor& w, Fp8Ro
 }  // namespace
 
 void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, float eps) {
-  launch_rows<true>(x, w, eps, rstd, static_cast<uint16_t*>(y.data()));
+  launch_rows<RowsOut::y>(x, w, eps, rstd, static_cast<uint16_t*>(y.data()));
 }
 
 void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w,
@@ -211,7 +239,11 @@ void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x,
 void rmsnorm_forward_fp8(Fp8Rows& y_rows, Fp8Rows* y_cols, Tensor& rstd, const Tensor& x,
                          const Tensor& w, float eps, bool pow2) {
   if (x.dim(0) == 0) return;
-  launch_rows<false>(x, w, eps, rstd, nullptr);
+  if (!y_cols && x.dim(0) <= quant::kSmallT) {
+    launch_rows<RowsOut::fp8>(x, w, eps, rstd, nullptr, &y_rows, pow2);
+    return;
+  }
+  launch_rows<RowsOut::rstd>(x, w, eps, rstd, nullptr);
   if (y_cols) launch_quantize<true>(x, rstd, w, y_rows, y_cols, pow2);
   else launch_quantize<false>(x, rstd, w, y_rows, nullptr, pow2);
 }
