@@ -2,7 +2,8 @@
 //
 // Forward: one block per row. The row is read once from memory to sum its squares and once more
 // (an L1/L2 hit: this block has just read it) to normalize, so HBM sees one read of x and one write
-// of y. A row's sums run in an order fixed by the row width alone (thread i takes vectors i, i + n,
+// of y. At decode sizes (≤ 64 rows) a row's output is sliced over a few blocks, each summing the
+// whole row (an L2 hit but for the first) and normalizing its slice. A row's sums run in an order fixed by the row width alone (thread i takes vectors i, i + n,
 // ...; then block_sum), so a row gives the same bits whatever the batch.
 //
 // Backward: the rows are cut into RowParts (≤ 256 runs of consecutive rows, by the row count alone);
@@ -53,6 +54,9 @@ enum class RowsOut { rstd, y, fp8 };
 // rstd[r] for row r = blockIdx.x of x [R, C], and what kOut says. fp8: y's bytes to q [R, C], its
 // scales to s [C/128, R]; the 16 vectors of a 128-column group fall to one half-warp (vector v to
 // thread v % blockDim.x, a multiple of 32), which quant::quantize_vector_rows needs.
+// gridDim.y slices a row's output (decode sizes, row_slices): each of its blocks computes the
+// row's rstd (the same code, the same bits; the first one stores it) and writes the vectors
+// blockIdx.y·blockDim.x + i·gridDim.y·blockDim.x + threadIdx.x.
 template <RowsOut kOut>
 __global__ void __launch_bounds__(kRowThreads) rmsnorm_rows_kernel(
     const uint16_t* __restrict__ x, const float* __restrict__ w, int64_t R, int64_t C, float eps,
@@ -69,9 +73,10 @@ __global__ void __launch_bounds__(kRowThreads) rmsnorm_rows_kernel(
     for (int e = 0; e < kVec; ++e) sum = fmaf(a[e], a[e], sum);
   }
   const float rs = rstd_of(block_sum(sum, scratch), C, eps);
-  if (threadIdx.x == 0) rstd[r] = rs;
+  if (threadIdx.x == 0 && blockIdx.y == 0) rstd[r] = rs;
+  const int64_t first = int64_t(blockIdx.y) * blockDim.x, stride = int64_t(gridDim.y) * blockDim.x;
   if constexpr (kOut == RowsOut::y) {
-    for (int64_t v = threadIdx.x; v < vectors; v += blockDim.x) {
+    for (int64_t v = first + threadIdx.x; v < vectors; v += stride) {
       float a[kVec], wv[kVec];
       load_bf16x8(xr + v * kVec, a);
       load_f32x8(w + v * kVec, wv);
@@ -80,7 +85,7 @@ __global__ void __launch_bounds__(kRowThreads) rmsnorm_rows_kernel(
     }
   }
   if constexpr (kOut == RowsOut::fp8) {
-    for (int64_t v0 = 0; v0 < vectors; v0 += blockDim.x) {  // uniform: every lane reaches the shuffles
+    for (int64_t v0 = first; v0 < vectors; v0 += stride) {  // uniform: every lane reaches the shuffles
       const int64_t v = v0 + threadIdx.x;
       const bool valid = v < vectors;  // a whole half-warp's: vectors is a multiple of 16
       uint4 raw = make_uint4(0, 0, 0, 0);
@@ -184,12 +189,20 @@ __global__ void __launch_bounds__(Bf16::kThreads, kColumnwise ? 2 : 3) rmsnorm_q
 
 const uint16_t* bf16_data(const Tensor& t) { return static_cast<const uint16_t*>(t.data()); }
 
+// Blocks a row's output is sliced over: at decode sizes (R ≤ quant::kSmallT) one vector a thread,
+// so that R = 1 is not one block walking the row; larger batches have blocks enough, and one a row
+// reads the row from memory once.
+unsigned row_slices(int64_t R, int64_t C) {
+  return R <= quant::kSmallT ? unsigned((C / kVec + row_threads(C) - 1) / row_threads(C)) : 1;
+}
+
 template <RowsOut kOut>
 void launch_rows(const Tensor& x, const Tensor& w, float eps, Tensor& rstd, uint16_t* y,
                  Fp8Rows* rows = nullptr, bool pow2 = false) {
   const int64_t R = x.dim(0), C = x.dim(1);
   if (R == 0) return;
-  rmsnorm_rows_kernel<kOut><<<unsigned(R), row_threads(C), 0, current_stream()>>>(
+  const dim3 grid(unsigned(R), kOut == RowsOut::rstd ? 1 : row_slices(R, C));
+  rmsnorm_rows_kernel<kOut><<<grid, row_threads(C), 0, current_stream()>>>(
       bf16_data(x), w.data_as<float>(), R, C, eps, rstd.data_as<float>(), y,
       rows ? static_cast<uint8_t*>(rows->data.data()) : nullptr, rows ? rows->scales.data_as<float>() : nullptr,
       pow2);
