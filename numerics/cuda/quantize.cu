@@ -10,6 +10,8 @@
 //   store is a full 128-byte line per 8 lanes (transposed) or per half-warp (rowwise).
 // - Amax of bf16 data compares two values per instruction on their raw magnitude bits; a token's
 //   128-feature group spans a half-warp, whose 8 token maxima are reduce-scattered (8 shuffles).
+// - Rows only at T ≤ kSmallT (decode) skips the tiles, mostly padding there: a thread per 8-wide
+//   vector, a half-warp per group (quantize_vector_rows).
 #include <cstdint>
 #include <type_traits>
 
@@ -46,6 +48,18 @@ __global__ void __launch_bounds__(Bf16::kThreads, kColumnwise ? 2 : 3) quantize_
         if constexpr (kRowwise) quantize_tile_rows(f, t0, k0, T, K, q, s, pow2);
         if constexpr (kColumnwise) quantize_tile_columns(f, t0, k0, K, Tp, qt, st, pow2, scratch);
       });
+}
+
+// quantize_activation_kernel's rows for T ≤ kSmallT: one 8-wide vector of x a thread (vector i of
+// [T, K]), grouped by quantize_vector_rows.
+__global__ void __launch_bounds__(kSmallThreads) quantize_rows_small_kernel(
+    const uint16_t* __restrict__ x, int64_t T, int64_t K, uint8_t* __restrict__ q, float* __restrict__ s,
+    bool pow2) {
+  const int64_t i = int64_t(blockIdx.x) * kSmallThreads + threadIdx.x;
+  const int64_t t = i / (K / 8), c = i % (K / 8) * 8;
+  const bool valid = t < T;
+  const uint4 raw = valid ? *reinterpret_cast<const uint4*>(x + t * K + c) : make_uint4(0, 0, 0, 0);
+  quantize_vector_rows(raw, valid, q + t * K + c, s + c / kTile * T + t, pow2);
 }
 
 // W [N, K] (f32 or bf16) in 128×128 blocks: q [N, K] row-major and, through shared memory, the
@@ -131,9 +145,16 @@ void quantize_rows_and_columns(Fp8Rows* out, Fp8Rows* out_t, const Tensor& x, bo
   auto* s = out ? out->scales.data_as<float>() : nullptr;
   auto* qt = out_t ? static_cast<uint8_t*>(out_t->data.data()) : nullptr;
   auto* st = out_t ? out_t->scales.data_as<float>() : nullptr;
-  if (out && out_t) launch_activation<true, true>(tiles, xp, T, K, q, s, qt, st, Tp, pow2);
-  else if (out) launch_activation<true, false>(tiles, xp, T, K, q, s, qt, st, Tp, pow2);
-  else launch_activation<false, true>(tiles, xp, T, K, q, s, qt, st, Tp, pow2);
+  if (out && out_t) {
+    launch_activation<true, true>(tiles, xp, T, K, q, s, qt, st, Tp, pow2);
+  } else if (out && T <= kSmallT) {
+    quantize_rows_small_kernel<<<small_grid(T * K / 8), kSmallThreads, 0, current_stream()>>>(xp, T, K, q, s, pow2);
+    LOCKSTEP_CUDA_CHECK_LAUNCH();
+  } else if (out) {
+    launch_activation<true, false>(tiles, xp, T, K, q, s, qt, st, Tp, pow2);
+  } else {
+    launch_activation<false, true>(tiles, xp, T, K, q, s, qt, st, Tp, pow2);
+  }
 }
 
 void quantize_weight(Fp8Weight& out, const Tensor& w, bool pow2) {

@@ -304,6 +304,37 @@ __device__ __forceinline__ void quantize_tile_rows(const Bf16& f, int64_t t0, in
   if (lane % 2 == 0 && t0 + r0 + lane / 2 < T) s[k0 / kTile * T + t0 + r0 + lane / 2] = scale;
 }
 
+// Decode token counts (T ≤ kSmallT) take rows-only kernels without the tile loop: at T ≤ 64 a
+// 128×128 tile is mostly padding rows, whose work (and persistent grid) dominated (docs/results/
+// decode_*_ncu_*.txt). There one thread holds one 8-value vector of a token row, and the 16 lanes of
+// each half-warp one 128-value group, in order.
+constexpr int64_t kSmallT = 64;
+constexpr int kSmallThreads = 128;  // a block of the small-T kernels: more blocks, more SMs at T = 1
+
+// Blocks of kSmallThreads for `vectors` 8-wide vectors, one a thread.
+inline unsigned small_grid(int64_t vectors) { return unsigned((vectors + kSmallThreads - 1) / kSmallThreads); }
+
+// Rowwise 1×128 quantization of the group held by this half-warp, 8 bf16 values a lane in raw (lane
+// i % 16 holds the group's values 8·(i % 16) ..): the lane's 8 bytes to q, the group's scale to *s
+// (by the group's first lane). The amax, scale and bytes are quantize_tile_rows's (the same helpers
+// on the same values; a maximum does not depend on the order). Every lane of the warp calls it; a
+// half-warp without a group passes valid = false and stores nothing.
+__device__ __forceinline__ void quantize_vector_rows(const uint4& raw, bool valid, uint8_t* q, float* s,
+                                                     bool pow2) {
+  uint32_t m = 0;
+#pragma unroll
+  for (int w = 0; w < 4; ++w) m = Bf16::max_magnitude(m, component(raw, w));
+  m = Bf16::unpack_magnitude(m);
+#pragma unroll
+  for (int o = 8; o >= 1; o /= 2) m = max(m, __shfl_xor_sync(0xffffffffu, m, o));
+  const float scale = group_scale(m, pow2), inv = inverse_scale(scale);
+  if (!valid) return;
+  Bf16 f;
+  f.raw[0] = raw;
+  f.store_row(q, 0, inv);
+  if (threadIdx.x % 16 == 0) *s = scale;
+}
+
 // Shared memory of quantize_tile_columns.
 struct ColumnScratch {
   alignas(16) uint8_t tq[kTile * kTile];

@@ -6,7 +6,8 @@
 // head's sums (RMSNorm) are butterfly shuffles within the group. A CTA takes whole token rows: it
 // computes their cos/sin once into shared memory (one double sincos per angle, as the contract says,
 // shared by all the row's heads), then its groups walk the rows' heads, coalesced (a warp reads
-// 32/G consecutive heads). The math is the CPU reference's in fp32, rounded once to bf16 at the
+// 32/G consecutive heads). The forward at decode sizes (T ≤ kSmallT) instead spreads a row's heads
+// over CTAs, one head a group, each CTA computing the row's table (the same code: the same bits). The math is the CPU reference's in fp32, rounded once to bf16 at the
 // store; only the order of a head's sums and FMA contraction differ (a few fp32 ulps).
 //
 // dq_norm / dk_norm, deterministically (no float atomics): each thread sums its columns' dy·x̂ over
@@ -29,6 +30,7 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kMaxHeadDim = 256;
 constexpr int kBackwardRows = 4;  // 4× fewer partial rows to add than one row a CTA
+constexpr int64_t kSmallT = 64;   // up to here (decode) the forward spreads a token's heads over CTAs
 
 // This thread's place: lane j of group `index` (G lanes, aligned within the warp), one of `count`
 // groups in the CTA. Lanes j ≥ head_dim / 16 (where G rounds up) hold zeros and store nothing.
@@ -49,15 +51,19 @@ struct Group {
   }
 };
 
-// 8 bf16 (one 16-byte load) widened to fp32 (exact).
-__device__ __forceinline__ void load8(const uint16_t* src, float (&x)[8]) {
-  const uint4 u = *reinterpret_cast<const uint4*>(src);
+// 8 bf16 of one 16-byte word widened to fp32 (exact).
+__device__ __forceinline__ void unpack8(const uint4& u, float (&x)[8]) {
   const uint32_t w[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
     x[2 * k] = __uint_as_float(w[k] << 16);
     x[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
   }
+}
+
+// 8 bf16 (one 16-byte load) widened to fp32.
+__device__ __forceinline__ void load8(const uint16_t* src, float (&x)[8]) {
+  unpack8(*reinterpret_cast<const uint4*>(src), x);
 }
 
 // 8 fp32 values (two 16-byte loads: norm weights, cos/sin tables).
@@ -109,57 +115,103 @@ __device__ __forceinline__ void rotate(float (&a)[8], float (&b)[8], const float
   }
 }
 
-// One token row a CTA (decode batches are small: as many CTAs as rows).
+// The forward kernels' arguments.
+struct ForwardArgs {
+  const uint16_t* qkv;
+  uint16_t* out;
+  float* rstd;  // null without the norm
+  const int32_t* positions;
+  const float* inv_freq;
+  const float* q_norm;
+  const float* k_norm;
+  int q_heads, kv_heads, head_dim, G;
+  float eps;
+};
+
+// Head h of token t, whose group lane holds the raw bf16 of its columns [8j, 8j + 8) of each half in
+// ra and rb (zeros in inactive lanes): a q or k head normalized (kNorm) and rotated with the token's
+// cos/sin table, a v head copied; to out at col (and its rstd). Every lane of the group calls it.
 template <bool kNorm>
-__global__ void __launch_bounds__(kThreads) qkv_rope_forward_kernel(
-    const uint16_t* __restrict__ qkv, uint16_t* __restrict__ out, float* __restrict__ rstd,
-    const int32_t* __restrict__ positions, const float* __restrict__ inv_freq,
-    const float* __restrict__ q_norm, const float* __restrict__ k_norm, int q_heads, int kv_heads,
-    int head_dim, int G, float eps) {
+__device__ __forceinline__ void forward_head(const ForwardArgs& args, const Group& group, int64_t t, int h,
+                                             int64_t col, const uint4& ra, const uint4& rb,
+                                             const float* cos_t, const float* sin_t) {
+  const int half = args.head_dim / 2, qk_heads = args.q_heads + args.kv_heads;
+  if (h >= qk_heads) {  // a v head: copied
+    if (group.active) {
+      *reinterpret_cast<uint4*>(args.out + col) = ra;
+      *reinterpret_cast<uint4*>(args.out + col + half) = rb;
+    }
+    return;
+  }
+  float a[8], b[8];
+  unpack8(ra, a);
+  unpack8(rb, b);
+  if constexpr (kNorm) {
+    float squares = 0;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) squares += a[k] * a[k] + b[k] * b[k];
+    const float r = 1.0f / sqrtf(group.sum(squares) / float(args.head_dim) + args.eps);
+    if (group.active) {
+      const float* w = (h < args.q_heads ? args.q_norm : args.k_norm) + 8 * group.j;
+      float wa[8], wb[8];
+      load8(w, wa);
+      load8(w + half, wb);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        a[k] = a[k] * r * wa[k];
+        b[k] = b[k] * r * wb[k];
+      }
+    }
+    if (group.j == 0) args.rstd[t * qk_heads + h] = r;
+  }
+  if (group.active) {
+    rotate<false>(a, b, cos_t + 8 * group.j, sin_t + 8 * group.j);
+    store8(args.out + col, a);
+    store8(args.out + col + half, b);
+  }
+}
+
+// The raw bf16 of a head's two column chunks for this lane (zeros where it has none).
+__device__ __forceinline__ void load_head(const ForwardArgs& args, int64_t col, bool load, uint4& ra, uint4& rb) {
+  ra = rb = make_uint4(0, 0, 0, 0);
+  if (!load) return;
+  ra = *reinterpret_cast<const uint4*>(args.qkv + col);
+  rb = *reinterpret_cast<const uint4*>(args.qkv + col + args.head_dim / 2);
+}
+
+// One token row a CTA (T > kSmallT): its groups walk the row's heads.
+template <bool kNorm>
+__global__ void __launch_bounds__(kThreads) qkv_rope_forward_kernel(ForwardArgs args) {
   __shared__ alignas(16) float cos_t[kMaxHeadDim / 2], sin_t[kMaxHeadDim / 2];
   const int64_t t = blockIdx.x;
-  const int half = head_dim / 2, qk_heads = q_heads + kv_heads, heads = qk_heads + kv_heads;
-  rope_tables(positions, inv_freq, t, 1, half, cos_t, sin_t);
+  const int heads = args.q_heads + 2 * args.kv_heads;
+  rope_tables(args.positions, args.inv_freq, t, 1, args.head_dim / 2, cos_t, sin_t);
   __syncthreads();
-  const Group group(G, head_dim);
+  const Group group(args.G, args.head_dim);
   for (int h = group.index; h < heads; h += group.count) {
-    const int64_t col = (t * heads + h) * head_dim + 8 * group.j;  // the second half at col + half
-    if (h >= qk_heads) {  // a v head: copied
-      if (group.active) {
-        copy8(out + col, qkv + col);
-        copy8(out + col + half, qkv + col + half);
-      }
-      continue;
-    }
-    float a[8] = {}, b[8] = {};
-    if (group.active) {
-      load8(qkv + col, a);
-      load8(qkv + col + half, b);
-    }
-    if constexpr (kNorm) {
-      float squares = 0;
-#pragma unroll
-      for (int k = 0; k < 8; ++k) squares += a[k] * a[k] + b[k] * b[k];
-      const float r = 1.0f / sqrtf(group.sum(squares) / float(head_dim) + eps);
-      if (group.active) {
-        const float* w = (h < q_heads ? q_norm : k_norm) + 8 * group.j;
-        float wa[8], wb[8];
-        load8(w, wa);
-        load8(w + half, wb);
-#pragma unroll
-        for (int k = 0; k < 8; ++k) {
-          a[k] = a[k] * r * wa[k];
-          b[k] = b[k] * r * wb[k];
-        }
-      }
-      if (group.j == 0) rstd[t * qk_heads + h] = r;
-    }
-    if (group.active) {
-      rotate<false>(a, b, cos_t + 8 * group.j, sin_t + 8 * group.j);
-      store8(out + col, a);
-      store8(out + col + half, b);
-    }
+    const int64_t col = (t * heads + h) * args.head_dim + 8 * group.j;  // the second half at col + half
+    uint4 ra, rb;
+    load_head(args, col, group.active, ra, rb);
+    forward_head<kNorm>(args, group, t, h, col, ra, rb, cos_t, sin_t);
   }
+}
+
+// T ≤ kSmallT (decode): one head a group, grid (T, ⌈heads / groups a CTA⌉), so that a token's heads
+// spread over CTAs (one CTA a token left T = 1 on one SM, each group walking two heads in turn), and
+// the head's loads are issued before the table's sincos and overlap it.
+template <bool kNorm>
+__global__ void __launch_bounds__(kThreads) qkv_rope_forward_heads_kernel(ForwardArgs args) {
+  __shared__ alignas(16) float cos_t[kMaxHeadDim / 2], sin_t[kMaxHeadDim / 2];
+  const int64_t t = blockIdx.x;
+  const int heads = args.q_heads + 2 * args.kv_heads;
+  const Group group(args.G, args.head_dim);
+  const int h = int(blockIdx.y) * group.count + group.index;
+  const int64_t col = (t * heads + h) * args.head_dim + 8 * group.j;
+  uint4 ra, rb;
+  load_head(args, col, h < heads && group.active, ra, rb);
+  rope_tables(args.positions, args.inv_freq, t, 1, args.head_dim / 2, cos_t, sin_t);
+  __syncthreads();
+  if (h < heads) forward_head<kNorm>(args, group, t, h, col, ra, rb, cos_t, sin_t);  // whole groups
 }
 
 // kBackwardRows token rows a CTA. With kNorm, writes the CTA's Σ dy·x̂ to partial[blockIdx.x]:
@@ -332,11 +384,18 @@ void qkv_rope_forward(Tensor& out, Tensor& rstd, const Tensor& qkv, const Tensor
   const int64_t T = qkv.dim(0);
   if (T == 0) return;
   const bool norm = q_norm.defined();
-  const auto kernel = norm ? qkv_rope_forward_kernel<true> : qkv_rope_forward_kernel<false>;
-  kernel<<<unsigned(T), kThreads, 0, current_stream()>>>(
-      bf16_bits(qkv), bf16_bits(out), norm ? rstd.data_as<float>() : nullptr,
-      positions.data_as<int32_t>(), inv_freq.data_as<float>(), floats_or_null(q_norm),
-      floats_or_null(k_norm), int(layout.q_heads), int(layout.kv_heads), int(layout.head_dim), G, eps);
+  const ForwardArgs args{bf16_bits(qkv), bf16_bits(out), norm ? rstd.data_as<float>() : nullptr,
+                         positions.data_as<int32_t>(), inv_freq.data_as<float>(), floats_or_null(q_norm),
+                         floats_or_null(k_norm), int(layout.q_heads), int(layout.kv_heads),
+                         int(layout.head_dim), G, eps};
+  if (T <= kSmallT) {
+    const int64_t heads = layout.q_heads + 2 * layout.kv_heads, per_cta = kThreads / G;
+    const auto kernel = norm ? qkv_rope_forward_heads_kernel<true> : qkv_rope_forward_heads_kernel<false>;
+    kernel<<<dim3(unsigned(T), unsigned((heads + per_cta - 1) / per_cta)), kThreads, 0, current_stream()>>>(args);
+  } else {
+    const auto kernel = norm ? qkv_rope_forward_kernel<true> : qkv_rope_forward_kernel<false>;
+    kernel<<<unsigned(T), kThreads, 0, current_stream()>>>(args);
+  }
   LOCKSTEP_CUDA_CHECK_LAUNCH();
 }
 

@@ -2,7 +2,8 @@
 //
 // Forward: one block per row. The row is read once from memory to sum its squares and once more
 // (an L1/L2 hit: this block has just read it) to normalize, so HBM sees one read of x and one write
-// of y. A row's sums run in an order fixed by the row width alone (thread i takes vectors i, i + n,
+// of y. At decode sizes (≤ 64 rows) a row's output is sliced over a few blocks, each summing the
+// whole row (an L2 hit but for the first) and normalizing its slice. A row's sums run in an order fixed by the row width alone (thread i takes vectors i, i + n,
 // ...; then block_sum), so a row gives the same bits whatever the batch.
 //
 // Backward: the rows are cut into RowParts (≤ 256 runs of consecutive rows, by the row count alone);
@@ -11,7 +12,9 @@
 // that run's partial sums; add_partial_sums adds the runs to dw in a fixed order. No atomics: the
 // same bits every run.
 //
-// rmsnorm_forward_fp8: the rstd pass of the forward (the same kernel, so the same rstd bits), then a
+// rmsnorm_forward_fp8: for T ≤ quant::kSmallT rows only (decode), the forward's row kernel quantizes
+// each row's y in place of storing it (one launch; the same rstd and y bits, so the same bytes).
+// Otherwise the rstd pass of the forward (the same kernel, so the same rstd bits), then a
 // tile kernel that recomputes y = bf16(x · rstd · w) with the forward's operations into a bf16
 // Fragment and quantizes it with numerics/cuda/quantize_device.cuh, without storing y: the bytes of
 // rmsnorm_forward followed by quantize_rows(_and_columns). HBM traffic per element: x read twice
@@ -43,11 +46,22 @@ __device__ __forceinline__ void normalize(float (&v)[kVec], float rstd, const fl
   for (int e = 0; e < kVec; ++e) v[e] = __fmul_rn(__fmul_rn(v[e], rstd), w[e]);
 }
 
-// rstd[r] for row r = blockIdx.x of x [R, C]; with kStoreY also y [R, C].
-template <bool kStoreY>
+// What rmsnorm_rows_kernel writes besides rstd: nothing (the rstd pass of the fp8 tile kernel), y,
+// or y's rowwise fp8 bytes and scales (rmsnorm_forward_fp8's rows for T ≤ quant::kSmallT: one
+// kernel where the tile kernel would take 128-row tiles and a second launch).
+enum class RowsOut { rstd, y, fp8 };
+
+// rstd[r] for row r = blockIdx.x of x [R, C], and what kOut says. fp8: y's bytes to q [R, C], its
+// scales to s [C/128, R]; the 16 vectors of a 128-column group fall to one half-warp (vector v to
+// thread v % blockDim.x, a multiple of 32), which quant::quantize_vector_rows needs.
+// gridDim.y slices a row's output (decode sizes, row_slices): each of its blocks computes the
+// row's rstd (the same code, the same bits; the first one stores it) and writes the vectors
+// blockIdx.y·blockDim.x + i·gridDim.y·blockDim.x + threadIdx.x.
+template <RowsOut kOut>
 __global__ void __launch_bounds__(kRowThreads) rmsnorm_rows_kernel(
-    const uint16_t* __restrict__ x, const float* __restrict__ w, int64_t C, float eps,
-    float* __restrict__ rstd, uint16_t* __restrict__ y) {
+    const uint16_t* __restrict__ x, const float* __restrict__ w, int64_t R, int64_t C, float eps,
+    float* __restrict__ rstd, uint16_t* __restrict__ y, uint8_t* __restrict__ q, float* __restrict__ s,
+    bool pow2) {
   __shared__ float scratch[kRowThreads / 32];
   const int64_t r = blockIdx.x, vectors = C / kVec;
   const uint16_t* xr = x + r * C;
@@ -59,14 +73,30 @@ __global__ void __launch_bounds__(kRowThreads) rmsnorm_rows_kernel(
     for (int e = 0; e < kVec; ++e) sum = fmaf(a[e], a[e], sum);
   }
   const float rs = rstd_of(block_sum(sum, scratch), C, eps);
-  if (threadIdx.x == 0) rstd[r] = rs;
-  if constexpr (kStoreY) {
-    for (int64_t v = threadIdx.x; v < vectors; v += blockDim.x) {
+  if (threadIdx.x == 0 && blockIdx.y == 0) rstd[r] = rs;
+  const int64_t first = int64_t(blockIdx.y) * blockDim.x, stride = int64_t(gridDim.y) * blockDim.x;
+  if constexpr (kOut == RowsOut::y) {
+    for (int64_t v = first + threadIdx.x; v < vectors; v += stride) {
       float a[kVec], wv[kVec];
       load_bf16x8(xr + v * kVec, a);
       load_f32x8(w + v * kVec, wv);
       normalize(a, rs, wv);
       store_bf16x8(y + r * C + v * kVec, a);
+    }
+  }
+  if constexpr (kOut == RowsOut::fp8) {
+    for (int64_t v0 = first; v0 < vectors; v0 += stride) {  // uniform: every lane reaches the shuffles
+      const int64_t v = v0 + threadIdx.x;
+      const bool valid = v < vectors;  // a whole half-warp's: vectors is a multiple of 16
+      uint4 raw = make_uint4(0, 0, 0, 0);
+      if (valid) {
+        float a[kVec], wv[kVec];
+        load_bf16x8(xr + v * kVec, a);
+        load_f32x8(w + v * kVec, wv);
+        normalize(a, rs, wv);
+        raw = pack_bf16x8(a);
+      }
+      quant::quantize_vector_rows(raw, valid, q + r * C + v * kVec, s + v * kVec / quant::kTile * R + r, pow2);
     }
   }
 }
@@ -159,12 +189,23 @@ __global__ void __launch_bounds__(Bf16::kThreads, kColumnwise ? 2 : 3) rmsnorm_q
 
 const uint16_t* bf16_data(const Tensor& t) { return static_cast<const uint16_t*>(t.data()); }
 
-template <bool kStoreY>
-void launch_rows(const Tensor& x, const Tensor& w, float eps, Tensor& rstd, uint16_t* y) {
+// Blocks a row's output is sliced over: at decode sizes (R ≤ quant::kSmallT) one vector a thread,
+// so that R = 1 is not one block walking the row; larger batches have blocks enough, and one a row
+// reads the row from memory once.
+unsigned row_slices(int64_t R, int64_t C) {
+  return R <= quant::kSmallT ? unsigned((C / kVec + row_threads(C) - 1) / row_threads(C)) : 1;
+}
+
+template <RowsOut kOut>
+void launch_rows(const Tensor& x, const Tensor& w, float eps, Tensor& rstd, uint16_t* y,
+                 Fp8Rows* rows = nullptr, bool pow2 = false) {
   const int64_t R = x.dim(0), C = x.dim(1);
   if (R == 0) return;
-  rmsnorm_rows_kernel<kStoreY><<<unsigned(R), row_threads(C), 0, current_stream()>>>(
-      bf16_data(x), w.data_as<float>(), C, eps, rstd.data_as<float>(), y);
+  const dim3 grid(unsigned(R), kOut == RowsOut::rstd ? 1 : row_slices(R, C));
+  rmsnorm_rows_kernel<kOut><<<grid, row_threads(C), 0, current_stream()>>>(
+      bf16_data(x), w.data_as<float>(), R, C, eps, rstd.data_as<float>(), y,
+      rows ? static_cast<uint8_t*>(rows->data.data()) : nullptr, rows ? rows->scales.data_as<float>() : nullptr,
+      pow2);
   LOCKSTEP_CUDA_CHECK_LAUNCH();
 }
 
@@ -185,7 +226,7 @@ void launch_quantize(const Tensor& x, const Tensor& rstd, const Tensor& w, Fp8Ro
 }  // namespace
 
 void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, float eps) {
-  launch_rows<true>(x, w, eps, rstd, static_cast<uint16_t*>(y.data()));
+  launch_rows<RowsOut::y>(x, w, eps, rstd, static_cast<uint16_t*>(y.data()));
 }
 
 void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w,
@@ -211,7 +252,11 @@ void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x,
 void rmsnorm_forward_fp8(Fp8Rows& y_rows, Fp8Rows* y_cols, Tensor& rstd, const Tensor& x,
                          const Tensor& w, float eps, bool pow2) {
   if (x.dim(0) == 0) return;
-  launch_rows<false>(x, w, eps, rstd, nullptr);
+  if (!y_cols && x.dim(0) <= quant::kSmallT) {
+    launch_rows<RowsOut::fp8>(x, w, eps, rstd, nullptr, &y_rows, pow2);
+    return;
+  }
+  launch_rows<RowsOut::rstd>(x, w, eps, rstd, nullptr);
   if (y_cols) launch_quantize<true>(x, rstd, w, y_rows, y_cols, pow2);
   else launch_quantize<false>(x, rstd, w, y_rows, nullptr, pow2);
 }

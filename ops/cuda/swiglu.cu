@@ -7,7 +7,9 @@
 // up tiles, computes the output with the forward's operations into a bf16 Fragment and quantizes it
 // with numerics/cuda/quantize_device.cuh without storing it: the bytes of swiglu_forward followed by
 // quantize_rows(_and_columns). HBM traffic per output element: 4 bytes read plus 1 or 2 fp8 bytes,
-// against 4 + 2 (swiglu) + 2 + 2 (quantization) unfused.
+// against 4 + 2 (swiglu) + 2 + 2 (quantization) unfused. Rows only at T ≤ quant::kSmallT (decode),
+// where 128-row tiles would be mostly padding: a thread per 8-wide output vector
+// (quant::quantize_vector_rows), the same operations and bytes.
 //
 // From an E4M3 gate_up (the fp8 recompute path): the backward and the fused forward read the bytes
 // and scales and dequantize in registers with dequantize's operations, instead of a dequantize pass
@@ -140,6 +142,27 @@ __global__ void __launch_bounds__(Bf16::kThreads, 2) swiglu_quantize_kernel(
   });
 }
 
+// swiglu_quantize_kernel's rows for T ≤ quant::kSmallT: one 8-wide output vector a thread (vector i
+// of the [T, I] output), grouped by quant::quantize_vector_rows; the same operations on the same
+// values, so the same bytes.
+__global__ void __launch_bounds__(quant::kSmallThreads) swiglu_quantize_rows_small_kernel(
+    const uint16_t* __restrict__ gate_up, int64_t T, int64_t I, uint8_t* __restrict__ q,
+    float* __restrict__ s, bool pow2) {
+  const int64_t i = int64_t(blockIdx.x) * quant::kSmallThreads + threadIdx.x;
+  const int64_t t = i / (I / kVec), c = i % (I / kVec) * kVec;
+  const bool valid = t < T;
+  uint4 raw = make_uint4(0, 0, 0, 0);
+  if (valid) {
+    float g[kVec], u[kVec];
+    load_bf16x8(gate_up + t * 2 * I + c, g);
+    load_bf16x8(gate_up + t * 2 * I + I + c, u);
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) g[e] = silu_times(g[e], u[e]);
+    raw = pack_bf16x8(g);
+  }
+  quant::quantize_vector_rows(raw, valid, q + t * I + c, s + c / quant::kTile * T + t, pow2);
+}
+
 // swiglu_quantize_kernel on an E4M3 gate_up (bytes [T, 2I], scales [2I/128, T]): the tile of the
 // output it quantizes, (blockIdx.x / (I/128), blockIdx.x % (I/128)), is computed from the dequantized
 // gate and up values, so the bytes are those of dequantize followed by swiglu_forward_fp8. One tile a
@@ -188,6 +211,12 @@ void launch_quantize(const Tensor& gate_up, Fp8Rows& rows, Fp8Rows* cols, bool p
   const int64_t T = gate_up.dim(0), I = gate_up.dim(1) / 2, Tp = round_up(T, quant::kTile);
   const int64_t tiles = Tp / quant::kTile * (I / quant::kTile);
   if (tiles == 0) return;
+  if (!kColumnwise && T <= quant::kSmallT) {
+    swiglu_quantize_rows_small_kernel<<<quant::small_grid(T * I / kVec), quant::kSmallThreads, 0, current_stream()>>>(
+        bf16_data(gate_up), T, I, static_cast<uint8_t*>(rows.data.data()), rows.scales.data_as<float>(), pow2);
+    LOCKSTEP_CUDA_CHECK_LAUNCH();
+    return;
+  }
   constexpr auto kernel = swiglu_quantize_kernel<kColumnwise>;
   constexpr size_t smem = quant::ring_bytes<GluTile, Bf16::kThreads>(kRingStages);
   kernel<<<quant::persistent_grid<kernel>(Bf16::kThreads, smem, tiles), Bf16::kThreads, smem, current_stream()>>>(

@@ -276,6 +276,11 @@ INSTANTIATE_TEST_SUITE_P(Shapes, RmsNormFp8Gpu,
                          ::testing::Combine(::testing::Values(1, 7, 300, 1001),
                                             ::testing::Values(128, 2048, 6144),
                                             ::testing::Values(ScaleFormat::fp32, ScaleFormat::pow2)));
+// Decode sizes: rows only at T ≤ 64 is one row kernel (65 the tile kernels), compared above with the
+// tile kernels' bytes; 640 columns: 5 groups, so the last warp's second half-warp holds none.
+INSTANTIATE_TEST_SUITE_P(Decode, RmsNormFp8Gpu,
+                         ::testing::Combine(::testing::Values(1, 3, 64, 65), ::testing::Values(640, 4096),
+                                            ::testing::Values(ScaleFormat::fp32, ScaleFormat::pow2)));
 // 20 × 32 = 640 tiles: several a persistent block, so the tile loop refills its loads.
 INSTANTIATE_TEST_SUITE_P(ManyTiles, RmsNormFp8Gpu,
                          ::testing::Values(std::make_tuple(int64_t(2500), int64_t(4096), ScaleFormat::fp32)));
@@ -352,6 +357,11 @@ TEST_P(SwiGluFp8Gpu, SameBytesAsTheComposition) {
 INSTANTIATE_TEST_SUITE_P(Shapes, SwiGluFp8Gpu,
                          ::testing::Combine(::testing::Values(1, 7, 300, 1001),
                                             ::testing::Values(128, 2048, 3072),
+                                            ::testing::Values(ScaleFormat::fp32, ScaleFormat::pow2)));
+// Decode sizes: rows only at T ≤ 64 is a thread-per-vector kernel (65 the tile kernel), compared above
+// with the tile kernel's bytes; 640 columns: 80 vectors a row, so blocks straddle rows.
+INSTANTIATE_TEST_SUITE_P(Decode, SwiGluFp8Gpu,
+                         ::testing::Combine(::testing::Values(1, 3, 64, 65), ::testing::Values(640, 12288),
                                             ::testing::Values(ScaleFormat::fp32, ScaleFormat::pow2)));
 INSTANTIATE_TEST_SUITE_P(ManyTiles, SwiGluFp8Gpu,
                          ::testing::Values(std::make_tuple(int64_t(2500), int64_t(4096), ScaleFormat::fp32)));

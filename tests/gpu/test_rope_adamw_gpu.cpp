@@ -165,8 +165,41 @@ INSTANTIATE_TEST_SUITE_P(
         // head_dim 80: 5 chunk lanes in a group of 8 (3 idle lanes in every sum).
         RopeCase{{4, 2, 80}, 37, true},
         // The largest head_dim (groups of 16 lanes) and the smallest (one lane a head).
-        RopeCase{{2, 1, 256}, 9, true}, RopeCase{{4, 4, 16}, 5, true}),
+        RopeCase{{2, 1, 256}, 9, true}, RopeCase{{4, 4, 16}, 5, true},
+        // Qwen3-8B at decode sizes: T ≤ 64 spreads a row's 48 heads over 2 CTAs (32 a CTA), 65
+        // takes the row kernel.
+        RopeCase{{32, 8, 128}, 1, true}, RopeCase{{32, 8, 128}, 3, true}, RopeCase{{32, 8, 128}, 64, true},
+        RopeCase{{32, 8, 128}, 65, true}, RopeCase{{32, 8, 128}, 1, false}),
     ::testing::PrintToStringParamName());
+
+// At T ≤ 64 the forward spreads a row's heads over CTAs (another kernel, the same per-head code):
+// its rows have the bits of the row kernel's (T = 65) for the same rows. Layouts: the last CTA of a
+// row partly idle (48 heads, 32 a CTA; 20 heads, 16 a CTA) and idle lanes (head_dim 80).
+TEST(QkvRopeGpuDecode, SmallBatchesGiveTheBitsOfTheRowKernel) {
+  LOCKSTEP_REQUIRE_GPU();
+  for (const HeadLayout layout : {HeadLayout{32, 8, 128}, HeadLayout{4, 2, 80}, HeadLayout{12, 4, 256}})
+    for (const bool norm : {true, false}) {
+      const RopeCase big{layout, 65, norm};
+      const RopeInputs in(big, 11);
+      const Tensor qkv = gpu(in.qkv), positions = gpu(in.positions), inv_freq = gpu(in.inv_freq);
+      const Tensor q_norm = gpu_or_empty(in.q_norm), k_norm = gpu_or_empty(in.k_norm);
+      const int64_t width = layout.qkv_width(), heads = layout.q_heads + layout.kv_heads;
+      Tensor out = poisoned({65, width}, DType::bf16, Device::cuda);
+      Tensor rstd = norm ? poisoned({65, heads}, DType::f32, Device::cuda) : Tensor();
+      qkv_rope_forward(out, rstd, qkv, positions, inv_freq, q_norm, k_norm, layout, kEps);
+      for (const int64_t T : {1, 3, 64}) {
+        SCOPED_TRACE(::testing::Message() << "head_dim " << layout.head_dim << " T " << T << " norm " << norm);
+        Tensor small = poisoned({T, width}, DType::bf16, Device::cuda);
+        Tensor small_rstd = norm ? poisoned({T, heads}, DType::f32, Device::cuda) : Tensor();
+        qkv_rope_forward(small, small_rstd, qkv.rows(0, T), positions.rows(0, T), inv_freq, q_norm, k_norm,
+                         layout, kEps);
+        EXPECT_TRUE(same_bytes(small, out.rows(0, T)));
+        if (norm) {
+          EXPECT_TRUE(same_bytes(small_rstd, rstd.rows(0, T)));
+        }
+      }
+    }
+}
 
 // Positions are not checked on the host for CUDA tensors: a negative one turns its row's q and k
 // (and their gradients, and the norm-weight gradients) into NaN; the other rows are untouched.
