@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "core/cp_async.cuh"
 #include "core/cuda_check.h"
 #include "numerics/quantize.h"
 #include "numerics/scale.h"
@@ -74,20 +75,6 @@ __device__ __forceinline__ void store_transposed(const uint8_t* tq, uint8_t* dst
   }
 }
 
-// 16 bytes from global src to shared dst without passing through registers (cp.async, cached in L2
-// only); the bytes past `bytes` (0 or 16) are zeros, and none are read from src then.
-__device__ __forceinline__ void copy_async16(uint4* dst, const void* src, uint32_t bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(uint32_t(__cvta_generic_to_shared(dst))),
-               "l"(src), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-// Waits until at most kPending of this thread's committed copy groups are still in flight.
-template <int kPending>
-__device__ __forceinline__ void wait_copies() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
-
 // The thread's slots in a stage of for_each_tile's ring (shared memory), filled asynchronously one
 // 16-byte word at a time: word w of a Tile (an aggregate of uint4 words, such as Fragments) from
 // src, or zeros when !valid (src is then any readable address and is not read).
@@ -96,7 +83,7 @@ struct StageSlots {
   uint4* first;  // the thread's word 0; word w at first[w * kThreads], so a warp's 16-byte
                  // accesses to one word are consecutive (conflict-free)
   __device__ void operator()(int w, const void* src, bool valid) const {
-    copy_async16(first + w * kThreads, src, valid ? 16 : 0);
+    cp_async16(first + w * kThreads, src, valid);
   }
 };
 
@@ -236,10 +223,10 @@ __device__ __forceinline__ void for_each_tile(int64_t rows, int64_t cols, uint4*
   for (int s = 0; s < kStages; ++s) {
     const int64_t t = tile + s * stride;
     if (t < tiles) load(StageSlots<kThreads>{mine + s * kWords * kThreads}, row_of(t), col_of(t));
-    commit_copies();
+    cp_async_commit();
   }
   for (int s = 0; tile < tiles; tile += stride, s = s + 1 == kStages ? 0 : s + 1) {
-    wait_copies<kStages - 1>();
+    cp_async_wait<kStages - 1>();
     uint4* const stage = mine + s * kWords * kThreads;
     Tile cur;
 #pragma unroll
@@ -247,7 +234,7 @@ __device__ __forceinline__ void for_each_tile(int64_t rows, int64_t cols, uint4*
     __syncwarp();  // orders this thread's reads of the stage before the refill's writes to it
     const int64_t refill = tile + kStages * stride;
     if (refill < tiles) load(StageSlots<kThreads>{stage}, row_of(refill), col_of(refill));
-    commit_copies();
+    cp_async_commit();
     process(cur, row_of(tile), col_of(tile));
   }
 }

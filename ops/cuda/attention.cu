@@ -45,6 +45,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "core/cp_async.cuh"
 #include "core/cuda_check.h"
 #include "core/cuda_stream.h"
 #include "ops/attention_backends.h"
@@ -63,26 +64,6 @@ constexpr float kLn2 = 0.6931471805599453f;
 constexpr uint16_t kBf16NaN = 0x7fc0;
 
 // ---- primitives ------------------------------------------------------------------------------
-
-__device__ __forceinline__ uint32_t smem_address(const void* p) {
-  return uint32_t(__cvta_generic_to_shared(p));
-}
-
-// 16 bytes global -> shared, asynchronously; zeros (and no read) when !valid.
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(dst)), "l"(src),
-               "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async4(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_address(dst)), "l"(src),
-               "r"(valid ? 4 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-// Waits until at most N of this thread's committed groups are still in flight.
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
