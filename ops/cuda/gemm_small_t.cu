@@ -6,30 +6,32 @@
 //
 // Work: a CTA (4 warps, one warpgroup) owns one 128-row block of the weight (fp8: one row of
 // 128×128 scale blocks, so the weight scale is one number per K block) and a contiguous range of
-// its K blocks. The K range is split `splits` ways (1, 2, 4 or 8, from the shape alone: enough CTAs for
-// the SMs); the CTAs of one row block form a thread-block cluster and add their fp32 partial tiles
-// through distributed shared memory in rank order (deterministic, no workspace, one kernel).
+// its K blocks. The K range is split `splits` ways (1, 2, 4 or 8, from the shape alone: enough CTAs
+// for the SMs); the CTAs of one row block form a thread-block cluster and add their fp32 partial
+// tiles through distributed shared memory in rank order (deterministic, no workspace, one kernel).
 //
 // Pipeline: each K block's weight tile (128 rows × 128 bytes), act tile (8·NT tokens × 128 bytes,
-// tokens ≥ T zero-filled) and (fp8) scales go global → shared by cp.async, kStages deep. The tiles are
-// rows of eight 16-byte chunks, 128-byte swizzled: chunk c of row r sits at c ^ r%8, tiles 1024-byte
-// aligned. That is the layout wgmma's SWIZZLE_128B K-major descriptors read, and it spreads the
-// copies over all 32 banks.
+// tokens ≥ T zero-filled) and (fp8) scales go global → shared by cp.async, kStages deep. The tiles
+// are rows of eight 16-byte chunks, 128-byte swizzled: chunk c of row r sits at c ^ r%8, tiles
+// 1024-byte aligned. That is the layout wgmma's SWIZZLE_128B K-major descriptors read (for either
+// type: the swizzle acts on bytes), and it spreads the copies over all 32 banks.
 //
 // fp8: per K block, the kernel sums the block into a fresh fp32 partial tile (128 rows × 8·NT
 // tokens), which is then multiplied by sx[t]·sw and added to the accumulator: the CPU reference's
-// order of operations. bf16: wgmma adds every K block straight into the accumulator. Partials and accumulators have the D fragment layout of wgmma m64nN, f32 (PTX ISA):
-// lane l, g = l/4, q = l%4, element [m][n][e] is weight row 64m + 16·warp + g + 8·(e/2) and token
-// 8n + 2q + e%2 (the warpgroup owns two m64 tiles; warp w holds rows 16w .. 16w+15 of each).
+// order of operations. bf16: wgmma adds every K block straight into the accumulator (no scales; the
+// bf16 tensor cores accumulate in fp32, as cuBLASLt's bf16 kernels do). Partials and accumulators
+// have the D fragment layout of wgmma m64nN, f32 (PTX ISA): lane l, g = l/4, q = l%4, element
+// [m][n][e] is weight row 64m + 16·warp + g + 8·(e/2) and token 8n + 2q + e%2 (the warpgroup owns
+// two m64 tiles; warp w holds rows 16w .. 16w+15 of each).
 //
 // wgmma: m64nNk32 e4m3 × e4m3 or m64nNk16 bf16 × bf16 → f32, A = 64 weight rows, B = N = 8·NT
-// tokens, both K-major in shared memory (the only layout fp8 wgmma takes; bf16: no transpose). Either
-// step reads 32 bytes of K, so a K block is 4 steps a tile; step j starts 32 bytes into the swizzled
-// rows (the hardware swizzles the address bits, hence the alignment). fp8: the first step
-// overwrites the partial (scale-d = 0); bf16: the first step of the CTA's first K block zeroes the
-// accumulator. The copies are generic-proxy writes and wgmma
-// reads through the async proxy, so every thread fences (fence.proxy.async) between its copies
-// landing and the barrier that lets the warpgroup read them.
+// tokens, both K-major in shared memory (the only layout fp8 wgmma takes; bf16: transpose flags 0).
+// Either instruction reads 32 bytes of K, so a K block is 4 steps a tile; step j starts 32 bytes
+// into the swizzled rows (the hardware swizzles the address bits, hence the alignment). fp8: the
+// first step overwrites the partial (scale-d = 0); bf16: the first step of the CTA's first K block
+// overwrites the accumulator. The copies are generic-proxy writes and wgmma reads through the async
+// proxy, so every thread fences (fence.proxy.async) between its copies landing and the barrier that
+// lets the warpgroup read them.
 #include "ops/cuda/gemm_small_t.h"
 
 #include <cooperative_groups.h>
