@@ -1,6 +1,6 @@
 // bench/gemm — TFLOP/s of the bf16 and fp8 linear-layer GEMMs (FProp, DGrad, WGrad) at the
 // Qwen3-1.7B and Qwen3-8B shapes with T = 8192 tokens, FProp at decode shapes (cuBLASLt bf16 and
-// fp8, the small-T kernel on each, and each as dispatched between the two), and the GB/s of the
+// fp8, the fp8 small-T kernel, and fp8 as dispatched between the two), and the GB/s of the
 // memory-bound kernels (FP8 quantization, AdamW) against a measured device-to-device copy. Every cuBLASLt GEMM is timed twice: with the
 // autotuned algorithm (the default) and with cuBLASLt's first heuristic choice (what
 // LOCKSTEP_GEMM_AUTOTUNE=0 selects).
@@ -139,20 +139,19 @@ void bench_training(int64_t T) {
 }
 
 // Decode shapes, L2 flushed before every timed call (a decode step reads each layer's weights
-// from HBM once): bf16 and fp8 on cuBLASLt (autotuned; heuristic's choice in the JSON), on the
-// small-T kernel (ops/cuda/gemm_small_t.cu) with its weight bytes per second, and as dispatched
-// (kSmallTAuto: the faster of the two, timed on the shape's first call) with the pick.
+// from HBM once): bf16 and fp8 on cuBLASLt (autotuned; heuristic's choice in the JSON), fp8 on the
+// small-T kernel (ops/cuda/gemm_fp8_small_t.cu) with its weight bytes per second, and fp8 as
+// dispatched (kFp8SmallTAuto: the faster of the two, timed on the shape's first call) with its pick.
 void bench_decode() {
   const size_t flush_bytes = size_t(512) << 20;
   void* flush = nullptr;
   LOCKSTEP_CUDA_CHECK(cudaMalloc(&flush, flush_bytes));
   const std::function<void()> flush_l2 = [&] { LOCKSTEP_CUDA_CHECK(cudaMemsetAsync(flush, 0, flush_bytes)); };
-  std::printf("\nDecode-shape FProp, L2 flushed: microseconds of bf16 and fp8 on cuBLASLt (autotuned), on the\n"
-              "small-T kernel (its weight GB/s) and as dispatched (the pick); speedups of the dispatched fp8\n");
-  std::printf("%-11s %-8s %4s | %8s %10s %9s %-8s %8s | %8s %10s %9s %-8s %8s | %9s %9s\n", "model", "linear", "T",
-              "bf16 us", "small-T us", "auto us", "pick", "GB/s", "fp8 us", "small-T us", "auto us", "pick", "GB/s",
-              "bf16/auto", "fp8/auto");
-  const int previous = cuda::gemm_set_small_t(0);  // restored at the end
+  std::printf("\nDecode-shape FProp, L2 flushed: microseconds of bf16 and fp8 on cuBLASLt (autotuned), fp8 on the\n"
+              "small-T kernel (its weight GB/s) and fp8 as dispatched (its pick); speedups of the dispatched fp8\n");
+  std::printf("%-11s %-8s %4s | %8s %8s %10s %9s %-8s | %12s | %9s %9s\n", "model", "linear", "T", "bf16 us",
+              "fp8 us", "small-T us", "auto us", "pick", "small-T GB/s", "bf16/auto", "fp8/auto");
+  const int previous = cuda::gemm_set_fp8_small_t(0);  // restored at the end
   for (const Linear& l : kLinears) {
     const int64_t N = l.n, K = l.k;
     Tensor w = random_device({N, K}, DType::bf16);
@@ -162,39 +161,28 @@ void bench_decode() {
       Tensor x = random_device({T, K}, DType::bf16), y = Tensor::empty({T, N}, DType::bf16, Device::cuda);
       Fp8Rows qx = Fp8Rows::empty(T, K, Device::cuda);
       quantize_rows(qx, x);
-      const auto bf16_fprop = [&] { gemm_fprop(y, x, w); };
-      const auto fp8_fprop = [&] { gemm_fprop(y, qx, qw); };
-      cuda::gemm_set_small_t(0);
-      const Timing bf16 = time_both(bf16_fprop, flush_l2);
-      const Timing fp8 = time_both(fp8_fprop, flush_l2);
-      cuda::gemm_set_small_t(64);
-      const double bf16_small_t = time_ms(bf16_fprop, flush_l2);
-      const double small_t = time_ms(fp8_fprop, flush_l2);
-      cuda::gemm_set_small_t(cuda::kSmallTAuto);
-      const double bf16_dispatched = time_ms(bf16_fprop, flush_l2);
-      const double dispatched = time_ms(fp8_fprop, flush_l2);
-      const bool bf16_picked_small_t = cuda::gemm_uses_small_t(T, N, K, DType::bf16, DType::bf16);
-      const bool picked_small_t = cuda::gemm_uses_small_t(T, N, K, DType::e4m3, DType::bf16);
-      const double bf16_gbs = double(2 * N * K) / (bf16_small_t * 1e-3) / 1e9;
+      const Timing bf16 = time_both([&] { gemm_fprop(y, x, w); }, flush_l2);
+      cuda::gemm_set_fp8_small_t(0);
+      const Timing fp8 = time_both([&] { gemm_fprop(y, qx, qw); }, flush_l2);
+      cuda::gemm_set_fp8_small_t(64);
+      const double small_t = time_ms([&] { gemm_fprop(y, qx, qw); }, flush_l2);
+      cuda::gemm_set_fp8_small_t(cuda::kFp8SmallTAuto);
+      const double dispatched = time_ms([&] { gemm_fprop(y, qx, qw); }, flush_l2);
+      const bool picked_small_t = cuda::gemm_fp8_uses_small_t(T, N, K, DType::bf16);
       const double gbs = double(N * K) / (small_t * 1e-3) / 1e9;
-      std::printf("%-11s %-8s %4ld | %8.1f %10.1f %9.1f %-8s %8.0f | %8.1f %10.1f %9.1f %-8s %8.0f | %8.2fx %8.2fx\n",
-                  l.model, l.name, long(T), bf16.tuned * 1e3, bf16_small_t * 1e3, bf16_dispatched * 1e3,
-                  bf16_picked_small_t ? "small-T" : "cuBLASLt", bf16_gbs, fp8.tuned * 1e3, small_t * 1e3,
-                  dispatched * 1e3, picked_small_t ? "small-T" : "cuBLASLt", gbs, bf16.tuned / dispatched,
-                  fp8.tuned / dispatched);
+      std::printf("%-11s %-8s %4ld | %8.1f %8.1f %10.1f %9.1f %-8s | %12.0f | %8.2fx %8.2fx\n", l.model, l.name,
+                  long(T), bf16.tuned * 1e3, fp8.tuned * 1e3, small_t * 1e3, dispatched * 1e3,
+                  picked_small_t ? "small-T" : "cuBLASLt", gbs, bf16.tuned / dispatched, fp8.tuned / dispatched);
       add_json("{\"kind\": \"decode\", \"model\": \"" + std::string(l.model) + "\", \"linear\": \"" + l.name +
                "\", \"T\": " + std::to_string(T) + ", \"N\": " + std::to_string(N) + ", \"K\": " + std::to_string(K) +
-               ", \"bf16_ms\": " + std::to_string(bf16.tuned) + ", \"bf16_small_t_ms\": " +
-               std::to_string(bf16_small_t) + ", \"bf16_auto_ms\": " + std::to_string(bf16_dispatched) +
-               ", \"bf16_auto_pick\": \"" + (bf16_picked_small_t ? "small_t" : "cublaslt") +
-               "\", \"fp8_ms\": " + std::to_string(fp8.tuned) +
+               ", \"bf16_ms\": " + std::to_string(bf16.tuned) + ", \"fp8_ms\": " + std::to_string(fp8.tuned) +
                ", \"fp8_small_t_ms\": " + std::to_string(small_t) + ", \"fp8_auto_ms\": " +
                std::to_string(dispatched) + ", \"fp8_auto_pick\": \"" + (picked_small_t ? "small_t" : "cublaslt") +
                "\", \"bf16_ms_heuristic\": " + std::to_string(bf16.heuristic) + ", \"fp8_ms_heuristic\": " +
                std::to_string(fp8.heuristic) + "}");
     }
   }
-  cuda::gemm_set_small_t(previous);
+  cuda::gemm_set_fp8_small_t(previous);
   cudaFree(flush);
 }
 

@@ -32,24 +32,22 @@ void gemm_force_token_padding(bool on);
 // Tests and benches: how new plans pick their algorithm: −1 autotune (default), i ≥ 0 the
 // heuristic's i-th candidate. Returns the previous setting.
 int gemm_set_algo_choice(int choice);
-// Which GEMMs of 1 .. 64 tokens run on the small-T kernel (ops/cuda/gemm_small_t.h) rather than
-// cuBLASLt: fp8 FProp and DGrad, and bf16 FProp where the weight's rows are a multiple of 128 and K
-// of 64 (other bf16 shapes, DGrad and WGrad always run on cuBLASLt, as do more tokens). One setting
-// governs both types. kSmallTAuto (the default): per shape (tokens, rows, K, input and output
-// dtype), the faster of the two, timed (L2 flushed, as in decoding) on the shape's first call and
-// remembered; cuBLASLt must win by the autotune margin. Untimed, the small-T kernel takes 1 .. 16
-// tokens and cuBLASLt more (where it measured faster on some Qwen3 fp8 shapes): with autotuning off
-// (LOCKSTEP_GEMM_AUTOTUNE=0 or a fixed gemm_set_algo_choice: deterministic across runs), and for a
-// shape first called during CUDA-graph capture (remembered so; timing would synchronize). A token's
-// bits are independent of the batch size among the sizes that run on the same kernel (all of
-// 1 .. 64 when forced, as tests do).
-// Tests and benches: 0 .. 64 forces the small-T kernel for 1 .. `tokens` tokens (where it fits) and
-// cuBLASLt above (0: always cuBLASLt). Default kSmallTAuto, or the environment's LOCKSTEP_SMALL_T
+// Which fp8 GEMMs (FProp, DGrad) of 1 .. 64 tokens run on the small-T kernel
+// (ops/cuda/gemm_fp8_small_t.h) rather than cuBLASLt; larger ones always run on cuBLASLt.
+// kFp8SmallTAuto (the default): per shape (tokens, rows, K, output dtype), the faster of the two,
+// timed (L2 flushed, as in decoding) on the shape's first call and remembered; cuBLASLt must win by
+// the autotune margin. Untimed, the small-T kernel takes 1 .. 16 tokens and cuBLASLt more (where it
+// measured faster on some Qwen3 shapes): with autotuning off (LOCKSTEP_GEMM_AUTOTUNE=0 or a fixed
+// gemm_set_algo_choice: deterministic across runs), and for a shape first called during CUDA-graph
+// capture (remembered so; timing would synchronize). A token's bits are independent of the batch
+// size among the sizes that run on the same kernel (all of 1 .. 64 when forced, as tests do).
+// Tests and benches: 0 .. 64 forces the small-T kernel for 1 .. `tokens` tokens and cuBLASLt
+// above (0: always cuBLASLt). Default kFp8SmallTAuto, or the environment's LOCKSTEP_FP8_SMALL_T
 // (auto, or 0 .. 64). Returns the previous setting.
-constexpr int kSmallTAuto = -1;
-int gemm_set_small_t(int tokens);
-// Benches: whether a GEMM of this shape (act [tokens, k] of dtype `in`, e4m3 or bf16, weight
-// [rows, k], output dtype `out`) now runs on the small-T kernel; under kSmallTAuto with autotuning,
-// the choice remembered from the shape's first call (the untimed rule before one).
-bool gemm_uses_small_t(int64_t tokens, int64_t rows, int64_t k, DType in, DType out);
+constexpr int kFp8SmallTAuto = -1;
+int gemm_set_fp8_small_t(int tokens);
+// Benches: whether gemm_fp8 now runs a GEMM of this shape (act [tokens, k], weight [rows, k]) on
+// the small-T kernel; under kFp8SmallTAuto with autotuning, the choice remembered from the shape's
+// first call (the untimed rule before one).
+bool gemm_fp8_uses_small_t(int64_t tokens, int64_t rows, int64_t k, DType out);
 }  // namespace lockstep::cuda

@@ -9,9 +9,9 @@
 // Every distinct call shape gets a Plan (descriptors, layouts, algorithm), made once and cached;
 // the hot path only sets the scale pointers and calls cublasLtMatmul. Each stream has its own
 // workspace. When cuBLASLt has no algorithm for an odd token count, the activation is padded to a
-// multiple of 16 tokens in a per-stream scratch buffer. FP8 GEMMs and bf16 FProps of few tokens
-// (decoding) may go to ops/cuda/gemm_small_t.cu instead: per shape, whichever of the two timed
-// faster on its first call (gemm_set_small_t in ops/gemm_backends.h).
+// multiple of 16 tokens in a per-stream scratch buffer. FP8 GEMMs of few tokens (decoding) may go
+// to ops/cuda/gemm_fp8_small_t.cu instead: per shape, whichever of the two timed faster on its
+// first call (gemm_set_fp8_small_t in ops/gemm_backends.h).
 //
 // Autotuning: the heuristic's first choice is often not the fastest kernel (block-scaled FP8
 // WGrad in particular), so a plan times up to 17 candidates on its first call's operands and keeps
@@ -41,7 +41,7 @@
 
 #include "core/cuda_check.h"
 #include "core/cuda_stream.h"
-#include "ops/cuda/gemm_small_t.h"
+#include "ops/cuda/gemm_fp8_small_t.h"
 #include "ops/gemm_backends.h"
 
 #define LOCKSTEP_CUBLAS_CHECK(call)                                                          \
@@ -96,19 +96,12 @@ struct MatmulShape {
   auto operator<=>(const MatmulShape&) const = default;
 };
 
-// A GEMM of gemm_fp8 (FProp, DGrad; in = e4m3) or gemm_fprop_bf16 (in = bf16) as the small-T
-// choice sees it.
+// An fp8 GEMM of gemm_fp8 (FProp, DGrad) as the small-T choice sees it.
 struct SmallTShape {
   int64_t tokens, rows, k;
-  DType in, out;
+  DType out;
   auto operator<=>(const SmallTShape&) const = default;
 };
-
-// Whether the small-T kernel can run the shape (fp8's rows and K are multiples of 128 already).
-bool small_t_fits(const SmallTShape& s) {
-  return s.tokens >= 1 && s.tokens <= kSmallTMaxTokens &&
-         (s.in != DType::bf16 || (s.rows % kSmallTRows == 0 && s.k % kSmallTBf16K == 0));
-}
 
 struct Plan {
   cublasLtMatmulDesc_t desc = nullptr;
@@ -133,18 +126,18 @@ struct Context {
   bool force_padding = false;
   int choice = kAutotune;
   bool verbose = false;  // LOCKSTEP_GEMM_AUTOTUNE=verbose: one line per tuned plan on stderr
-  int small_t = kSmallTAuto;                   // gemm_set_small_t
-  std::map<SmallTShape, bool> small_t_picks;   // kSmallTAuto: true = the small-T kernel
+  int small_t = kFp8SmallTAuto;                // gemm_set_fp8_small_t
+  std::map<SmallTShape, bool> small_t_picks;   // kFp8SmallTAuto: true = the small-T kernel
 };
 
-// LOCKSTEP_SMALL_T: auto, or a token count 0 .. 64.
+// LOCKSTEP_FP8_SMALL_T: auto, or a token count 0 .. 64.
 int small_t_from_env() {
-  const char* env = std::getenv("LOCKSTEP_SMALL_T");
-  if (!env || std::string_view(env) == "auto") return kSmallTAuto;
+  const char* env = std::getenv("LOCKSTEP_FP8_SMALL_T");
+  if (!env || std::string_view(env) == "auto") return kFp8SmallTAuto;
   char* end = nullptr;
   const long v = std::strtol(env, &end, 10);
-  LOCKSTEP_CHECK(*env && !*end && v >= 0 && v <= kSmallTMaxTokens, "LOCKSTEP_SMALL_T: expected auto or a "
-                 "token count from 0 (always cuBLASLt) to ", kSmallTMaxTokens, ", got '", env, "'");
+  LOCKSTEP_CHECK(*env && !*end && v >= 0 && v <= kFp8SmallTMaxTokens, "LOCKSTEP_FP8_SMALL_T: expected auto or a "
+                 "token count from 0 (always cuBLASLt) to ", kFp8SmallTMaxTokens, ", got '", env, "'");
   return int(v);
 }
 
@@ -476,14 +469,13 @@ void gemm_fp8_cublaslt(Tensor& out, const Fp8Rows& act, const Fp8Blocks& weight)
   run_token_gemm(s, weight.data.data(), weight.scales.data_as<float>(), act.data, &act.scales, out);
 }
 
-// Whether the small-T kernel beats cuBLASLt on this call's operands (see gemm_set_small_t): each
-// runs twice kTuneReps times into the call's output (which the call itself then overwrites), after
-// a warm-up that makes cuBLASLt's plan, with the L2 cache flushed before every timed call; the
+// Whether the small-T kernel beats cuBLASLt on this call's operands (see gemm_set_fp8_small_t):
+// each runs twice kTuneReps times into `out` (which the call itself then overwrites), after a
+// warm-up that makes cuBLASLt's plan, with the L2 cache flushed before every timed call; the
 // better mean of each counts. The untimed rule while capturing, or when the flush buffer does not
 // fit in memory.
-bool small_t_faster(const SmallTShape& shape, const std::function<void()>& small_t_call,
-                    const std::function<void()>& cublaslt_call, bool verbose) {
-  const int64_t T = shape.tokens;
+bool small_t_faster(Tensor& out, const Fp8Rows& act, const Fp8Blocks& weight, bool verbose) {
+  const int64_t T = act.rows();
   if (capturing()) return T <= kSmallTUntunedTokens;
   int device = 0, l2_bytes = 0;
   LOCKSTEP_CUDA_CHECK(cudaGetDevice(&device));
@@ -498,34 +490,31 @@ bool small_t_faster(const SmallTShape& shape, const std::function<void()>& small
   const std::function<void()> flush_l2 = [&] { LOCKSTEP_CUDA_CHECK(cudaMemsetAsync(flush, 0, flush_bytes, stream)); };
   float small_t = INFINITY, cublaslt = INFINITY;
   for (int round = 0; round < 2; ++round) {
-    small_t = std::min(small_t, per_call_ms([&] { small_t_call(); return true; }, flush_l2));
-    cublaslt = std::min(cublaslt, per_call_ms([&] { cublaslt_call(); return true; }, flush_l2));
+    small_t = std::min(small_t, per_call_ms([&] { gemm_fp8_small_t(out, act, weight); return true; }, flush_l2));
+    cublaslt = std::min(cublaslt, per_call_ms([&] { gemm_fp8_cublaslt(out, act, weight); return true; }, flush_l2));
   }
   LOCKSTEP_CUDA_CHECK(cudaFree(flush));
   const bool faster = !(cublaslt < kTuneMargin * small_t);
   if (verbose)
-    std::fprintf(stderr, "gemm %s small-T choice m=%ld n=%ld k=%ld: small-T %.4f ms, cuBLASLt %.4f ms: %s\n",
-                 shape.in == DType::bf16 ? "bf16" : "fp8", long(shape.rows), long(T), long(shape.k), small_t, cublaslt,
-                 faster ? "small-T" : "cuBLASLt");
+    std::fprintf(stderr, "gemm fp8 small-T choice m=%ld n=%ld k=%ld: small-T %.4f ms, cuBLASLt %.4f ms: %s\n",
+                 long(weight.rows()), long(T), long(act.cols()), small_t, cublaslt, faster ? "small-T" : "cuBLASLt");
   return faster;
 }
 
-// Whether `shape` runs on the small-T kernel under the current settings; nullopt: not decided yet
-// (its first call times both).
+// What gemm_fp8 runs for `shape` under the current settings; nullopt: not decided yet (its first
+// call times both).
 std::optional<bool> small_t_decided(const Context& ctx, const SmallTShape& shape) {
-  if (!small_t_fits(shape)) return false;
-  if (ctx.small_t != kSmallTAuto) return shape.tokens <= ctx.small_t;
+  if (shape.tokens < 1 || shape.tokens > kFp8SmallTMaxTokens) return false;
+  if (ctx.small_t != kFp8SmallTAuto) return shape.tokens <= ctx.small_t;
   if (ctx.choice != kAutotune) return shape.tokens <= kSmallTUntunedTokens;
   const auto it = ctx.small_t_picks.find(shape);
   if (it == ctx.small_t_picks.end()) return std::nullopt;
   return it->second;
 }
 
-// Whether this call runs on the small-T kernel; the two calls (into the call's output) are what a
-// shape's first call times.
-bool small_t_runs(const SmallTShape& shape, const std::function<void()>& small_t_call,
-                  const std::function<void()>& cublaslt_call) {
+bool small_t_runs(Tensor& out, const Fp8Rows& act, const Fp8Blocks& weight) {
   Context& ctx = context();
+  const SmallTShape shape{act.rows(), weight.rows(), act.cols(), out.dtype()};
   bool verbose = false;
   {
     std::lock_guard lock(ctx.mutex);
@@ -534,7 +523,7 @@ bool small_t_runs(const SmallTShape& shape, const std::function<void()>& small_t
   }
   // Unlocked: timing runs cuBLASLt, which takes the lock. Another thread may decide the same shape
   // meanwhile; the first decision stays.
-  const bool faster = small_t_faster(shape, small_t_call, cublaslt_call, verbose);
+  const bool faster = small_t_faster(out, act, weight, verbose);
   std::lock_guard lock(ctx.mutex);
   return ctx.small_t_picks.emplace(shape, faster).first->second;
 }
@@ -554,36 +543,28 @@ int gemm_set_algo_choice(int choice) {
   return std::exchange(ctx.choice, choice);
 }
 
-int gemm_set_small_t(int tokens) {
-  LOCKSTEP_CHECK(tokens == kSmallTAuto || (tokens >= 0 && tokens <= kSmallTMaxTokens),
-                 "gemm_set_small_t: expected kSmallTAuto (", kSmallTAuto, ") or 0 .. ",
-                 kSmallTMaxTokens, " tokens, got ", tokens);
+int gemm_set_fp8_small_t(int tokens) {
+  LOCKSTEP_CHECK(tokens == kFp8SmallTAuto || (tokens >= 0 && tokens <= kFp8SmallTMaxTokens),
+                 "gemm_set_fp8_small_t: expected kFp8SmallTAuto (", kFp8SmallTAuto, ") or 0 .. ",
+                 kFp8SmallTMaxTokens, " tokens, got ", tokens);
   Context& ctx = context();
   std::lock_guard lock(ctx.mutex);
   return std::exchange(ctx.small_t, tokens);
 }
 
-bool gemm_uses_small_t(int64_t tokens, int64_t rows, int64_t k, DType in, DType out) {
+bool gemm_fp8_uses_small_t(int64_t tokens, int64_t rows, int64_t k, DType out) {
   Context& ctx = context();
   std::lock_guard lock(ctx.mutex);
-  const SmallTShape shape{tokens, rows, k, in, out};
-  return small_t_decided(ctx, shape).value_or(small_t_fits(shape) && tokens <= kSmallTUntunedTokens);
+  return small_t_decided(ctx, {tokens, rows, k, out}).value_or(tokens <= kSmallTUntunedTokens);
 }
 
 void gemm_fprop_bf16(Tensor& y, const Tensor& x, const Tensor& w) {
   check_aligned16(x, "gemm_fprop: x");
   check_aligned16(w, "gemm_fprop: w");
   const int64_t T = x.dim(0), K = x.dim(1), N = w.dim(0);
-  const auto cublaslt = [&] {
-    MatmulShape s{CUBLAS_OP_T, CUBLAS_OP_N, CUDA_R_16BF, CUDA_R_16BF, cuda_type(y.dtype()),
-                  N, T, K, K, K, N, kNoScale, kNoScale, false, 0};
-    run_token_gemm(s, w.data(), nullptr, x, nullptr, y);
-  };
-  const auto small_t = [&] { gemm_bf16_small_t(y, x, w); };
-  // (A misaligned output, a view, stays on cuBLASLt: the kernel stores 16-byte vectors.)
-  const bool aligned = reinterpret_cast<uintptr_t>(y.data()) % 16 == 0;
-  if (aligned && small_t_runs({T, N, K, DType::bf16, y.dtype()}, small_t, cublaslt)) return small_t();
-  cublaslt();
+  MatmulShape s{CUBLAS_OP_T, CUBLAS_OP_N, CUDA_R_16BF, CUDA_R_16BF, cuda_type(y.dtype()),
+                N, T, K, K, K, N, kNoScale, kNoScale, false, 0};
+  run_token_gemm(s, w.data(), nullptr, x, nullptr, y);
 }
 
 void gemm_dgrad_bf16(Tensor& dx, const Tensor& dy, const Tensor& w, bool accumulate) {
@@ -615,11 +596,8 @@ void gemm_wgrad_bf16(Tensor& dw, const Tensor& dy, const Tensor& x, bool accumul
 void gemm_fp8(Tensor& out, const Fp8Rows& act, const Fp8Blocks& weight) {
   check_aligned16(act.data, "fp8 gemm: activation");
   check_aligned16(weight.data, "fp8 gemm: weight");
-  const auto small_t = [&] { gemm_fp8_small_t(out, act, weight); };
-  const auto cublaslt = [&] { gemm_fp8_cublaslt(out, act, weight); };
-  if (small_t_runs({act.rows(), weight.rows(), act.cols(), DType::e4m3, out.dtype()}, small_t, cublaslt))
-    return small_t();
-  cublaslt();
+  if (small_t_runs(out, act, weight)) return gemm_fp8_small_t(out, act, weight);
+  gemm_fp8_cublaslt(out, act, weight);
 }
 
 void gemm_wgrad_fp8(Tensor& dw, const Fp8Rows& dy_t, const Fp8Rows& x_t, bool accumulate) {

@@ -1,4 +1,4 @@
-// Every CUDA GEMM (cuBLASLt, and the fp8 and bf16 small-T kernel) against the CPU reference on the same
+// Every CUDA GEMM (cuBLASLt, and the fp8 small-T kernel) against the CPU reference on the same
 // operands: ‖gpu − cpu‖/‖cpu‖.
 #include <gtest/gtest.h>
 
@@ -39,20 +39,20 @@ int set_algo_choice(int choice) {
 #endif
 }
 
-int set_small_t(int tokens) {
+int set_fp8_small_t(int tokens) {
 #if LOCKSTEP_HAS_CUDA
-  return cuda::gemm_set_small_t(tokens);
+  return cuda::gemm_set_fp8_small_t(tokens);
 #else
   (void)tokens;
   return 0;
 #endif
 }
 
-bool uses_small_t(int64_t tokens, int64_t rows, int64_t k, DType in, DType out) {
+bool uses_small_t(int64_t tokens, int64_t rows, int64_t k, DType out) {
 #if LOCKSTEP_HAS_CUDA
-  return cuda::gemm_uses_small_t(tokens, rows, k, in, out);
+  return cuda::gemm_fp8_uses_small_t(tokens, rows, k, out);
 #else
-  (void)tokens, (void)rows, (void)k, (void)in, (void)out;
+  (void)tokens, (void)rows, (void)k, (void)out;
   return false;
 #endif
 }
@@ -84,17 +84,17 @@ std::string shape_name(const GemmCase& c) {
 
 std::string case_name(const ::testing::TestParamInfo<GemmCase>& info) { return shape_name(info.param); }
 
-// cuBLASLt only (gemm_set_small_t(0) still selects it at small T); the small-T kernel has its own
+// cuBLASLt only (LOCKSTEP_FP8_SMALL_T=0 still selects it at small T); the small-T kernel has its own
 // tests below.
 class GemmGpu : public ::testing::TestWithParam<GemmCase> {
  protected:
   void SetUp() override {
-    if (cuda_device_available()) previous_ = set_small_t(0);
+    if (cuda_device_available()) previous_ = set_fp8_small_t(0);
   }
   void TearDown() override {
     if (!cuda_device_available()) return;
     force_token_padding(false);
-    set_small_t(previous_);
+    set_fp8_small_t(previous_);
   }
   int previous_ = 0;
 };
@@ -173,7 +173,7 @@ INSTANTIATE_TEST_SUITE_P(
                       GemmCase{1000, 768, 1024, DType::bf16, false}),
     case_name);
 
-// The fp8 small-T kernel (ops/cuda/gemm_small_t.cu), forced at every T: FProp and DGrad (both
+// The fp8 small-T kernel (ops/cuda/gemm_fp8_small_t.cu), forced at every T: FProp and DGrad (both
 // go through it) against the CPU reference on the same quantized bytes, error per token row (the
 // rows' magnitudes span 1e-3 .. 1e2). Shapes: K of 1 block (no split), 5 blocks split unevenly four
 // ways (N=384, K=640; its DGrad: two ways), and Qwen3-1.7B's qkv (8 ways). The tolerances are the
@@ -181,14 +181,14 @@ INSTANTIATE_TEST_SUITE_P(
 // fp8 tensor cores' precision (cuBLASLt's, ≤ 1.7e-4), below 1e-3.
 constexpr int kSmallTMax = 64;  // the kernel's limit
 
-// gemm_set_small_t(tokens) (default: the small-T kernel for 1 .. 64 tokens) for the scope.
+// gemm_set_fp8_small_t(tokens) (default: the small-T kernel for 1 .. 64 tokens) for the scope.
 class SmallTSettings {
  public:
   explicit SmallTSettings(int tokens = kSmallTMax) {
-    if (cuda_device_available()) tokens_ = set_small_t(tokens);
+    if (cuda_device_available()) tokens_ = set_fp8_small_t(tokens);
   }
   ~SmallTSettings() {
-    if (cuda_device_available()) set_small_t(tokens_);
+    if (cuda_device_available()) set_fp8_small_t(tokens_);
   }
 
  private:
@@ -267,83 +267,30 @@ TEST(Fp8SmallTGpuBatch, TokenRowsIndependentOfBatch) {
     EXPECT_TRUE(same_bytes(fprop(T), full.rows(0, T))) << "T = " << T;
 }
 
-// The bf16 small-T kernel, forced at every T: FProp against the CPU reference on the same bf16
-// operands, error per token row (x's rows span 1e-3 .. 1e2). Shapes: K of 1 block (no split), 10
-// blocks of 64 split unevenly four ways (N=384, K=640), Qwen3-1.7B's qkv (8 ways); and shapes the
-// kernel cannot run (rows not a multiple of 128, K not of 64), which the dispatcher must leave to
-// cuBLASLt even when forced. Tolerances as for cuBLASLt bf16: the bf16 output's rounding, and for
-// f32 only the summation order (bf16 products are exact in fp32).
-class Bf16SmallTGpu : public ::testing::TestWithParam<GemmCase> {};
-
-TEST_P(Bf16SmallTGpu, MatchesCpu) {
-  LOCKSTEP_REQUIRE_GPU();
-  const auto [T, N, K, out, pad] = GetParam();  // (pad: cuBLASLt only)
-  const SmallTSettings settings;
-  const Tensor x = random_tensor({T, K}, DType::bf16, 17, true), w = random_tensor({N, K}, DType::bf16, 18);
-  Tensor y = poisoned({T, N}, out, Device::cpu), yg = poisoned({T, N}, out, Device::cuda);
-  gemm_fprop(y, x, w);
-  gemm_fprop(yg, x.to(Device::cuda), w.to(Device::cuda));
-  EXPECT_LE(worst_row_error(to_double(yg), to_double(y), N), tolerance(out));
-  EXPECT_EQ(uses_small_t(T, N, K, DType::bf16, out), N % 128 == 0 && K % 64 == 0);
-}
-
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, Bf16SmallTGpu,
-    ::testing::Values(GemmCase{5, 256, 64, DType::bf16, false}, GemmCase{1, 384, 640, DType::bf16, false},
-                      GemmCase{3, 384, 640, DType::bf16, false}, GemmCase{16, 384, 640, DType::bf16, false},
-                      GemmCase{17, 384, 640, DType::bf16, false}, GemmCase{kSmallTMax, 384, 640, DType::bf16, false},
-                      GemmCase{3, 384, 640, DType::f32, false}, GemmCase{kSmallTMax, 384, 640, DType::f32, false},
-                      GemmCase{1, 4096, 2048, DType::bf16, false}, GemmCase{kSmallTMax, 4096, 2048, DType::bf16, false},
-                      GemmCase{17, 4096, 2048, DType::f32, false}, GemmCase{3, 200, 640, DType::bf16, false},
-                      GemmCase{3, 384, 96, DType::bf16, false}),
-    case_name);
-
-// As for fp8: the first T rows of a 64-token bf16 FProp, bit for bit, at every tile width.
-TEST(Bf16SmallTGpuBatch, TokenRowsIndependentOfBatch) {
-  LOCKSTEP_REQUIRE_GPU();
-  const SmallTSettings settings;
-  const int64_t N = 384, K = 640;
-  const Tensor x = random_tensor({kSmallTMax, K}, DType::bf16, 19, true);
-  const Tensor w = random_tensor({N, K}, DType::bf16, 20).to(Device::cuda);
-  auto fprop = [&](int64_t T) {
-    Tensor y = poisoned({T, N}, DType::bf16, Device::cuda);
-    gemm_fprop(y, x.rows(0, T).to(Device::cuda), w);
-    return y;
-  };
-  const Tensor full = fprop(kSmallTMax);
-  for (int64_t T : {1, 3, 16, 17, 32, 33})
-    EXPECT_TRUE(same_bytes(fprop(T), full.rows(0, T))) << "T = " << T;
-}
-
-// The dispatcher (kSmallTAuto): a shape's first call times the small-T kernel and cuBLASLt into
-// the caller's output, then runs the faster. Whichever it picked, fp8 FProp and DGrad and bf16
-// FProp match the CPU reference (the tolerances above: both paths meet them), and a second call
-// (the remembered pick, untimed) writes the same bytes. Qwen3-1.7B's qkv shape at T = 1, 17, 64.
+// The dispatcher (kFp8SmallTAuto): a shape's first call times the small-T kernel and cuBLASLt into
+// the caller's output, then runs the faster. Whichever it picked, FProp and DGrad match the CPU
+// reference (the tolerances above: both paths meet them), and a second call (the remembered pick,
+// untimed) writes the same bytes. Qwen3-1.7B's qkv shape at T = 1, 17, 64.
 class Fp8DispatchGpu : public ::testing::TestWithParam<int64_t> {};
 
 TEST_P(Fp8DispatchGpu, MatchesCpuWhateverItPicks) {
   LOCKSTEP_REQUIRE_GPU();
-  const SmallTSettings settings(cuda::kSmallTAuto);
+  const SmallTSettings settings(cuda::kFp8SmallTAuto);
   const int64_t T = GetParam(), N = 4096, K = 2048;
   const Fp8Gemms g(T, N, K, DType::bf16);
   const double tol = tolerance(DType::bf16);
-  const auto check = [&](const char* what, DType in, int64_t rows, int64_t k, const Tensor& ref,
+  const auto check = [&](const char* what, int64_t rows, int64_t k, const Tensor& ref,
                          const std::function<void(Tensor&)>& op) {
     Tensor first = poisoned({T, rows}, DType::bf16, Device::cuda);
     Tensor second = poisoned({T, rows}, DType::bf16, Device::cuda);
     op(first);
     op(second);
-    const char* picked = uses_small_t(T, rows, k, in, DType::bf16) ? "small-T" : "cuBLASLt";
+    const char* picked = uses_small_t(T, rows, k, DType::bf16) ? "small-T" : "cuBLASLt";
     EXPECT_LE(worst_row_error(to_double(first), to_double(ref), rows), tol) << what << ", " << picked;
     EXPECT_TRUE(same_bytes(first, second)) << what << ", " << picked;
   };
-  check("fprop", DType::e4m3, N, K, g.y, [&](Tensor& y) { gemm_fprop(y, g.qx, g.qw); });
-  check("dgrad", DType::e4m3, K, N, g.dx, [&](Tensor& dx) { gemm_dgrad(dx, g.qdy, g.qw); });
-  const Tensor x = random_tensor({T, K}, DType::bf16, 15, true), w = random_tensor({N, K}, DType::bf16, 16);
-  Tensor y = poisoned({T, N}, DType::bf16, Device::cpu);
-  gemm_fprop(y, x, w);
-  const Tensor xg = x.to(Device::cuda), wg = w.to(Device::cuda);
-  check("bf16 fprop", DType::bf16, N, K, y, [&](Tensor& out) { gemm_fprop(out, xg, wg); });
+  check("fprop", N, K, g.y, [&](Tensor& y) { gemm_fprop(y, g.qx, g.qw); });
+  check("dgrad", K, N, g.dx, [&](Tensor& dx) { gemm_dgrad(dx, g.qdy, g.qw); });
 }
 
 INSTANTIATE_TEST_SUITE_P(Tokens, Fp8DispatchGpu, ::testing::Values(1, 17, 64),
@@ -369,13 +316,13 @@ TEST(Fp8DispatchCaptureGpu, NewShapeIsNotTimed) {
       const SmallTSettings forced(T <= 16 ? kSmallTMax : 0);
       gemm_fprop(y, g.qx, g.qw);
     }
-    const SmallTSettings settings(cuda::kSmallTAuto);
+    const SmallTSettings settings(cuda::kFp8SmallTAuto);
     y.fill_bytes(0xFF);
     stream.synchronize();
     const CudaGraph graph = CudaGraph::capture(stream, [&] { gemm_fprop(y, g.qx, g.qw); });
     graph.launch();
     stream.synchronize();
-    EXPECT_EQ(uses_small_t(T, N, K, DType::e4m3, DType::bf16), T <= 16) << "T = " << T;
+    EXPECT_EQ(uses_small_t(T, N, K, DType::bf16), T <= 16) << "T = " << T;
     EXPECT_LE(worst_row_error(to_double(y), to_double(g.y), N), tolerance(DType::bf16)) << "T = " << T;
   }
 }

@@ -1,0 +1,386 @@
+// ops/cuda/gemm_fp8_small_t.cu — ops/cuda/gemm_fp8_small_t.h: the fp8 GEMM at decode token counts,
+// which is weight-bandwidth bound: the kernel streams the weight once, 16-byte copies, several K
+// blocks in flight per CTA, and sums each K block with wgmma on e4m3.
+//
+// Work: a CTA (4 warps, one warpgroup) owns one 128-row block of the weight (one row of 128×128
+// scale blocks, so the weight scale is one number per K block) and a contiguous range of its K
+// blocks. The K range is split `splits` ways (1, 2, 4 or 8, from the shape alone: enough CTAs for
+// the SMs); the CTAs of one row block form a thread-block cluster and add their fp32 partial tiles
+// through distributed shared memory in rank order (deterministic, no workspace, one kernel).
+//
+// Pipeline: each K block's weight tile (128 rows × 128 bytes), act tile (8·NT tokens × 128 bytes,
+// tokens ≥ T zero-filled) and scales go global → shared by cp.async, kStages deep. The tiles are
+// rows of eight 16-byte chunks, 128-byte swizzled: chunk c of row r sits at c ^ r%8, tiles 1024-byte
+// aligned. That is the layout wgmma's SWIZZLE_128B K-major descriptors read, and it spreads the
+// copies over all 32 banks.
+//
+// Per K block, the kernel sums the block into a fresh fp32 partial tile (128 rows × 8·NT tokens),
+// which is then multiplied by sx[t]·sw and added to the accumulator: the CPU reference's order of
+// operations. Partials and accumulators have the D fragment layout of wgmma m64nN, f32 (PTX ISA):
+// lane l, g = l/4, q = l%4, element [m][n][e] is weight row 64m + 16·warp + g + 8·(e/2) and token
+// 8n + 2q + e%2 (the warpgroup owns two m64 tiles; warp w holds rows 16w .. 16w+15 of each).
+//
+// wgmma: m64nNk32 e4m3 × e4m3 → f32, A = 64 weight rows, B = N = 8·NT tokens, both K-major in
+// shared memory (the only layout fp8 wgmma takes). A K block is 4 k32 steps a tile; step j starts
+// 32 bytes into the swizzled rows (the hardware swizzles the address bits, hence the alignment), the
+// first step overwrites the partial (scale-d = 0). The copies are generic-proxy writes and wgmma
+// reads through the async proxy, so every thread fences (fence.proxy.async) between its copies
+// landing and the barrier that lets the warpgroup read them.
+#include "ops/cuda/gemm_fp8_small_t.h"
+
+#include <cooperative_groups.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "core/cuda_check.h"
+#include "core/cuda_stream.h"
+#include "ops/cuda/vector.cuh"
+
+namespace lockstep::cuda {
+
+namespace {
+
+namespace cg = cooperative_groups;
+
+constexpr int kThreads = 128;         // 4 warps: one warpgroup
+constexpr int kRows = 128;            // weight rows of a CTA: one row of scale blocks
+constexpr int kBlockK = 128;          // bytes of a K block (e4m3): one swizzled row
+constexpr int kMaxSplits = 8;         // the portable cluster size
+constexpr int kStages = 4;
+constexpr int kSwizzleAtom = 1024;    // 8 rows × 128 bytes: every tile starts on one
+
+template <int NT>
+struct Layout {
+  static constexpr int kTokens = 8 * NT;
+  // A stage: the weight tile, then the act tile.
+  static constexpr int kActOffset = kRows * kBlockK;
+  static constexpr int kStageBytes = kActOffset + kTokens * kBlockK;
+  // After the stages, per stage: kTokens act scales, then the weight scale.
+  static constexpr int kScalesOffset = kStages * kStageBytes;
+  static constexpr int kScaleBytes = kTokens * 4 + 16;
+  // After the main loop the shared memory holds the CTA's partial tile, token-major, rows padded to
+  // kRedStride floats so the fragment stores hit distinct banks.
+  static constexpr int kRedStride = kRows + 4;
+  static constexpr int kSmem = std::max(kScalesOffset + kStages * kScaleBytes, kTokens * kRedStride * 4);
+  static_assert(kStageBytes % kSwizzleAtom == 0);
+  static_assert(2 * (kSmem + 1024) <= 228 * 1024, "two CTAs an SM");
+};
+
+struct Args {
+  const uint8_t* act;           // e4m3 [T, K]
+  const float* act_scales;      // [K/128, T]
+  const uint8_t* weight;        // e4m3 [M, K]
+  const float* weight_scales;   // [M/128, ld_weight_scales]
+  void* out;                    // [T, M]
+  int64_t T, M, K, ld_weight_scales;
+};
+
+__device__ __forceinline__ uint32_t smem_address(const void* p) {
+  return uint32_t(__cvta_generic_to_shared(p));
+}
+// 16 (4) bytes global -> shared, asynchronously; zeros (and no read) when !valid.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(dst)), "l"(src),
+               "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async4(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_address(dst)), "l"(src),
+               "r"(valid ? 4 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// The shared-memory descriptor of a K-major e4m3 tile for wgmma (PTX ISA, "Matrix Descriptor
+// Format"): start address >> 4 (bits 0-13); leading byte offset (16-29) unused with a swizzle, 1 as
+// CUTLASS sets it; stride byte offset (32-45) 1024 >> 4, from one 8-row group to the next; base
+// offset (49-51) 0, the tiles being 1024-byte aligned; layout (62-63) 1 = SWIZZLE_128B.
+__device__ __forceinline__ uint64_t tile_descriptor(uint32_t address) {
+  return uint64_t(address >> 4 & 0x3FFF) | uint64_t(1) << 16 | uint64_t(kSwizzleAtom >> 4) << 32 | uint64_t(1) << 62;
+}
+
+// d = (accumulate ? d : 0) + A · Bᵀ over 32 k: A 64 weight rows (descriptor a), B 8·NT tokens
+// (descriptor b), d[n][e] in the wgmma D layout of the header comment. Asynchronous: d is written
+// when wgmma.wait_group says so.
+template <int NT>
+__device__ __forceinline__ void wgmma_e4m3(float (&d)[NT][4], uint64_t a, uint64_t b, bool accumulate) {
+#define LOCKSTEP_D(n) "+f"(d[n][0]), "+f"(d[n][1]), "+f"(d[n][2]), "+f"(d[n][3])
+  if constexpr (NT == 1) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0, %1, %2, %3}, %4, %5, p, 1, 1;\n}\n"
+        : LOCKSTEP_D(0)
+        : "l"(a), "l"(b), "r"(int(accumulate)));
+  } else if constexpr (NT == 2) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, "
+        "1;\n}\n"
+        : LOCKSTEP_D(0), LOCKSTEP_D(1)
+        : "l"(a), "l"(b), "r"(int(accumulate)));
+  } else if constexpr (NT == 4) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, "
+        "%11, %12, %13, %14, %15}, %16, %17, p, 1, 1;\n}\n"
+        : LOCKSTEP_D(0), LOCKSTEP_D(1), LOCKSTEP_D(2), LOCKSTEP_D(3)
+        : "l"(a), "l"(b), "r"(int(accumulate)));
+  } else {
+    static_assert(NT == 8);
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, "
+        "%11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, "
+        "%31}, %32, %33, p, 1, 1;\n}\n"
+        : LOCKSTEP_D(0), LOCKSTEP_D(1), LOCKSTEP_D(2), LOCKSTEP_D(3), LOCKSTEP_D(4), LOCKSTEP_D(5),
+          LOCKSTEP_D(6), LOCKSTEP_D(7)
+        : "l"(a), "l"(b), "r"(int(accumulate)));
+  }
+#undef LOCKSTEP_D
+}
+
+// Keeps the compiler from moving accesses to p across the wgmma fence / wait next to it: p's
+// registers belong to the tensor cores in between.
+template <int NT>
+__device__ __forceinline__ void pin_registers(float (&p)[2][NT][4]) {
+#pragma unroll
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(p[m][n][e])::"memory");
+}
+
+// Cluster barriers: the first publishes this CTA's shared-memory writes to the cluster (release /
+// acquire); the second only keeps every CTA's shared memory alive until the others have read it.
+__device__ __forceinline__ void cluster_sync_publish() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void cluster_sync_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\nbarrier.cluster.wait.aligned;\n" ::: "memory");
+}
+
+// Byte offset of 16-byte chunk c of row r in a 128-byte-swizzled tile.
+__device__ __forceinline__ int chunk_offset(int r, int c) { return r * kBlockK + ((c ^ (r & 7)) << 4); }
+
+// Where this thread's cp.async copies come from and go to: chunk tid % 8 of weight rows tid/8 + 16j
+// and of act rows (tokens) tid/8 + 16j, so that eight consecutive threads copy one row's 128
+// bytes (one cache line); rows 16 apart share the swizzle. Pointers at K block 0, advanced by
+// kBlockK a block: kept this small so the copies cost few registers next to the accumulators.
+struct Copier {
+  const uint8_t* weight;  // row row0 + tid/8
+  const uint8_t* act;     // token tid/8
+  const float* act_scale; // token tid (when tid < T)
+  int64_t stride;         // 16 rows of either operand
+  int dst;                // byte offset of the chunk in the first row of a tile
+  int token;              // tid/8
+};
+
+__device__ __forceinline__ Copier copier(const Args& a, int64_t row0) {
+  const int tid = threadIdx.x, r = tid / 8, c = tid % 8;
+  return {a.weight + (row0 + r) * a.K + c * 16, a.act + r * a.K + c * 16, a.act_scales + tid, 16 * a.K,
+          chunk_offset(r, c), r};
+}
+
+// Issues the cp.async copies of K block kb into a stage's tiles and scales (one commit group,
+// committed by the caller).
+template <int NT>
+__device__ __forceinline__ void load_stage(uint8_t* tiles, uint8_t* scales, const Copier& cp, const Args& a,
+                                           int64_t row0, int kb) {
+  using L = Layout<NT>;
+  const int tid = threadIdx.x;
+  const uint8_t* w = cp.weight + kb * kBlockK;
+#pragma unroll
+  for (int j = 0; j < kRows / 16; ++j, w += cp.stride) cp_async16(tiles + cp.dst + j * 16 * kBlockK, w, true);
+  const uint8_t* x = cp.act + kb * kBlockK;
+#pragma unroll
+  for (int j = 0; j < (L::kTokens + 15) / 16; ++j, x += cp.stride) {
+    const int t = cp.token + 16 * j;
+    if (t < L::kTokens) cp_async16(tiles + L::kActOffset + cp.dst + j * 16 * kBlockK, t < a.T ? x : a.act, t < a.T);
+  }
+  if (tid < L::kTokens)
+    cp_async4(scales + tid * 4, tid < a.T ? cp.act_scale + kb * a.T : a.act_scales, tid < a.T);
+  if (tid == 0)
+    cp_async4(scales + L::kTokens * 4, a.weight_scales + row0 / kRows * a.ld_weight_scales + kb, true);
+}
+
+// p[m] = Σ over the K block in `tiles` of weight rows 64m .. 64m+63 × the tokens, with wgmma: 4 k32
+// steps a tile, both tiles' steps in flight together, then a wait for all of them (their shared
+// reads included, so the stage may be refilled after the next barrier).
+template <int NT>
+__device__ __forceinline__ void partial_wgmma(const uint8_t* tiles, float (&p)[2][NT][4]) {
+  using L = Layout<NT>;
+  const uint32_t weight = smem_address(tiles), act = weight + L::kActOffset;
+  pin_registers(p);  // the last block's reads of p come first
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+  for (int j = 0; j < kBlockK / 32; ++j)
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+      wgmma_e4m3<NT>(p[m], tile_descriptor(weight + 64 * kBlockK * m + 32 * j), tile_descriptor(act + 32 * j), j > 0);
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+  pin_registers(p);
+}
+
+// acc += p · sx[t] · sw, the scales of the stage's K block.
+template <int NT>
+__device__ __forceinline__ void add_scaled(float (&acc)[2][NT][4], const float (&p)[2][NT][4],
+                                           const uint8_t* scales, int q) {
+  const float sw = *reinterpret_cast<const float*>(scales + Layout<NT>::kTokens * 4);
+#pragma unroll
+  for (int n = 0; n < NT; ++n) {
+    const float2 sx = *reinterpret_cast<const float2*>(scales + (8 * n + 2 * q) * 4);
+    const float s0 = sx.x * sw, s1 = sx.y * sw;
+#pragma unroll
+    for (int m = 0; m < 2; ++m) {
+      float* a = acc[m][n];
+      a[0] = fmaf(p[m][n][0], s0, a[0]);
+      a[1] = fmaf(p[m][n][1], s1, a[1]);
+      a[2] = fmaf(p[m][n][2], s0, a[2]);
+      a[3] = fmaf(p[m][n][3], s1, a[3]);
+    }
+  }
+}
+
+__device__ __forceinline__ void store4(float* out, const float4& v) { *reinterpret_cast<float4*>(out) = v; }
+__device__ __forceinline__ void store4(uint16_t* out, const float4& v) {
+  *reinterpret_cast<uint2*>(out) = make_uint2(pack_bf16x2(v.x, v.y), pack_bf16x2(v.z, v.w));
+}
+
+// Grid (splits, M/128), clusters of (splits, 1, 1): blockIdx.x is the rank in the cluster.
+template <int NT, class Out>
+__global__ void __launch_bounds__(kThreads) small_t_kernel(const Args a) {
+  using L = Layout<NT>;
+  // The swizzle needs 1024-byte aligned tiles. (The compiler takes this alignment as given; on
+  // sm_90 dynamic shared memory starts at 1024, after the reserved kilobyte.)
+  extern __shared__ __align__(kSwizzleAtom) uint8_t smem[];
+  const int tid = threadIdx.x, warp = tid / 32, g = tid % 32 / 4, q = tid % 4;
+  const int split = blockIdx.x, splits = gridDim.x;
+  const int64_t row0 = int64_t(blockIdx.y) * kRows;
+  const int kblocks = int(a.K / kBlockK), kb0 = split * kblocks / splits;
+  const int count = (split + 1) * kblocks / splits - kb0;
+  auto tiles = [&](int i) { return smem + i % kStages * L::kStageBytes; };
+  auto scales = [&](int i) { return smem + L::kScalesOffset + i % kStages * L::kScaleBytes; };
+
+  const Copier cp = copier(a, row0);
+  float acc[2][NT][4] = {}, p[2][NT][4] = {};
+#pragma unroll
+  for (int i = 0; i < kStages - 1; ++i) {
+    if (i < count) load_stage<NT>(tiles(i), scales(i), cp, a, row0, kb0 + i);
+    cp_async_commit();
+  }
+  for (int i = 0; i < count; ++i) {
+    cp_async_wait<kStages - 2>();  // K block i has landed (this thread's copies) ...
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    __syncthreads();               // ... everyone's; and everyone is done with block i - 1
+    const int next = i + kStages - 1;  // into the stage block i - 1 used
+    if (next < count) load_stage<NT>(tiles(next), scales(next), cp, a, row0, kb0 + next);
+    cp_async_commit();
+    partial_wgmma<NT>(tiles(i), p);
+    add_scaled<NT>(acc, p, scales(i), q);
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // the stages become the partial tile
+
+  float* red = reinterpret_cast<float*>(smem);
+#pragma unroll
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        red[(8 * n + 2 * q + e % 2) * L::kRedStride + 64 * m + 16 * warp + g + e / 2 * 8] = acc[m][n][e];
+  cluster_sync_publish();  // every partial tile of the cluster written
+  const cg::cluster_group cluster = cg::this_cluster();
+
+  // This CTA's share of the output: rows [split, split + 1) · 128/splits of every token, summed
+  // over the cluster's partial tiles in rank order, 4 rows at a time.
+  const int rows = kRows / splits, quads = rows / 4;
+  Out* out = static_cast<Out*>(a.out);
+  for (int i = tid; i < a.T * quads; i += kThreads) {
+    const int t = i / quads, r = split * rows + i % quads * 4;
+    float4 sum = *reinterpret_cast<const float4*>(cluster.map_shared_rank(red, 0) + t * L::kRedStride + r);
+    for (int rank = 1; rank < splits; ++rank) {
+      const float4 v = *reinterpret_cast<const float4*>(cluster.map_shared_rank(red, rank) + t * L::kRedStride + r);
+      sum.x += v.x, sum.y += v.y, sum.z += v.z, sum.w += v.w;
+    }
+    store4(out + t * a.M + row0 + r, sum);
+  }
+  cluster_sync_relaxed();  // no CTA leaves (freeing its shared memory) while another still reads it
+}
+
+int sm_count() {
+  static const int sms = [] {
+    int device = 0, n = 0;
+    LOCKSTEP_CUDA_CHECK(cudaGetDevice(&device));
+    LOCKSTEP_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+    return n;
+  }();
+  return sms;
+}
+
+// K splits: doubled until the CTAs fill every SM twice (two CTAs fit an SM), a split keeps at
+// least one K block, or the cluster is full. A function of the shape alone, never of T, so that a
+// token's sum is the same at every batch size.
+int splits_for(int64_t M, int64_t K) {
+  const int64_t row_blocks = M / kRows, kblocks = K / kBlockK;
+  int splits = 1;
+  while (splits < kMaxSplits && row_blocks * splits < 2 * sm_count() && 2 * splits <= kblocks) splits *= 2;
+  return splits;
+}
+
+template <int NT, class Out>
+void launch(const Args& a, int splits) {
+  constexpr auto kernel = small_t_kernel<NT, Out>;
+  static const bool prepared = [] {
+    LOCKSTEP_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Layout<NT>::kSmem));
+    return true;
+  }();
+  (void)prepared;
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = unsigned(splits);
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(unsigned(splits), unsigned(a.M / kRows));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = Layout<NT>::kSmem;
+  config.stream = current_stream();
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  LOCKSTEP_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, a));
+}
+
+template <class Out>
+void launch_for_tokens(const Args& a, int splits) {
+  if (a.T <= 8) return launch<1, Out>(a, splits);
+  if (a.T <= 16) return launch<2, Out>(a, splits);
+  if (a.T <= 32) return launch<4, Out>(a, splits);
+  launch<8, Out>(a, splits);
+}
+
+}  // namespace
+
+void gemm_fp8_small_t(Tensor& out, const Fp8Rows& act, const Fp8Blocks& weight) {
+  const int64_t T = act.rows(), K = act.cols(), M = weight.rows();
+  LOCKSTEP_CHECK(T >= 1 && T <= kFp8SmallTMaxTokens, "fp8 small-T GEMM: 1 .. ", kFp8SmallTMaxTokens,
+                 " tokens, got ", T);
+  LOCKSTEP_CHECK(reinterpret_cast<uintptr_t>(out.data()) % 16 == 0,
+                 "fp8 small-T GEMM: the output must be 16-byte aligned, got ", out.describe(), " at ", out.data());
+  LOCKSTEP_CHECK(M / kRows <= 65535, "fp8 small-T GEMM: at most 65535 row blocks, got ", weight.data.describe());
+  const Args a{static_cast<const uint8_t*>(act.data.data()), act.scales.data_as<float>(),
+               static_cast<const uint8_t*>(weight.data.data()), weight.scales.data_as<float>(), out.data(),
+               T, M, K, weight.scales.dim(1)};
+  const int splits = splits_for(M, K);
+  if (out.dtype() == DType::f32) return launch_for_tokens<float>(a, splits);
+  launch_for_tokens<uint16_t>(a, splits);
+}
+
+}  // namespace lockstep::cuda

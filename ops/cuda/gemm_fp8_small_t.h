@@ -1,0 +1,28 @@
+// ops/cuda/gemm_fp8_small_t.h — the fp8 GEMM of ops/gemm.h for few tokens (decoding), where
+// cuBLASLt's block-scaled kernels sit at a ~20 µs floor: out[T, M] = act[T, K] · weight[M, K]ᵀ,
+// act an Fp8Rows, weight an Fp8Blocks (FProp: W; DGrad: Wᵀ), out bf16 or f32, T ≤ 64.
+//
+// Like the CPU reference, every 128-wide K block is summed in fp32, multiplied by (act scale ·
+// weight scale) and added to an fp32 accumulator. A K block is summed by wgmma on e4m3 (m64nNk32,
+// N = the token tile), with the precision of Hopper's fp8 tensor cores (cuBLASLt's). A token's
+// output never depends on the other tokens of the batch: the same bits at every T of 1 .. 64 (the
+// K split is a function of the shape alone, and each token's sum is the same whatever the tile).
+//
+// ops/cuda/gemm.cu dispatches to it, or to cuBLASLt, per shape (gemm_set_fp8_small_t in
+// ops/gemm_backends.h); arguments are checked there and by ops/gemm.cpp (K and M
+// multiples of 128, act and weight 16-byte aligned). Include only from CUDA sources.
+#pragma once
+
+#include <cstdint>
+
+#include "core/tensor.h"
+#include "numerics/quantize.h"
+
+namespace lockstep::cuda {
+
+constexpr int kFp8SmallTMaxTokens = 64;
+
+// out: bf16 or f32 [T, M], 16-byte aligned; 1 ≤ T ≤ kFp8SmallTMaxTokens.
+void gemm_fp8_small_t(Tensor& out, const Fp8Rows& act, const Fp8Blocks& weight);
+
+}  // namespace lockstep::cuda
