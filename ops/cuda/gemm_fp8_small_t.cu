@@ -33,6 +33,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "core/cp_async.cuh"
 #include "core/cuda_check.h"
 #include "core/cuda_stream.h"
 #include "ops/cuda/vector.cuh"
@@ -75,25 +76,6 @@ struct Args {
   void* out;                    // [T, M]
   int64_t T, M, K, ld_weight_scales;
 };
-
-__device__ __forceinline__ uint32_t smem_address(const void* p) {
-  return uint32_t(__cvta_generic_to_shared(p));
-}
-// 16 (4) bytes global -> shared, asynchronously; zeros (and no read) when !valid.
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(dst)), "l"(src),
-               "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async4(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_address(dst)), "l"(src),
-               "r"(valid ? 4 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-// Waits until at most N of this thread's committed groups are still in flight.
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
 
 // The shared-memory descriptor of a K-major e4m3 tile for wgmma (PTX ISA, "Matrix Descriptor
 // Format"): start address >> 4 (bits 0-13); leading byte offset (16-29) unused with a swizzle, 1 as
