@@ -200,4 +200,18 @@ void device_synchronize() {
 #endif
 }
 
+int device_sm_count() {
+#if LOCKSTEP_HAS_CUDA
+  static const int sms = [] {
+    int device = 0, n = 0;
+    LOCKSTEP_CUDA_CHECK(cudaGetDevice(&device));
+    LOCKSTEP_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+    return n;
+  }();
+  return sms;
+#else
+  return 0;
+#endif
+}
+
 }  // namespace lockstep

@@ -38,6 +38,9 @@ void stream_synchronize();
 void device_fill_bytes(Device d, void* p, unsigned char value, size_t bytes);
 // Waits for the GPU's queued work (nothing to wait for without one).
 void device_synchronize();
+// The GPU's streaming multiprocessors (0 without CUDA), queried once: kernels size their grids by
+// it. (One device per process, as everywhere in lockstep: the device current at the first call.)
+int device_sm_count();
 
 // CUDA memory (zeros without CUDA): bytes held by live tensors now and at most since the last
 // reset_peak_device_memory(), and the device's free and total memory (the pool keeps freed tensor

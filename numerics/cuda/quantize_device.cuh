@@ -23,6 +23,7 @@
 
 #include "core/cp_async.cuh"
 #include "core/cuda_check.h"
+#include "core/device.h"
 #include "numerics/quantize.h"
 #include "numerics/scale.h"
 
@@ -241,16 +242,13 @@ __device__ __forceinline__ void for_each_tile(int64_t rows, int64_t cols, uint4*
 
 // Enough persistent blocks to fill the device (capped by the work): occupancy × SMs, queried once,
 // after raising the kernel's dynamic shared memory limit to `smem` (a constant of the kernel).
-// (One device per process: the SM count is that of the device current at the first call.)
 template <auto kKernel>
 unsigned persistent_grid(int threads, size_t smem, int64_t tiles) {
   static const int64_t resident = [threads, smem] {
-    int device = 0, sms = 0, per_sm = 0;
+    int per_sm = 0;
     LOCKSTEP_CUDA_CHECK(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    LOCKSTEP_CUDA_CHECK(cudaGetDevice(&device));
-    LOCKSTEP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     LOCKSTEP_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kKernel, threads, smem));
-    return int64_t(sms) * std::max(per_sm, 1);
+    return int64_t(device_sm_count()) * std::max(per_sm, 1);
   }();
   return unsigned(std::min(tiles, resident));
 }

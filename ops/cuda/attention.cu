@@ -48,6 +48,7 @@
 #include "core/cp_async.cuh"
 #include "core/cuda_check.h"
 #include "core/cuda_stream.h"
+#include "core/device.h"
 #include "ops/attention_backends.h"
 
 namespace lockstep::cuda {
@@ -894,16 +895,6 @@ T* data(const Tensor& t) {
   return static_cast<T*>(t.data());
 }
 
-int sm_count() {
-  static const int sms = [] {
-    int device = 0, n = 0;
-    LOCKSTEP_CUDA_CHECK(cudaGetDevice(&device));
-    LOCKSTEP_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
-    return n;
-  }();
-  return sms;
-}
-
 // Made once per kernel: its dynamic shared memory limit raised to `smem` bytes; returns how many of
 // its CTAs the device holds at once. (One device per process, as everywhere in lockstep.)
 template <auto kKernel>
@@ -912,7 +903,7 @@ int prepare(size_t smem) {
     LOCKSTEP_CUDA_CHECK(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     int per_sm = 0;
     LOCKSTEP_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kKernel, kThreads, smem));
-    return sm_count() * std::max(per_sm, 1);
+    return device_sm_count() * std::max(per_sm, 1);
   }();
   return resident;
 }
@@ -1056,7 +1047,7 @@ void attention_paged(Tensor& out, const Tensor& qkv, const Tensor& k_cache, cons
   // 4 times over (batch 1 at long contexts is bandwidth-bound only if every SM streams K/V), but
   // no more than the longest possible context has 64-key tiles. The kernels split each context by
   // its own length (decode_span), so short contexts in a long-capacity table still spread out.
-  const int64_t want = (4 * int64_t(sm_count()) + int64_t(a.S) * a.kv_heads - 1) / std::max<int64_t>(int64_t(a.S) * a.kv_heads, 1);
+  const int64_t want = (4 * int64_t(device_sm_count()) + int64_t(a.S) * a.kv_heads - 1) / std::max<int64_t>(int64_t(a.S) * a.kv_heads, 1);
   d.max_parts = int(std::clamp<int64_t>(want, 1, std::max<int64_t>(1, (a.max_keys + kTileRows - 1) / kTileRows)));
   LOCKSTEP_CHECK(a.S <= 65535, "attention_paged: the CUDA decode kernel takes at most 65535 sequences, got ", a.S);
   Tensor part_o, part_lse;

@@ -36,6 +36,7 @@
 #include "core/cp_async.cuh"
 #include "core/cuda_check.h"
 #include "core/cuda_stream.h"
+#include "core/device.h"
 #include "ops/cuda/vector.cuh"
 
 namespace lockstep::cuda {
@@ -296,23 +297,13 @@ __global__ void __launch_bounds__(kThreads) small_t_kernel(const Args a) {
   cluster_sync_relaxed();  // no CTA leaves (freeing its shared memory) while another still reads it
 }
 
-int sm_count() {
-  static const int sms = [] {
-    int device = 0, n = 0;
-    LOCKSTEP_CUDA_CHECK(cudaGetDevice(&device));
-    LOCKSTEP_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
-    return n;
-  }();
-  return sms;
-}
-
 // K splits: doubled until the CTAs fill every SM twice (two CTAs fit an SM), a split keeps at
 // least one K block, or the cluster is full. A function of the shape alone, never of T, so that a
 // token's sum is the same at every batch size.
 int splits_for(int64_t M, int64_t K) {
   const int64_t row_blocks = M / kRows, kblocks = K / kBlockK;
   int splits = 1;
-  while (splits < kMaxSplits && row_blocks * splits < 2 * sm_count() && 2 * splits <= kblocks) splits *= 2;
+  while (splits < kMaxSplits && row_blocks * splits < 2 * device_sm_count() && 2 * splits <= kblocks) splits *= 2;
   return splits;
 }
 
