@@ -1,7 +1,8 @@
 #!/bin/bash
 # GPU-machine run of carried binaries (.carry/bin, .carry/lib, .carry/data; see docs/benchmarks.md):
-# stages given as arguments (tests, train_bench, attn_bench, torch_bench, compare_large, default_job,
-# membound).
+# stages given as arguments, run in that order: info, tests, membound (the memory-bound kernels'
+# GPU tests, then bench_gemm), train_bench, train_bench_recompute, attn_bench, torch_bench,
+# compare_large, rollout_bench, hf_generate, default_job, large_grpo.
 # Logs go to $OUT; each stage has its own time limit so one hang does not eat the session.
 set -u
 cd "$(dirname "$0")/.."  # the repository root
