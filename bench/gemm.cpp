@@ -1,9 +1,9 @@
 // bench/gemm — TFLOP/s of the bf16 and fp8 linear-layer GEMMs (FProp, DGrad, WGrad) at the
 // Qwen3-1.7B and Qwen3-8B shapes with T = 8192 tokens, FProp at decode shapes (cuBLASLt bf16 and
 // fp8, the fp8 small-T kernel, and fp8 as dispatched between the two), and the GB/s of the
-// memory-bound kernels (FP8 quantization, AdamW) against a measured device-to-device copy. Every cuBLASLt GEMM is timed twice: with the
-// autotuned algorithm (the default) and with cuBLASLt's first heuristic choice (what
-// LOCKSTEP_GEMM_AUTOTUNE=0 selects).
+// memory-bound kernels (FP8 quantization, AdamW) against a measured device-to-device copy. Every
+// cuBLASLt GEMM is timed twice: with the autotuned algorithm (the default) and with cuBLASLt's
+// first heuristic choice (what LOCKSTEP_GEMM_AUTOTUNE=0 selects).
 // Usage: bench_gemm [--json out.json] [--reps N]
 #include <cuda_runtime.h>
 

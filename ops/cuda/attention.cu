@@ -1047,7 +1047,8 @@ void attention_paged(Tensor& out, const Tensor& qkv, const Tensor& k_cache, cons
   // 4 times over (batch 1 at long contexts is bandwidth-bound only if every SM streams K/V), but
   // no more than the longest possible context has 64-key tiles. The kernels split each context by
   // its own length (decode_span), so short contexts in a long-capacity table still spread out.
-  const int64_t want = (4 * int64_t(device_sm_count()) + int64_t(a.S) * a.kv_heads - 1) / std::max<int64_t>(int64_t(a.S) * a.kv_heads, 1);
+  const int64_t heads = int64_t(a.S) * a.kv_heads;
+  const int64_t want = (4 * int64_t(device_sm_count()) + heads - 1) / std::max<int64_t>(heads, 1);
   d.max_parts = int(std::clamp<int64_t>(want, 1, std::max<int64_t>(1, (a.max_keys + kTileRows - 1) / kTileRows)));
   LOCKSTEP_CHECK(a.S <= 65535, "attention_paged: the CUDA decode kernel takes at most 65535 sequences, got ", a.S);
   Tensor part_o, part_lse;

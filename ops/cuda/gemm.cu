@@ -19,9 +19,9 @@
 // LOCKSTEP_GEMM_AUTOTUNE=0 takes the heuristic's first choice instead, and the small-T kernel for
 // 1 .. 16 tokens (deterministic across runs; an autotuned pick may differ between runs when
 // candidates time within noise of each other); LOCKSTEP_GEMM_AUTOTUNE=verbose prints each tuned
-// plan's and small-T choice's timings. Make every shape's plan before
-// capturing a CUDA graph: a plan first made during capture is not tuned, nor is the choice of the
-// small-T kernel for a shape first seen then.
+// plan's and small-T choice's timings. Make every shape's plan before capturing a CUDA graph: a
+// plan first made during capture is not tuned, nor is the choice of the small-T kernel for a shape
+// first seen then.
 #include <cublasLt.h>
 
 #include <algorithm>
@@ -82,7 +82,8 @@ constexpr int64_t kTokenPad = 16;
 constexpr int kNoScale = -1;
 constexpr int kAutotune = -1;
 // Untimed, the small-T kernel runs up to this many tokens: on an H200 it beats cuBLASLt clearly
-// there (up to 2.7×) but loses some Qwen3 shapes at 32 and 64 (docs/results/bench_gemm_h200_s4b.txt).
+// there (up to 2.7×) but loses some Qwen3 shapes at 32 and 64
+// (docs/results/bench_gemm_h200_2026-11-21-s4_small_t_mma_wgmma.txt).
 constexpr int64_t kSmallTUntunedTokens = 16;
 
 struct MatmulShape {

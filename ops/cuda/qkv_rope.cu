@@ -7,8 +7,9 @@
 // computes their cos/sin once into shared memory (one double sincos per angle, as the contract says,
 // shared by all the row's heads), then its groups walk the rows' heads, coalesced (a warp reads
 // 32/G consecutive heads). The forward at decode sizes (T ≤ kSmallT) instead spreads a row's heads
-// over CTAs, one head a group, each CTA computing the row's table (the same code: the same bits). The math is the CPU reference's in fp32, rounded once to bf16 at the
-// store; only the order of a head's sums and FMA contraction differ (a few fp32 ulps).
+// over CTAs, one head a group, each CTA computing the row's table (the same code: the same bits).
+// The math is the CPU reference's in fp32, rounded once to bf16 at the store; only the order of a
+// head's sums and FMA contraction differ (a few fp32 ulps).
 //
 // dq_norm / dk_norm, deterministically (no float atomics): each thread sums its columns' dy·x̂ over
 // the heads it handled, in order; the CTA adds its threads in a fixed order into one partial row;

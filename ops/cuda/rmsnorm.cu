@@ -3,8 +3,9 @@
 // Forward: one block per row. The row is read once from memory to sum its squares and once more
 // (an L1/L2 hit: this block has just read it) to normalize, so HBM sees one read of x and one write
 // of y. At decode sizes (≤ 64 rows) a row's output is sliced over a few blocks, each summing the
-// whole row (an L2 hit but for the first) and normalizing its slice. A row's sums run in an order fixed by the row width alone (thread i takes vectors i, i + n,
-// ...; then block_sum), so a row gives the same bits whatever the batch.
+// whole row (an L2 hit but for the first) and normalizing its slice. A row's sums run in an order
+// fixed by the row width alone (thread i takes vectors i, i + n, ...; then block_sum), so a row
+// gives the same bits whatever the batch.
 //
 // Backward: the rows are cut into RowParts (≤ 256 runs of consecutive rows, by the row count alone);
 // one block per run does each row's dx like the forward (two reads of x and dy, one write of dx)

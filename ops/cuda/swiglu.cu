@@ -127,7 +127,7 @@ __global__ void __launch_bounds__(Bf16::kThreads, 2) swiglu_quantize_kernel(
     Bf16::load(to, Bf16::kRows, gate_up + I, 2 * I, T, t0, k0);
   };
   // Padding rows (past T) load as zeros and give silu(0)·0 = 0: the zero padding.
-  quant::for_each_tile<GluTile, Bf16::kThreads, kRingStages>(T, I, ring, load, [&](GluTile& tile, int64_t t0, int64_t k0) {
+  const auto compute = [&](GluTile& tile, int64_t t0, int64_t k0) {
 #pragma unroll
     for (int p = 0; p < Bf16::kRows; ++p) {
       float g[kVec], u[kVec];
@@ -139,7 +139,8 @@ __global__ void __launch_bounds__(Bf16::kThreads, 2) swiglu_quantize_kernel(
     }
     quant::quantize_tile_rows(tile.gate, t0, k0, T, I, q, s, pow2);
     if constexpr (kColumnwise) quant::quantize_tile_columns(tile.gate, t0, k0, I, Tp, qt, st, pow2, scratch);
-  });
+  };
+  quant::for_each_tile<GluTile, Bf16::kThreads, kRingStages>(T, I, ring, load, compute);
 }
 
 // swiglu_quantize_kernel's rows for T ≤ quant::kSmallT: one 8-wide output vector a thread (vector i
