@@ -81,4 +81,24 @@ std::string read_file(const std::string& path, std::string_view what) {
   return text.str();
 }
 
+std::string_view trimmed(std::string_view text) {
+  constexpr std::string_view kSpace = " \t\r\n\f\v";
+  const size_t begin = text.find_first_not_of(kSpace);
+  if (begin == std::string_view::npos) return {};
+  return text.substr(begin, text.find_last_not_of(kSpace) - begin + 1);
+}
+
+void for_each_nonblank_line(std::string_view text,
+                            const std::function<void(std::string_view line, size_t number)>& each_line) {
+  size_t number = 0;
+  for (size_t begin = 0; begin < text.size();) {
+    size_t end = text.find('\n', begin);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view line = text.substr(begin, end - begin);
+    begin = end + 1;
+    ++number;
+    if (!trimmed(line).empty()) each_line(line, number);
+  }
+}
+
 }  // namespace lockstep

@@ -1,9 +1,11 @@
-// io/file_io.h — reading a whole file, and writing one atomically: readers see either the old file
-// or the complete new one, never a half-written one. The bytes go to a temporary file in the same
-// folder (same file system, so rename is atomic), flushed to disk and renamed over the target.
+// io/file_io.h — reading a whole file (and walking its lines), and writing one atomically: readers
+// see either the old file or the complete new one, never a half-written one. The bytes go to a
+// temporary file in the same folder (same file system, so rename is atomic), flushed to disk and
+// renamed over the target.
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -35,5 +37,13 @@ void write_file_atomically(const std::string& path, std::string_view contents);
 
 // The whole file as bytes; `what` names it in the error ("config", "index").
 std::string read_file(const std::string& path, std::string_view what);
+
+// `text` without its leading and trailing whitespace.
+std::string_view trimmed(std::string_view text);
+
+// Calls each_line(line, number) on every line of `text` (JSONL files) that is not blank, in order;
+// lines are numbered from 1, blank ones counted, so that an error can name "path:number".
+void for_each_nonblank_line(std::string_view text,
+                            const std::function<void(std::string_view line, size_t number)>& each_line);
 
 }  // namespace lockstep

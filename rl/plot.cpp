@@ -76,13 +76,6 @@ struct Run {
 
 using json = nlohmann::json;
 
-std::string_view trimmed(std::string_view text) {
-  constexpr std::string_view kSpace = " \t\r\n\f\v";
-  const size_t begin = text.find_first_not_of(kSpace);
-  if (begin == std::string_view::npos) return {};
-  return text.substr(begin, text.find_last_not_of(kSpace) - begin + 1);
-}
-
 // Merges one line's fields into `by_step`; throws lockstep::Error saying what is wrong with it.
 void merge_line(std::string_view line, std::map<double, Record>& by_step) {
   json object;
@@ -111,20 +104,13 @@ void merge_line(std::string_view line, std::map<double, Record>& by_step) {
 Run read_run(const std::filesystem::path& path) {
   const std::string text = read_file(path.string(), "metrics");
   std::map<double, Record> by_step;
-  size_t line_number = 0;
-  for (size_t begin = 0; begin < text.size();) {
-    size_t end = text.find('\n', begin);
-    if (end == std::string::npos) end = text.size();
-    const std::string_view line(text.data() + begin, end - begin);
-    begin = end + 1;
-    ++line_number;
-    if (trimmed(line).empty()) continue;
+  for_each_nonblank_line(text, [&](std::string_view line, size_t number) {
     try {
       merge_line(line, by_step);
     } catch (const Error& e) {
-      fail(path.string() + ":" + std::to_string(line_number) + ": " + e.what());
+      fail(path.string() + ":" + std::to_string(number) + ": " + e.what());
     }
-  }
+  });
   LOCKSTEP_CHECK(!by_step.empty(), path.string(), ": no metrics: the file is empty (blank lines aside)");
   Run run;
   for (auto& [step, record] : by_step) {

@@ -13,13 +13,6 @@ namespace {
 
 using json = nlohmann::json;
 
-std::string_view trimmed(std::string_view text) {
-  constexpr std::string_view kSpace = " \t\r\n\f\v";
-  const size_t begin = text.find_first_not_of(kSpace);
-  if (begin == std::string_view::npos) return {};
-  return text.substr(begin, text.find_last_not_of(kSpace) - begin + 1);
-}
-
 std::string string_field(const json& object, const char* key) {
   const auto it = object.find(key);
   LOCKSTEP_CHECK(it != object.end(), "field \"", key, "\" is missing");
@@ -59,21 +52,14 @@ Problem parse_line(std::string_view line, DatasetFormat format) {
 LoadedProblems load_problems(const std::filesystem::path& path, DatasetFormat format, BadLines bad_lines) {
   const std::string text = read_file(path.string(), "dataset");
   LoadedProblems loaded;
-  size_t line_number = 0;
-  for (size_t begin = 0; begin < text.size();) {
-    size_t end = text.find('\n', begin);
-    if (end == std::string::npos) end = text.size();
-    const std::string_view line(text.data() + begin, end - begin);
-    begin = end + 1;
-    ++line_number;
-    if (trimmed(line).empty()) continue;
+  for_each_nonblank_line(text, [&](std::string_view line, size_t number) {
     try {
       loaded.problems.push_back(parse_line(line, format));
     } catch (const Error& e) {
-      if (bad_lines == BadLines::fail) fail(path.string() + ":" + std::to_string(line_number) + ": " + e.what());
+      if (bad_lines == BadLines::fail) fail(path.string() + ":" + std::to_string(number) + ": " + e.what());
       ++loaded.skipped_lines;
     }
-  }
+  });
   LOCKSTEP_CHECK(!loaded.problems.empty(), path.string(), ": no problems: ",
                  loaded.skipped_lines > 0 ? "every line is bad (" + std::to_string(loaded.skipped_lines) + " skipped)"
                                           : std::string("the file is empty (blank lines aside)"));
