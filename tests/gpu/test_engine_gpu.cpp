@@ -16,15 +16,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstring>
 
 #include "../model/model_test_util.h"
 #include "../test_util.h"
+#include "core/dtypes.h"
 #include "rollout/engine.h"
 
 namespace lockstep::testing {
 namespace {
-
 
 std::vector<GenerationRequest> make_requests(const std::vector<int>& prompt_lengths,
                                              const SamplingParams& sampling, uint64_t seed) {
@@ -122,12 +121,6 @@ INSTANTIATE_TEST_SUITE_P(Recipes, EngineGpuRecipe, ::testing::Values(Recipe::bf1
 
 using Results = std::vector<std::vector<GeneratedSample>>;
 
-uint32_t bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-
 void expect_identical(const Results& a, const Results& b, const char* what) {
   ASSERT_EQ(a.size(), b.size()) << what;
   for (size_t r = 0; r < a.size(); ++r) {
@@ -138,7 +131,7 @@ void expect_identical(const Results& a, const Results& b, const char* what) {
       EXPECT_EQ(x.finish_reason, y.finish_reason) << what << ": request " << r << " sample " << j;
       ASSERT_EQ(x.logprobs.size(), y.logprobs.size()) << what;
       for (size_t i = 0; i < x.logprobs.size(); ++i)
-        EXPECT_EQ(bits(x.logprobs[i]), bits(y.logprobs[i]))
+        EXPECT_EQ(float_bits(x.logprobs[i]), float_bits(y.logprobs[i]))
             << what << ": request " << r << " sample " << j << " token " << i << ": "
             << x.logprobs[i] << " vs " << y.logprobs[i];
     }

@@ -21,6 +21,7 @@
 #include <span>
 #include <vector>
 
+#include "core/dtypes.h"
 #include "core/philox.h"
 #include "ops/block_copy.h"
 #include "ops/lm_head.h"
@@ -31,12 +32,6 @@ namespace lockstep {
 namespace {
 
 using testing::random_tensor;
-
-uint32_t bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
 
 struct Drawn {
   std::vector<int32_t> tokens;
@@ -245,7 +240,7 @@ void expect_split_path_like_cpu(const Tensor& logits) {
                    temperature > 0 ? temperature : 1.0f);
     const Tensor want = lp.to(Device::cpu);
     for (int64_t i = 0; i < n; ++i)
-      EXPECT_EQ(bits(gpu.logprobs[draws[size_t(i)]]), bits(want.data_as<float>()[i]))
+      EXPECT_EQ(float_bits(gpu.logprobs[draws[size_t(i)]]), float_bits(want.data_as<float>()[i]))
           << "draw " << draws[size_t(i)] << " temperature " << temperature;
   }
 }
@@ -301,11 +296,11 @@ TEST(SampleGpu, ADrawIsTheSameAloneInABatchAndRunAgain) {
   const Drawn again = sample_on(Device::cuda, logits, specs);
   EXPECT_EQ(batch.tokens, again.tokens);
   for (size_t d = 0; d < specs.size(); ++d) {
-    EXPECT_EQ(bits(batch.logprobs[d]), bits(again.logprobs[d])) << "draw " << d;
+    EXPECT_EQ(float_bits(batch.logprobs[d]), float_bits(again.logprobs[d])) << "draw " << d;
     if (d % 5 != 0) continue;
     const Drawn alone = sample_on(Device::cuda, logits, {specs[d]});
     EXPECT_EQ(alone.tokens[0], batch.tokens[d]) << "draw " << d;
-    EXPECT_EQ(bits(alone.logprobs[0]), bits(batch.logprobs[d])) << "draw " << d;
+    EXPECT_EQ(float_bits(alone.logprobs[0]), float_bits(batch.logprobs[d])) << "draw " << d;
   }
 }
 

@@ -3,10 +3,10 @@
 // training forward's rows do not depend on how sequences are packed.
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <numeric>
 #include <random>
 
+#include "core/dtypes.h"
 #include "core/error.h"
 #include "model/transformer.h"
 #include "ops/lm_head.h"
@@ -27,12 +27,6 @@ ModelConfig generation_config(ModelFamily family) {
   return tiny_config(family, {.hidden = 128, .heads = 2, .kv_heads = 1, .head_dim = 64,
                               .intermediate = 256, .layers = 2, .vocab = 301,
                               .tied = family == ModelFamily::qwen3});
-}
-
-uint32_t bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
 }
 
 // logprob of each sequence's tokens 1.. (row i predicts token i + 1), by the training forward.
@@ -137,7 +131,7 @@ TEST_P(Generation, LogprobsEqualTrainingForwardBitForBit) {
         ASSERT_EQ(gen[s].size(), train[s].size());
         for (size_t i = 0; i < gen[s].size(); ++i) {
           if (std::isnan(gen[s][i])) continue;  // inside a multi-token chunk: not a last row
-          EXPECT_EQ(bits(gen[s][i]), bits(train[s][i]))
+          EXPECT_EQ(float_bits(gen[s][i]), float_bits(train[s][i]))
               << "sequence " << s << " token " << i + 1 << ": " << gen[s][i] << " vs "
               << train[s][i] << " (block size " << block_size << ")";
           ++compared;
@@ -159,8 +153,9 @@ TEST_P(Generation, TrainingRowsDoNotDependOnPacking) {
   for (size_t s = 0; s < seqs.size(); ++s) {
     const auto alone = train_logprobs(model, {seqs[s]}, 1.0f);
     for (size_t i = 0; i < together[s].size(); ++i) {
-      EXPECT_EQ(bits(alone[0][i]), bits(together[s][i])) << "sequence " << s << " token " << i;
-      EXPECT_EQ(bits(backwards[seqs.size() - 1 - s][i]), bits(together[s][i]));
+      EXPECT_EQ(float_bits(alone[0][i]), float_bits(together[s][i]))
+          << "sequence " << s << " token " << i;
+      EXPECT_EQ(float_bits(backwards[seqs.size() - 1 - s][i]), float_bits(together[s][i]));
     }
   }
 }

@@ -7,10 +7,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <functional>
 #include <string>
 
+#include "core/dtypes.h"
 #include "core/error.h"
 #include "rollout/decode_graph.h"
 #include "rollout/engine.h"
@@ -39,12 +39,6 @@ ModelConfig engine_config() {
                                           .tied = true});
 }
 
-uint32_t bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-
 // Requests over prompts of the given lengths, each with its own seed.
 std::vector<GenerationRequest> make_requests(const std::vector<int>& prompt_lengths,
                                              const SamplingParams& sampling, uint64_t seed) {
@@ -65,7 +59,7 @@ void expect_same(const Results& a, const Results& b) {
       EXPECT_EQ(a[r][j].finish_reason, b[r][j].finish_reason) << "request " << r << " sample " << j;
       ASSERT_EQ(a[r][j].logprobs.size(), b[r][j].logprobs.size());
       for (size_t i = 0; i < a[r][j].logprobs.size(); ++i)
-        EXPECT_EQ(bits(a[r][j].logprobs[i]), bits(b[r][j].logprobs[i]))
+        EXPECT_EQ(float_bits(a[r][j].logprobs[i]), float_bits(b[r][j].logprobs[i]))
             << "request " << r << " sample " << j << " token " << i;
     }
   }
@@ -98,7 +92,7 @@ void expect_training_logprobs(Transformer& model, const std::vector<GenerationRe
         const GeneratedSample& s = results[r][j];
         ASSERT_EQ(s.logprobs.size(), s.tokens.size());
         for (size_t i = 0; i < s.tokens.size(); ++i)
-          EXPECT_EQ(bits(s.logprobs[i]), bits(logprob[row + length - 1 + int64_t(i)]))
+          EXPECT_EQ(float_bits(s.logprobs[i]), float_bits(logprob[row + length - 1 + int64_t(i)]))
               << "request " << r << " sample " << j << " token " << i << ": " << s.logprobs[i]
               << " vs " << logprob[row + length - 1 + int64_t(i)];
         row += length + int64_t(s.tokens.size());
@@ -287,7 +281,7 @@ TEST(Engine, StopTokenIdsAndStopStringsSpanningTokens) {
     EXPECT_EQ(s.finish_reason, FinishReason::stop) << what;
     ASSERT_EQ(s.logprobs.size(), want.size()) << what;
     for (size_t i = 0; i < want.size(); ++i)
-      EXPECT_EQ(bits(s.logprobs[i]), bits(free_run.logprobs[i])) << what;
+      EXPECT_EQ(float_bits(s.logprobs[i]), float_bits(free_run.logprobs[i])) << what;
   };
 
   GenerationRequest by_id = base;

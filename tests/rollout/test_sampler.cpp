@@ -8,12 +8,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <functional>
 #include <numeric>
 #include <random>
 #include <string>
 
+#include "core/dtypes.h"
 #include "core/error.h"
 #include "ops/lm_head.h"
 #include "ops/sample.h"
@@ -23,12 +23,6 @@ namespace lockstep {
 namespace {
 
 using testing::chi_square;
-
-uint32_t bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
 
 struct Drawn {
   std::vector<int32_t> tokens;
@@ -198,7 +192,7 @@ TEST(Sampler, ADrawIgnoresTheOthersAndReportsTheForwardLogprob) {
   for (size_t i = 0; i < specs.size(); ++i) {
     const Drawn alone = sample(logits, vocab, {specs[i]});
     EXPECT_EQ(all.tokens[i], alone.tokens[0]) << "draw " << i;
-    EXPECT_EQ(bits(all.logprobs[i]), bits(alone.logprobs[0])) << "draw " << i;
+    EXPECT_EQ(float_bits(all.logprobs[i]), float_bits(alone.logprobs[0])) << "draw " << i;
 
     ASSERT_GE(all.tokens[i], 0);
     const float temperature = specs[i].temperature > 0 ? specs[i].temperature : 1.0f;
@@ -207,7 +201,7 @@ TEST(Sampler, ADrawIgnoresTheOthersAndReportsTheForwardLogprob) {
     target.data_as<int32_t>()[0] = all.tokens[i];
     Tensor logprob = Tensor::empty({1}, DType::f32), entropy = Tensor::empty({1}, DType::f32);
     logits_logprob(logprob, entropy, row, target, temperature);
-    EXPECT_EQ(bits(all.logprobs[i]), bits(logprob.data_as<float>()[0])) << "draw " << i;
+    EXPECT_EQ(float_bits(all.logprobs[i]), float_bits(logprob.data_as<float>()[0])) << "draw " << i;
   }
 }
 
