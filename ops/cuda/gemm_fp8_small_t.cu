@@ -9,7 +9,9 @@
 // through distributed shared memory in rank order (deterministic, no workspace, one kernel).
 //
 // Pipeline: each K block's weight tile (128 rows × 128 bytes), act tile (8·NT tokens × 128 bytes,
-// tokens ≥ T zero-filled) and scales go global → shared by cp.async, kStages deep. The tiles are
+// tokens ≥ T zero-filled) and scales go global → shared by cp.async, 3 or 4 stages deep: as many
+// as leave room for three CTAs an SM. (With two, clusters of 8 CTAs fit only 30 at once on an
+// H200, so the 32 clusters of a 4096-row weight ran in two waves — ncu, session 5.) The tiles are
 // rows of eight 16-byte chunks, 128-byte swizzled: chunk c of row r sits at c ^ r%8, tiles 1024-byte
 // aligned. That is the layout wgmma's SWIZZLE_128B K-major descriptors read, and it spreads the
 // copies over all 32 banks.
@@ -49,7 +51,7 @@ constexpr int kThreads = 128;         // 4 warps: one warpgroup
 constexpr int kRows = 128;            // weight rows of a CTA: one row of scale blocks
 constexpr int kBlockK = 128;          // bytes of a K block (e4m3): one swizzled row
 constexpr int kMaxSplits = 8;         // the portable cluster size
-constexpr int kStages = 4;
+constexpr int kCtasPerSm = 3;
 constexpr int kSwizzleAtom = 1024;    // 8 rows × 128 bytes: every tile starts on one
 
 template <int NT>
@@ -58,15 +60,18 @@ struct Layout {
   // A stage: the weight tile, then the act tile.
   static constexpr int kActOffset = kRows * kBlockK;
   static constexpr int kStageBytes = kActOffset + kTokens * kBlockK;
-  // After the stages, per stage: kTokens act scales, then the weight scale.
+  static constexpr int kScaleBytes = kTokens * 4 + 16;  // per stage: kTokens act scales, the weight scale
+  // Up to 4 stages, as many as kCtasPerSm CTAs an SM leave room for (228 KiB, 1 KiB reserved each).
+  static constexpr int kStages = std::min(4, (228 * 1024 / kCtasPerSm - 1024) / (kStageBytes + kScaleBytes));
+  // After the stages, the scales of every stage.
   static constexpr int kScalesOffset = kStages * kStageBytes;
-  static constexpr int kScaleBytes = kTokens * 4 + 16;
   // After the main loop the shared memory holds the CTA's partial tile, token-major, rows padded to
   // kRedStride floats so the fragment stores hit distinct banks.
   static constexpr int kRedStride = kRows + 4;
   static constexpr int kSmem = std::max(kScalesOffset + kStages * kScaleBytes, kTokens * kRedStride * 4);
   static_assert(kStageBytes % kSwizzleAtom == 0);
-  static_assert(2 * (kSmem + 1024) <= 228 * 1024, "two CTAs an SM");
+  static_assert(kStages >= 3, "a stage in use, two in flight");
+  static_assert(kCtasPerSm * (kSmem + 1024) <= 228 * 1024);
 };
 
 struct Args {
@@ -237,7 +242,7 @@ __device__ __forceinline__ void store4(uint16_t* out, const float4& v) {
 
 // Grid (splits, M/128), clusters of (splits, 1, 1): blockIdx.x is the rank in the cluster.
 template <int NT, class Out>
-__global__ void __launch_bounds__(kThreads) small_t_kernel(const Args a) {
+__global__ void __launch_bounds__(kThreads, kCtasPerSm) small_t_kernel(const Args a) {
   using L = Layout<NT>;
   // The swizzle needs 1024-byte aligned tiles. (The compiler takes this alignment as given; on
   // sm_90 dynamic shared memory starts at 1024, after the reserved kilobyte.)
@@ -247,6 +252,7 @@ __global__ void __launch_bounds__(kThreads) small_t_kernel(const Args a) {
   const int64_t row0 = int64_t(blockIdx.y) * kRows;
   const int kblocks = int(a.K / kBlockK), kb0 = split * kblocks / splits;
   const int count = (split + 1) * kblocks / splits - kb0;
+  constexpr int kStages = L::kStages;
   auto tiles = [&](int i) { return smem + i % kStages * L::kStageBytes; };
   auto scales = [&](int i) { return smem + L::kScalesOffset + i % kStages * L::kScaleBytes; };
 
@@ -282,33 +288,28 @@ __global__ void __launch_bounds__(kThreads) small_t_kernel(const Args a) {
   const cg::cluster_group cluster = cg::this_cluster();
 
   // This CTA's share of the output: rows [split, split + 1) · 128/splits of every token, summed
-  // over the cluster's partial tiles in rank order, 4 rows at a time.
+  // over the cluster's partial tiles in rank order, 4 rows at a time. Every rank's load is issued
+  // before the first add: one distributed-shared-memory latency per item, not one per rank.
   const int rows = kRows / splits, quads = rows / 4;
   Out* out = static_cast<Out*>(a.out);
   for (int i = tid; i < a.T * quads; i += kThreads) {
     const int t = i / quads, r = split * rows + i % quads * 4;
-    float4 sum = *reinterpret_cast<const float4*>(cluster.map_shared_rank(red, 0) + t * L::kRedStride + r);
-    for (int rank = 1; rank < splits; ++rank) {
-      const float4 v = *reinterpret_cast<const float4*>(cluster.map_shared_rank(red, rank) + t * L::kRedStride + r);
-      sum.x += v.x, sum.y += v.y, sum.z += v.z, sum.w += v.w;
-    }
+    float4 v[kMaxSplits];
+#pragma unroll
+    for (int rank = 0; rank < kMaxSplits; ++rank)
+      if (rank < splits)
+        v[rank] = *reinterpret_cast<const float4*>(cluster.map_shared_rank(red, rank) + t * L::kRedStride + r);
+    float4 sum = v[0];
+#pragma unroll
+    for (int rank = 1; rank < kMaxSplits; ++rank)
+      if (rank < splits) sum.x += v[rank].x, sum.y += v[rank].y, sum.z += v[rank].z, sum.w += v[rank].w;
     store4(out + t * a.M + row0 + r, sum);
   }
   cluster_sync_relaxed();  // no CTA leaves (freeing its shared memory) while another still reads it
 }
 
-// K splits: doubled until the CTAs fill every SM twice (two CTAs fit an SM), a split keeps at
-// least one K block, or the cluster is full. A function of the shape alone, never of T, so that a
-// token's sum is the same at every batch size.
-int splits_for(int64_t M, int64_t K) {
-  const int64_t row_blocks = M / kRows, kblocks = K / kBlockK;
-  int splits = 1;
-  while (splits < kMaxSplits && row_blocks * splits < 2 * device_sm_count() && 2 * splits <= kblocks) splits *= 2;
-  return splits;
-}
-
 template <int NT, class Out>
-void launch(const Args& a, int splits) {
+auto prepared_kernel() {
   constexpr auto kernel = small_t_kernel<NT, Out>;
   static const bool prepared = [] {
     LOCKSTEP_CUDA_CHECK(
@@ -316,19 +317,57 @@ void launch(const Args& a, int splits) {
     return true;
   }();
   (void)prepared;
-  cudaLaunchAttribute cluster{};
+  return kernel;
+}
+
+cudaLaunchConfig_t launch_config(dim3 grid, int smem, cudaLaunchAttribute& cluster) {
   cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = unsigned(splits);
+  cluster.val.clusterDim.x = grid.x;
   cluster.val.clusterDim.y = 1;
   cluster.val.clusterDim.z = 1;
   cudaLaunchConfig_t config{};
-  config.gridDim = dim3(unsigned(splits), unsigned(a.M / kRows));
+  config.gridDim = grid;
   config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = Layout<NT>::kSmem;
+  config.dynamicSmemBytes = size_t(smem);
   config.stream = current_stream();
   config.attrs = &cluster;
   config.numAttrs = 1;
-  LOCKSTEP_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, a));
+  return config;
+}
+
+// CTAs in clusters of `splits` that the GPU holds at once, for the 64-token kernel (every token
+// count has the same occupancy, kCtasPerSm an SM, and launches the same grid).
+int resident_ctas(int splits) {
+  static int cached[kMaxSplits + 1] = {};
+  if (cached[splits] == 0) {
+    cudaLaunchAttribute cluster{};
+    const cudaLaunchConfig_t config = launch_config(dim3(unsigned(splits), 1), Layout<8>::kSmem, cluster);
+    int clusters = 0;
+    LOCKSTEP_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, prepared_kernel<8, uint16_t>(), &config));
+    cached[splits] = clusters * splits;
+  }
+  return cached[splits];
+}
+
+// K splits: doubled while the CTAs do not yet fill every SM kCtasPerSm times, every split keeps at
+// least one K block, the cluster is not full, and all of the doubled grid's clusters fit on the GPU
+// at once (a second wave would double the time). A function of the shape alone, never of T, so
+// that a token's sum is the same at every batch size.
+int splits_for(int64_t M, int64_t K) {
+  const int64_t row_blocks = M / kRows, kblocks = K / kBlockK;
+  int splits = 1;
+  while (2 * splits <= kMaxSplits && row_blocks * splits < kCtasPerSm * device_sm_count() && 2 * splits <= kblocks &&
+         row_blocks * 2 * splits <= resident_ctas(2 * splits))
+    splits *= 2;
+  return splits;
+}
+
+template <int NT, class Out>
+void launch(const Args& a, int splits) {
+  cudaLaunchAttribute cluster{};
+  const cudaLaunchConfig_t config =
+      launch_config(dim3(unsigned(splits), unsigned(a.M / kRows)), Layout<NT>::kSmem, cluster);
+  LOCKSTEP_CUDA_CHECK(cudaLaunchKernelEx(&config, prepared_kernel<NT, Out>(), a));
 }
 
 template <class Out>
