@@ -159,7 +159,7 @@ void Transformer::share_embedding_copies(const Transformer& other) {
 }
 
 void Transformer::layer_forward(size_t i, Tensor& x, Tensor& residual, const Tensor& positions,
-                                const Attend& attend, LayerActivations* save) {
+                                const Attend& attend, LayerActivations* save, const KvWrite* kv) {
   const LayerParameters& p = params_.layers[i];
   const LayerWeights& w = weights_[i];
   const int64_t t = x.dim(0), hidden = config_.hidden_size;
@@ -173,7 +173,11 @@ void Transformer::layer_forward(size_t i, Tensor& x, Tensor& residual, const Ten
   Tensor qkv = empty_act(t, layout_.qkv_width()), qk_rstd;
   if (config_.qk_norm)
     qk_rstd = Tensor::empty({t, layout_.q_heads + layout_.kv_heads}, DType::f32, device());
-  qkv_rope_forward(qkv, qk_rstd, qkv_raw, positions, inv_freq_, p.q_norm, p.k_norm, layout_, eps_);
+  if (kv)
+    qkv_rope_forward(qkv, qk_rstd, kv->cache.k[i], kv->cache.v[i], kv->slots, qkv_raw, positions,
+                     inv_freq_, p.q_norm, p.k_norm, layout_, eps_);
+  else
+    qkv_rope_forward(qkv, qk_rstd, qkv_raw, positions, inv_freq_, p.q_norm, p.k_norm, layout_, eps_);
   Tensor attn = empty_act(t, layout_.q_width());
   attend(i, attn, qkv, save);
 
@@ -408,13 +412,13 @@ Tensor Transformer::forward_infer(const InferBatch& batch, KvCache& cache) {
   Tensor x = empty_act(t, config_.hidden_size);
   embedding_forward(x, batch.tokens, embed_);
   const Attend attend = [&](size_t i, Tensor& out, const Tensor& qkv, LayerActivations*) {
-    kv_cache_write(cache.k[i], cache.v[i], qkv, batch.slots, layout_);
     attention_paged(out, qkv, cache.k[i], cache.v[i], batch.block_tables, batch.cu_seqlens_q,
                     batch.context_lens, layout_, batch.one_row_each);
   };
+  const KvWrite kv{cache, batch.slots};
   Tensor residual;
   for (size_t i = 0; i < params_.layers.size(); ++i)
-    layer_forward(i, x, residual, batch.positions, attend, nullptr);
+    layer_forward(i, x, residual, batch.positions, attend, nullptr, &kv);
 
   Tensor h = empty_act(sequences, config_.hidden_size);
   Tensor rstd = Tensor::empty({sequences}, DType::f32, device());
