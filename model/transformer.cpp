@@ -158,22 +158,26 @@ void Transformer::share_embedding_copies(const Transformer& other) {
   head_ = other.head_;
 }
 
-Tensor Transformer::layer_forward(size_t i, const Tensor& x, const Tensor& positions,
-                                  const Attend& attend, LayerActivations* save) {
+void Transformer::layer_forward(size_t i, Tensor& x, Tensor& residual, const Tensor& positions,
+                                const Attend& attend, LayerActivations* save, const KvWrite* kv) {
   const LayerParameters& p = params_.layers[i];
   const LayerWeights& w = weights_[i];
   const int64_t t = x.dim(0), hidden = config_.hidden_size;
   const bool train = save != nullptr;
 
   Tensor input_rstd = Tensor::empty({t}, DType::f32, device());
-  LinearInput qkv_in = normed_input(x, p.input_norm, input_rstd, train);
+  LinearInput qkv_in = normed_input(x, residual, p.input_norm, input_rstd, train);
   Tensor qkv_raw = empty_act(t, layout_.qkv_width());
   linear_forward(qkv_raw, qkv_in, w.qkv, p.qkv_bias);
 
   Tensor qkv = empty_act(t, layout_.qkv_width()), qk_rstd;
   if (config_.qk_norm)
     qk_rstd = Tensor::empty({t, layout_.q_heads + layout_.kv_heads}, DType::f32, device());
-  qkv_rope_forward(qkv, qk_rstd, qkv_raw, positions, inv_freq_, p.q_norm, p.k_norm, layout_, eps_);
+  if (kv)
+    qkv_rope_forward(qkv, qk_rstd, kv->cache.k[i], kv->cache.v[i], kv->slots, qkv_raw, positions,
+                     inv_freq_, p.q_norm, p.k_norm, layout_, eps_);
+  else
+    qkv_rope_forward(qkv, qk_rstd, qkv_raw, positions, inv_freq_, p.q_norm, p.k_norm, layout_, eps_);
   Tensor attn = empty_act(t, layout_.q_width());
   attend(i, attn, qkv, save);
 
@@ -181,16 +185,14 @@ Tensor Transformer::layer_forward(size_t i, const Tensor& x, const Tensor& posit
   // columnwise copy is remade from it there rather than stored.
   Tensor h = empty_act(t, hidden);
   linear_forward(h, linear_input(recipe_, attn, false), w.o, p.o_bias);
-  add_into(h, x);
 
   Tensor post_rstd = Tensor::empty({t}, DType::f32, device());
-  LinearInput gate_up_in = normed_input(h, p.post_norm, post_rstd, train);
+  LinearInput gate_up_in = normed_input(h, x, p.post_norm, post_rstd, train);
   Tensor gate_up = empty_act(t, 2 * config_.intermediate_size);
   linear_forward(gate_up, gate_up_in, w.gate_up, p.gate_up_bias);
   LinearInput down_in = swiglu_input(gate_up, train && !recompute_);
   Tensor out = empty_act(t, hidden);
   linear_forward(out, down_in, w.down, p.down_bias);
-  add_into(out, h);
 
   if (train) {
     save->x = x;
@@ -215,22 +217,23 @@ Tensor Transformer::layer_forward(size_t i, const Tensor& x, const Tensor& posit
       save->down_in = std::move(down_in);
     }
   }
-  return out;
+  x = std::move(out);
+  residual = std::move(h);
 }
 
 // In fp8 the norm writes the E4M3 copies directly (no bf16 output in memory).
-LinearInput Transformer::normed_input(const Tensor& x, const Tensor& w, Tensor& rstd,
-                                      bool for_backward) const {
+LinearInput Transformer::normed_input(Tensor& x, const Tensor& residual, const Tensor& w,
+                                      Tensor& rstd, bool for_backward) const {
   const int64_t t = x.dim(0), hidden = config_.hidden_size;
   if (recipe_ != Recipe::fp8) {
     Tensor xn = empty_act(t, hidden);
-    rmsnorm_forward(xn, rstd, x, w, eps_);
+    rmsnorm_forward(xn, rstd, x, residual, w, eps_);
     return linear_input(recipe_, xn, for_backward);
   }
   LinearInput in;
   in.rows = Fp8Rows::empty(t, hidden, device());
   if (for_backward) in.cols = Fp8Rows::empty_columnwise(t, hidden, device());
-  rmsnorm_forward_fp8(in.rows, in.cols, rstd, x, w, eps_);
+  rmsnorm_forward_fp8(in.rows, in.cols, rstd, x, residual, w, eps_);
   return in;
 }
 
@@ -254,8 +257,8 @@ LinearInput Transformer::swiglu_input(const Tensor& gate_up, bool for_backward) 
 void Transformer::recompute_inputs(size_t i, LayerActivations& s) const {
   const LayerParameters& p = params_.layers[i];
   Tensor rstd = Tensor::empty({s.x.dim(0)}, DType::f32, device());
-  s.qkv_in = normed_input(s.x, p.input_norm, rstd, true);
-  s.gate_up_in = normed_input(s.h, p.post_norm, rstd, true);
+  s.qkv_in = normed_input(s.x, Tensor(), p.input_norm, rstd, true);
+  s.gate_up_in = normed_input(s.h, Tensor(), p.post_norm, rstd, true);
   if (s.gate_up_fp8.data.defined()) {  // straight from the E4M3 input (ops/swiglu.h): no bf16 copy
     const int64_t t = s.gate_up_fp8.rows(), inter = config_.intermediate_size;
     s.down_in.rows = Fp8Rows::empty(t, inter, device());
@@ -324,11 +327,13 @@ Tensor Transformer::trunk(const TrainBatch& batch, TrainActivations* saved) {
     if (save) save->lse = lse;
   };
   if (saved) saved->layers.resize(params_.layers.size());
+  Tensor residual;
   for (size_t i = 0; i < params_.layers.size(); ++i)
-    x = layer_forward(i, x, positions, attend, saved ? &saved->layers[i] : nullptr);
+    layer_forward(i, x, residual, positions, attend, saved ? &saved->layers[i] : nullptr);
 
+  // The final norm adds the last layer's residual into x (kept as x_final).
   Tensor h = empty_act(t, config_.hidden_size), rstd = Tensor::empty({t}, DType::f32, device());
-  rmsnorm_forward(h, rstd, x, params_.final_norm, eps_);
+  rmsnorm_forward(h, rstd, x, residual, params_.final_norm, eps_);
   if (saved) {
     saved->tokens = batch.tokens;
     saved->targets = batch.targets;
@@ -407,19 +412,25 @@ Tensor Transformer::forward_infer(const InferBatch& batch, KvCache& cache) {
   Tensor x = empty_act(t, config_.hidden_size);
   embedding_forward(x, batch.tokens, embed_);
   const Attend attend = [&](size_t i, Tensor& out, const Tensor& qkv, LayerActivations*) {
-    kv_cache_write(cache.k[i], cache.v[i], qkv, batch.slots, layout_);
     attention_paged(out, qkv, cache.k[i], cache.v[i], batch.block_tables, batch.cu_seqlens_q,
                     batch.context_lens, layout_, batch.one_row_each);
   };
+  const KvWrite kv{cache, batch.slots};
+  Tensor residual;
   for (size_t i = 0; i < params_.layers.size(); ++i)
-    x = layer_forward(i, x, batch.positions, attend, nullptr);
+    layer_forward(i, x, residual, batch.positions, attend, nullptr, &kv);
 
-  // Only each sequence's last row goes on to the head: gathered by row index (the embedding
-  // lookup is exactly that gather, with x as the table).
-  Tensor last = empty_act(sequences, config_.hidden_size);
-  embedding_forward(last, batch.last_rows, x);
   Tensor h = empty_act(sequences, config_.hidden_size);
   Tensor rstd = Tensor::empty({sequences}, DType::f32, device());
+  if (batch.one_row_each) {  // row s is sequence s's last (attention_paged checked T = S)
+    rmsnorm_forward(h, rstd, x, residual, params_.final_norm, eps_);
+    return h;
+  }
+  // Only each sequence's last row goes on to the head: gathered by row index (the embedding
+  // lookup is exactly that gather, with x as the table).
+  add_into(x, residual);
+  Tensor last = empty_act(sequences, config_.hidden_size);
+  embedding_forward(last, batch.last_rows, x);
   rmsnorm_forward(h, rstd, last, params_.final_norm, eps_);
   return h;
 }

@@ -140,16 +140,27 @@ class Transformer {
   // The attention of a layer: the training one (packed sequences) or the paged inference one.
   using Attend = std::function<void(size_t layer, Tensor& out, const Tensor& qkv,
                                     LayerActivations* save)>;
+  // The inference path's KV cache and the new rows' slots: a layer's q/k/v op (ops/qkv_rope.h)
+  // writes their k and v there before its attention.
+  struct KvWrite {
+    KvCache& cache;
+    const Tensor& slots;
+  };
 
   // Embedding, layers and final norm of a training batch; fills `saved` when given.
   Tensor trunk(const TrainBatch& batch, TrainActivations* saved);
-  Tensor layer_forward(size_t i, const Tensor& x, const Tensor& positions, const Attend& attend,
-                       LayerActivations* save);
+  // The layer's input is x + residual: the previous layer's output with its residual add still
+  // pending (residual undefined: none), done in place into x by the input norm. Returns the same
+  // way: x + residual is the layer's output, the add left to the next norm.
+  void layer_forward(size_t i, Tensor& x, Tensor& residual, const Tensor& positions,
+                     const Attend& attend, LayerActivations* save, const KvWrite* kv = nullptr);
   Tensor layer_backward(size_t i, LayerActivations& saved, const Tensor& dout,
                         const Tensor& positions, const Tensor& cu_seqlens);
   void recompute_inputs(size_t i, LayerActivations& saved) const;
-  // The input of the linear layer after an RMSNorm, or after the SwiGLU, in the recipe's form.
-  LinearInput normed_input(const Tensor& x, const Tensor& w, Tensor& rstd, bool for_backward) const;
+  // The input of the linear layer after an RMSNorm (of x += residual, when residual is defined), or
+  // after the SwiGLU, in the recipe's form.
+  LinearInput normed_input(Tensor& x, const Tensor& residual, const Tensor& w, Tensor& rstd,
+                           bool for_backward) const;
   LinearInput swiglu_input(const Tensor& gate_up, bool for_backward) const;
   Tensor empty_act(int64_t rows, int64_t cols) const;
 

@@ -149,8 +149,8 @@ void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, con
   cpu::attention_backward(dqkv, dout, qkv, out, lse, cu_seqlens, layout);
 }
 
-void kv_cache_write(Tensor& k_cache, Tensor& v_cache, const Tensor& qkv, const Tensor& slots,
-                    const HeadLayout& layout) {
+void check_kv_cache_write(const Tensor& k_cache, const Tensor& v_cache, const Tensor& qkv,
+                          const Tensor& slots, const HeadLayout& layout) {
   const std::string op = "kv_cache_write";
   const int64_t T = check_qkv(op, qkv, layout);
   const Device device = qkv.device();
@@ -158,14 +158,10 @@ void kv_cache_write(Tensor& k_cache, Tensor& v_cache, const Tensor& qkv, const T
   check_tensor(slots, "kv_cache_write: slots", DType::i32, device);
   check_shape(slots, "kv_cache_write: slots", {T});
   if (device == Device::cuda) {
-#if LOCKSTEP_HAS_CUDA
     // Slot values are not checked here: a slot outside the cache is skipped, and two rows with
     // one slot race (the rollout's allocator hands out distinct slots).
     check_cuda(op, layout, {{"k_cache", &k_cache}, {"v_cache", &v_cache}, {"qkv", &qkv}});
-    return cuda::kv_cache_write(k_cache, v_cache, qkv, slots, layout);
-#else
-    LOCKSTEP_NO_CUDA_OP("kv_cache_write");
-#endif
+    return;
   }
   // Two rows writing one slot would race: the cache would depend on the thread schedule.
   std::vector<std::pair<int32_t, int64_t>> by_slot(static_cast<size_t>(T));
@@ -180,6 +176,18 @@ void kv_cache_write(Tensor& k_cache, Tensor& v_cache, const Tensor& qkv, const T
     LOCKSTEP_CHECK(by_slot[i].first != by_slot[i - 1].first, "kv_cache_write: slots: rows ",
                    by_slot[i - 1].second, " and ", by_slot[i].second, " both write slot ",
                    by_slot[i].first);
+}
+
+void kv_cache_write(Tensor& k_cache, Tensor& v_cache, const Tensor& qkv, const Tensor& slots,
+                    const HeadLayout& layout) {
+  check_kv_cache_write(k_cache, v_cache, qkv, slots, layout);
+  if (qkv.is_cuda()) {
+#if LOCKSTEP_HAS_CUDA
+    return cuda::kv_cache_write(k_cache, v_cache, qkv, slots, layout);
+#else
+    LOCKSTEP_NO_CUDA_OP("kv_cache_write");
+#endif
+  }
   cpu::kv_cache_write(k_cache, v_cache, qkv, slots, layout);
 }
 

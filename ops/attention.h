@@ -52,6 +52,11 @@ void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, con
 void kv_cache_write(Tensor& k_cache, Tensor& v_cache, const Tensor& qkv, const Tensor& slots,
                     const HeadLayout& layout);
 
+// kv_cache_write's argument checks alone (on the CPU with the slot values), for an op that writes
+// the cache as kv_cache_write does (ops/qkv_rope.h's inference form).
+void check_kv_cache_write(const Tensor& k_cache, const Tensor& v_cache, const Tensor& qkv,
+                          const Tensor& slots, const HeadLayout& layout);
+
 void attention_paged(Tensor& out, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
                      const Tensor& block_tables, const Tensor& cu_seqlens_q,
                      const Tensor& context_lens, const HeadLayout& layout,

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "ops/act_check.h"
+#include "ops/attention.h"
 #include "ops/qkv_rope_backends.h"
 
 namespace lockstep {
@@ -51,25 +52,49 @@ void check_positions(const std::string& op, const Tensor& positions) {
     LOCKSTEP_CHECK(p[t] >= 0, op, ": positions: must be >= 0, got ", p[t], " at row ", t);
 }
 
+void check_forward(const Tensor& out, const Tensor& rstd, const Tensor& qkv, const Tensor& positions,
+                   const Tensor& inv_freq, const Tensor& q_norm, const Tensor& k_norm,
+                   const HeadLayout& layout) {
+  const std::string op = "qkv_rope_forward";
+  const int64_t T = check_inputs(op, qkv, positions, inv_freq, q_norm, k_norm, layout);
+  check_act(out, "qkv_rope_forward: out", qkv.device(), {T, layout.qkv_width()});
+  if (q_norm.defined()) check_rstd(op, rstd, qkv.device(), T, layout);
+}
+
 }  // namespace
 
 void qkv_rope_forward(Tensor& out, Tensor& rstd, const Tensor& qkv, const Tensor& positions,
                       const Tensor& inv_freq, const Tensor& q_norm, const Tensor& k_norm,
                       const HeadLayout& layout, float eps) {
-  const std::string op = "qkv_rope_forward";
-  const int64_t T = check_inputs(op, qkv, positions, inv_freq, q_norm, k_norm, layout);
-  const Device device = qkv.device();
-  check_act(out, "qkv_rope_forward: out", device, {T, layout.qkv_width()});
-  if (q_norm.defined()) check_rstd(op, rstd, device, T, layout);
-  if (device == Device::cuda) {
+  check_forward(out, rstd, qkv, positions, inv_freq, q_norm, k_norm, layout);
+  if (qkv.is_cuda()) {
 #if LOCKSTEP_HAS_CUDA
     return cuda::qkv_rope_forward(out, rstd, qkv, positions, inv_freq, q_norm, k_norm, layout, eps);
 #else
     LOCKSTEP_NO_CUDA_OP("qkv_rope_forward");
 #endif
   }
-  check_positions(op, positions);
+  check_positions("qkv_rope_forward", positions);
   cpu::qkv_rope_forward(out, rstd, qkv, positions, inv_freq, q_norm, k_norm, layout, eps);
+}
+
+void qkv_rope_forward(Tensor& out, Tensor& rstd, Tensor& k_cache, Tensor& v_cache,
+                      const Tensor& slots, const Tensor& qkv, const Tensor& positions,
+                      const Tensor& inv_freq, const Tensor& q_norm, const Tensor& k_norm,
+                      const HeadLayout& layout, float eps) {
+  if (!qkv.is_cuda()) {  // the composition, which the CUDA kernel's bytes equal
+    qkv_rope_forward(out, rstd, qkv, positions, inv_freq, q_norm, k_norm, layout, eps);
+    kv_cache_write(k_cache, v_cache, out, slots, layout);
+    return;
+  }
+  check_forward(out, rstd, qkv, positions, inv_freq, q_norm, k_norm, layout);
+  check_kv_cache_write(k_cache, v_cache, out, slots, layout);
+#if LOCKSTEP_HAS_CUDA
+  const cuda::KvCacheOut cache{k_cache, v_cache, slots};
+  cuda::qkv_rope_forward(out, rstd, qkv, positions, inv_freq, q_norm, k_norm, layout, eps, &cache);
+#else
+  LOCKSTEP_NO_CUDA_OP("qkv_rope_forward");
+#endif
 }
 
 void qkv_rope_backward(Tensor& dqkv, Tensor& dq_norm, Tensor& dk_norm, const Tensor& dout,

@@ -27,24 +27,64 @@ void check_eps(const char* op, float eps) {
   LOCKSTEP_CHECK(std::isfinite(eps) && eps >= 0, op, ": eps must be finite and >= 0, got ", eps);
 }
 
-}  // namespace
+// The residual added into x: x's dtype, shape and device.
+void check_residual(const char* what, const Tensor& residual, const Tensor& x) {
+  check_tensor(residual, what, x.dtype(), x.device());
+  check_shape(residual, what, x.shape());
+}
 
-void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, float eps) {
+void forward(Tensor& y, Tensor& rstd, Tensor& x, const Tensor* residual, const Tensor& w, float eps) {
   check_inputs("rmsnorm_forward: x", x, "rmsnorm_forward: w", w, "rmsnorm_forward: rstd", rstd);
   check_act(y, "rmsnorm_forward: y", x.device(), x.shape());
+  if (residual) check_residual("rmsnorm_forward: residual", *residual, x);
   check_eps("rmsnorm_forward", eps);
   if (x.is_cuda()) {
 #if LOCKSTEP_HAS_CUDA
     check_cuda_act(x, "rmsnorm_forward: x");
     check_cuda_act(y, "rmsnorm_forward: y");
     check_cuda_vectors(w, "rmsnorm_forward: w", /*rows=*/true);
-    return cuda::rmsnorm_forward(y, rstd, x, w, eps);
+    if (residual) check_cuda_act(*residual, "rmsnorm_forward: residual");
+    return cuda::rmsnorm_forward(y, rstd, x, residual, w, eps);
 #else
     LOCKSTEP_NO_CUDA_OP("rmsnorm_forward");
 #endif
   }
-  cpu::rmsnorm_forward(y, rstd, x, w, eps);
+  cpu::rmsnorm_forward(y, rstd, x, residual, w, eps);
 }
+
+void forward_fp8(Fp8Rows& y_rows, Fp8Rows& y_cols, Tensor& rstd, Tensor& x, const Tensor* residual,
+                 const Tensor& w, float eps, ScaleFormat format) {
+  check_inputs("rmsnorm_forward_fp8: x", x, "rmsnorm_forward_fp8: w", w, "rmsnorm_forward_fp8: rstd",
+               rstd);
+  if (residual) check_residual("rmsnorm_forward_fp8: residual", *residual, x);
+  check_eps("rmsnorm_forward_fp8", eps);
+  const int64_t R = x.dim(0), C = x.dim(1);
+  LOCKSTEP_CHECK(C % kQuantGroup == 0, "rmsnorm_forward_fp8: x: the row width must be a multiple of ",
+                 kQuantGroup, " for FP8 groups, got ", x.describe());
+  check_fp8_rows(y_rows, "rmsnorm_forward_fp8: y_rows", R, C, x.device());
+  const bool columns = y_cols.data.defined();
+  if (columns)
+    check_fp8_rows(y_cols, "rmsnorm_forward_fp8: y_cols", C, round_up(R, kQuantGroup), x.device());
+  if (x.is_cuda()) {
+#if LOCKSTEP_HAS_CUDA
+    check_cuda_act(x, "rmsnorm_forward_fp8: x");
+    check_cuda_vectors(w, "rmsnorm_forward_fp8: w", /*rows=*/true);
+    check_cuda_vectors(y_rows.data, "rmsnorm_forward_fp8: y_rows", /*rows=*/true);
+    if (columns) check_cuda_vectors(y_cols.data, "rmsnorm_forward_fp8: y_cols", /*rows=*/true);
+    if (residual) check_cuda_act(*residual, "rmsnorm_forward_fp8: residual");
+    return cuda::rmsnorm_forward_fp8(y_rows, columns ? &y_cols : nullptr, rstd, x, residual, w, eps,
+                                     format == ScaleFormat::pow2);
+#else
+    LOCKSTEP_NO_CUDA_OP("rmsnorm_forward_fp8");
+#endif
+  }
+  Tensor y = Tensor::empty({R, C}, DType::bf16);
+  cpu::rmsnorm_forward(y, rstd, x, residual, w, eps);
+  if (columns) quantize_rows_and_columns(y_rows, y_cols, y, format);
+  else quantize_rows(y_rows, y, format);
+}
+
+}  // namespace
 
 void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w,
                       const Tensor& rstd) {
@@ -67,34 +107,25 @@ void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x,
   cpu::rmsnorm_backward(dx, dw, dy, x, w, rstd);
 }
 
+void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, float eps) {
+  Tensor input = x;  // a second handle: with no residual the op only reads it
+  forward(y, rstd, input, nullptr, w, eps);
+}
+
+void rmsnorm_forward(Tensor& y, Tensor& rstd, Tensor& x, const Tensor& residual, const Tensor& w,
+                     float eps) {
+  forward(y, rstd, x, residual.defined() ? &residual : nullptr, w, eps);
+}
+
 void rmsnorm_forward_fp8(Fp8Rows& y_rows, Fp8Rows& y_cols, Tensor& rstd, const Tensor& x,
                          const Tensor& w, float eps, ScaleFormat format) {
-  check_inputs("rmsnorm_forward_fp8: x", x, "rmsnorm_forward_fp8: w", w, "rmsnorm_forward_fp8: rstd",
-               rstd);
-  check_eps("rmsnorm_forward_fp8", eps);
-  const int64_t R = x.dim(0), C = x.dim(1);
-  LOCKSTEP_CHECK(C % kQuantGroup == 0, "rmsnorm_forward_fp8: x: the row width must be a multiple of ",
-                 kQuantGroup, " for FP8 groups, got ", x.describe());
-  check_fp8_rows(y_rows, "rmsnorm_forward_fp8: y_rows", R, C, x.device());
-  const bool columns = y_cols.data.defined();
-  if (columns)
-    check_fp8_rows(y_cols, "rmsnorm_forward_fp8: y_cols", C, round_up(R, kQuantGroup), x.device());
-  if (x.is_cuda()) {
-#if LOCKSTEP_HAS_CUDA
-    check_cuda_act(x, "rmsnorm_forward_fp8: x");
-    check_cuda_vectors(w, "rmsnorm_forward_fp8: w", /*rows=*/true);
-    check_cuda_vectors(y_rows.data, "rmsnorm_forward_fp8: y_rows", /*rows=*/true);
-    if (columns) check_cuda_vectors(y_cols.data, "rmsnorm_forward_fp8: y_cols", /*rows=*/true);
-    return cuda::rmsnorm_forward_fp8(y_rows, columns ? &y_cols : nullptr, rstd, x, w, eps,
-                                     format == ScaleFormat::pow2);
-#else
-    LOCKSTEP_NO_CUDA_OP("rmsnorm_forward_fp8");
-#endif
-  }
-  Tensor y = Tensor::empty({R, C}, DType::bf16);
-  cpu::rmsnorm_forward(y, rstd, x, w, eps);
-  if (columns) quantize_rows_and_columns(y_rows, y_cols, y, format);
-  else quantize_rows(y_rows, y, format);
+  Tensor input = x;
+  forward_fp8(y_rows, y_cols, rstd, input, nullptr, w, eps, format);
+}
+
+void rmsnorm_forward_fp8(Fp8Rows& y_rows, Fp8Rows& y_cols, Tensor& rstd, Tensor& x,
+                         const Tensor& residual, const Tensor& w, float eps, ScaleFormat format) {
+  forward_fp8(y_rows, y_cols, rstd, x, residual.defined() ? &residual : nullptr, w, eps, format);
 }
 
 }  // namespace lockstep

@@ -16,6 +16,13 @@
 // y_cols.data is undefined (inference): the same bytes, scales and rstd as that composition on the
 // same backend. The CUDA kernels never store y. C a multiple of 128; y_rows: Fp8Rows [R, C]; y_cols: the columnwise
 // layout of numerics/quantize.h (Fp8Rows::empty_columnwise(R, C)).
+//
+// With a residual (the overloads taking `Tensor& x, const Tensor& residual`): first x += residual
+// in place, rounded as ops/elementwise.h's add_into rounds (one fp32 add, then x's dtype), then the
+// op on that sum: the bits (x, y or y_rows/y_cols, rstd) of add_into(x, residual) followed by the
+// op, on the same backend, with the add fused into the norm's pass (the transformer's residual
+// adds, each followed by a norm). residual: x's dtype, shape and device (CUDA: 16-byte aligned);
+// undefined: no add. It must not overlap y.
 #pragma once
 
 #include "core/tensor.h"
@@ -28,5 +35,12 @@ void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x,
                       const Tensor& rstd);
 void rmsnorm_forward_fp8(Fp8Rows& y_rows, Fp8Rows& y_cols, Tensor& rstd, const Tensor& x,
                          const Tensor& w, float eps, ScaleFormat format = ScaleFormat::fp32);
+
+// x += residual, then the ops above on x.
+void rmsnorm_forward(Tensor& y, Tensor& rstd, Tensor& x, const Tensor& residual, const Tensor& w,
+                     float eps);
+void rmsnorm_forward_fp8(Fp8Rows& y_rows, Fp8Rows& y_cols, Tensor& rstd, Tensor& x,
+                         const Tensor& residual, const Tensor& w, float eps,
+                         ScaleFormat format = ScaleFormat::fp32);
 
 }  // namespace lockstep

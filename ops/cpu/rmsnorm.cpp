@@ -16,16 +16,23 @@ constexpr int64_t kColumnBlock = 64;  // dw: columns per task
 
 }  // namespace
 
-void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, float eps) {
+void rmsnorm_forward(Tensor& y, Tensor& rstd, Tensor& x, const Tensor* residual, const Tensor& w,
+                     float eps) {
   const int64_t R = x.dim(0), C = x.dim(1);
   const float* wp = w.data_as<float>();
   float* rs = rstd.data_as<float>();
 #pragma omp parallel
   {
-    std::vector<float> row(C);
+    std::vector<float> row(C), res(residual ? C : 0);
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < R; ++r) {
       read_f32(x, r * C, C, row.data());
+      if (residual) {  // add_into's operations, then the sum as x holds it (rounded to its dtype)
+        read_f32(*residual, r * C, C, res.data());
+        for (int64_t i = 0; i < C; ++i) row[i] += res[i];
+        write_f32(x, r * C, C, row.data());
+        read_f32(x, r * C, C, row.data());
+      }
       rs[r] = rms_normalize(row.data(), wp, C, eps);
       write_f32(y, r * C, C, row.data());
     }

@@ -18,6 +18,10 @@
 //
 // Positions are not read on the host: a negative one (invalid) rotates by NaN, so its row's q and k
 // (and their gradients, and through them dq_norm / dk_norm) are NaN.
+//
+// The inference form stores each k and v head's output bits a second time, to the token's cache
+// slot, as kv_cache_write_kernel (ops/cuda/attention.cu) copies them: a slot outside the cache is
+// skipped.
 #include <cstdint>
 
 #include "core/cuda_check.h"
@@ -74,12 +78,16 @@ __device__ __forceinline__ void load8(const float* src, float (&x)[8]) {
   x[0] = lo.x, x[1] = lo.y, x[2] = lo.z, x[3] = lo.w, x[4] = hi.x, x[5] = hi.y, x[6] = hi.z, x[7] = hi.w;
 }
 
-// 8 values rounded to bf16 (nearest even, as the CPU's write_f32), one 16-byte store.
-__device__ __forceinline__ void store8(uint16_t* dst, const float (&x)[8]) {
+// 8 values rounded to bf16 (nearest even, as the CPU's write_f32), as one 16-byte word.
+__device__ __forceinline__ uint4 pack8(const float (&x)[8]) {
   uint32_t w[4];
 #pragma unroll
   for (int k = 0; k < 4; ++k) w[k] = float_to_bf16(x[2 * k]).bits | uint32_t(float_to_bf16(x[2 * k + 1]).bits) << 16;
-  *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+__device__ __forceinline__ void store8(uint16_t* dst, const float (&x)[8]) {
+  *reinterpret_cast<uint4*>(dst) = pack8(x);
 }
 
 __device__ __forceinline__ void copy8(uint16_t* dst, const uint16_t* src) {
@@ -127,11 +135,30 @@ struct ForwardArgs {
   const float* k_norm;
   int q_heads, kv_heads, head_dim, G;
   float eps;
+  // The inference form's cache [capacity, kv_heads, head_dim] each, and each row's slot; null
+  // without.
+  uint16_t* k_cache;
+  uint16_t* v_cache;
+  const int32_t* slots;
+  int64_t capacity;
 };
+
+// A lane's two chunks (columns [8j, 8j + 8) of each half) of kv head g of token t, as out holds
+// them, to the token's slot of `cache` when the op has a cache and the slot is inside it.
+__device__ __forceinline__ void write_cache(const ForwardArgs& args, uint16_t* cache, int64_t t, int g,
+                                            int j, const uint4& lo, const uint4& hi) {
+  if (cache == nullptr) return;
+  const int64_t slot = args.slots[t];
+  if (slot < 0 || slot >= args.capacity) return;
+  uint16_t* dst = cache + (slot * args.kv_heads + g) * args.head_dim + 8 * j;
+  *reinterpret_cast<uint4*>(dst) = lo;
+  *reinterpret_cast<uint4*>(dst + args.head_dim / 2) = hi;
+}
 
 // Head h of token t, whose group lane holds the raw bf16 of its columns [8j, 8j + 8) of each half in
 // ra and rb (zeros in inactive lanes): a q or k head normalized (kNorm) and rotated with the token's
-// cos/sin table, a v head copied; to out at col (and its rstd). Every lane of the group calls it.
+// cos/sin table, a v head copied; to out at col (and its rstd; k and v heads to the cache too).
+// Every lane of the group calls it.
 template <bool kNorm>
 __device__ __forceinline__ void forward_head(const ForwardArgs& args, const Group& group, int64_t t, int h,
                                              int64_t col, const uint4& ra, const uint4& rb,
@@ -141,6 +168,7 @@ __device__ __forceinline__ void forward_head(const ForwardArgs& args, const Grou
     if (group.active) {
       *reinterpret_cast<uint4*>(args.out + col) = ra;
       *reinterpret_cast<uint4*>(args.out + col + half) = rb;
+      write_cache(args, args.v_cache, t, h - qk_heads, group.j, ra, rb);
     }
     return;
   }
@@ -167,8 +195,10 @@ __device__ __forceinline__ void forward_head(const ForwardArgs& args, const Grou
   }
   if (group.active) {
     rotate<false>(a, b, cos_t + 8 * group.j, sin_t + 8 * group.j);
-    store8(args.out + col, a);
-    store8(args.out + col + half, b);
+    const uint4 lo = pack8(a), hi = pack8(b);
+    *reinterpret_cast<uint4*>(args.out + col) = lo;
+    *reinterpret_cast<uint4*>(args.out + col + half) = hi;
+    if (h >= args.q_heads) write_cache(args, args.k_cache, t, h - args.q_heads, group.j, lo, hi);
   }
 }
 
@@ -378,7 +408,7 @@ uint16_t* bf16_bits(Tensor& t) { return static_cast<uint16_t*>(t.data()); }
 
 void qkv_rope_forward(Tensor& out, Tensor& rstd, const Tensor& qkv, const Tensor& positions,
                       const Tensor& inv_freq, const Tensor& q_norm, const Tensor& k_norm,
-                      const HeadLayout& layout, float eps) {
+                      const HeadLayout& layout, float eps, const KvCacheOut* cache) {
   const int G = check_cuda_layout("qkv_rope_forward", layout, q_norm, k_norm);
   check_bf16(qkv, "qkv_rope_forward: qkv");
   check_bf16(out, "qkv_rope_forward: out");
@@ -388,7 +418,11 @@ void qkv_rope_forward(Tensor& out, Tensor& rstd, const Tensor& qkv, const Tensor
   const ForwardArgs args{bf16_bits(qkv), bf16_bits(out), norm ? rstd.data_as<float>() : nullptr,
                          positions.data_as<int32_t>(), inv_freq.data_as<float>(), floats_or_null(q_norm),
                          floats_or_null(k_norm), int(layout.q_heads), int(layout.kv_heads),
-                         int(layout.head_dim), G, eps};
+                         int(layout.head_dim), G, eps,
+                         cache ? bf16_bits(cache->k_cache) : nullptr,
+                         cache ? bf16_bits(cache->v_cache) : nullptr,
+                         cache ? cache->slots.data_as<int32_t>() : nullptr,
+                         cache ? cache->k_cache.dim(0) * cache->k_cache.dim(1) : 0};
   if (T <= kSmallT) {
     const int64_t heads = layout.q_heads + 2 * layout.kv_heads, per_cta = kThreads / G;
     const auto kernel = norm ? qkv_rope_forward_heads_kernel<true> : qkv_rope_forward_heads_kernel<false>;

@@ -20,6 +20,18 @@
 // Fragment and quantizes it with numerics/cuda/quantize_device.cuh, without storing y: the bytes of
 // rmsnorm_forward followed by quantize_rows(_and_columns). HBM traffic per element: x read twice
 // (2 × 2 bytes) plus the 1 or 2 fp8 bytes, against 2 + 2 (rmsnorm) + 2 + 2 (quantization) unfused.
+//
+// With a residual the row kernel reads x and the residual wherever it read x, adds them with
+// add_into's operations (one fp32 add, one bf16 rounding) and writes the sum back into x once: the
+// rstd pass as it reads (one block a row, each vector read by one thread only), the output pass
+// before normalizing. A row sliced over several blocks is launched as one thread-block cluster
+// (at most 8 blocks, the portable size), whose barrier after the sum keeps every block's reads of
+// the row before any block's writes of the sum into it. The sums' order is still fixed by the row
+// width alone, so the slice count changes no bits: those of add_into followed by the op.
+#include <cooperative_groups.h>
+
+#include <bit>
+
 #include "core/cuda_check.h"
 #include "core/cuda_stream.h"
 #include "numerics/cuda/quantize_device.cuh"
@@ -47,6 +59,24 @@ __device__ __forceinline__ void normalize(float (&v)[kVec], float rstd, const fl
   for (int e = 0; e < kVec; ++e) v[e] = __fmul_rn(__fmul_rn(v[e], rstd), w[e]);
 }
 
+// The vector of x at p, plus the residual's when kResidual: its values, and its bf16 bits returned
+// (with a residual: the sum, rounded as add_into rounds it, to store into x).
+template <bool kResidual>
+__device__ __forceinline__ uint4 load_input(const uint16_t* x, const uint16_t* residual, int64_t p,
+                                            float (&a)[kVec]) {
+  uint4 raw = *reinterpret_cast<const uint4*>(x + p);
+  unpack_bf16x8(raw, a);
+  if constexpr (kResidual) {
+    float b[kVec];
+    load_bf16x8(residual + p, b);
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) a[e] = __fadd_rn(a[e], b[e]);
+    raw = pack_bf16x8(a);
+    unpack_bf16x8(raw, a);
+  }
+  return raw;
+}
+
 // What rmsnorm_rows_kernel writes besides rstd: nothing (the rstd pass of the fp8 tile kernel), y,
 // or y's rowwise fp8 bytes and scales (rmsnorm_forward_fp8's rows for T ≤ quant::kSmallT: one
 // kernel where the tile kernel would take 128-row tiles and a second launch).
@@ -58,28 +88,38 @@ enum class RowsOut { rstd, y, fp8 };
 // gridDim.y slices a row's output (decode sizes, row_slices): each of its blocks computes the
 // row's rstd (the same code, the same bits; the first one stores it) and writes the vectors
 // blockIdx.y·blockDim.x + i·gridDim.y·blockDim.x + threadIdx.x.
-template <RowsOut kOut>
+// kResidual: x += residual first (the sums written into x); gridDim.y > 1 only in a cluster of the
+// row's gridDim.y blocks. x is read and written, so neither const nor __restrict__.
+template <RowsOut kOut, bool kResidual>
 __global__ void __launch_bounds__(kRowThreads) rmsnorm_rows_kernel(
-    const uint16_t* __restrict__ x, const float* __restrict__ w, int64_t R, int64_t C, float eps,
-    float* __restrict__ rstd, uint16_t* __restrict__ y, uint8_t* __restrict__ q, float* __restrict__ s,
-    bool pow2) {
+    uint16_t* x, const uint16_t* __restrict__ residual, const float* __restrict__ w, int64_t R,
+    int64_t C, float eps, float* __restrict__ rstd, uint16_t* __restrict__ y, uint8_t* __restrict__ q,
+    float* __restrict__ s, bool pow2) {
   __shared__ float scratch[kRowThreads / 32];
   const int64_t r = blockIdx.x, vectors = C / kVec;
-  const uint16_t* xr = x + r * C;
+  uint16_t* xr = x + r * C;
+  const uint16_t* res = kResidual ? residual + r * C : nullptr;
   float sum = 0;
   for (int64_t v = threadIdx.x; v < vectors; v += blockDim.x) {
     float a[kVec];
-    load_bf16x8(xr + v * kVec, a);
+    const uint4 sum_bits = load_input<kResidual>(xr, res, v * kVec, a);
 #pragma unroll
     for (int e = 0; e < kVec; ++e) sum = fmaf(a[e], a[e], sum);
+    // The rstd pass has one block a row and no second pass: this thread alone reads this vector.
+    if constexpr (kResidual && kOut == RowsOut::rstd) *reinterpret_cast<uint4*>(xr + v * kVec) = sum_bits;
   }
   const float rs = rstd_of(block_sum(sum, scratch), C, eps);
   if (threadIdx.x == 0 && blockIdx.y == 0) rstd[r] = rs;
+  // Below, thread i of this block writes sums over vectors that thread i of every block of the row
+  // has read above. With one block that is thread i itself; otherwise the cluster's barrier.
+  if constexpr (kResidual && kOut != RowsOut::rstd)
+    if (gridDim.y > 1) cooperative_groups::this_cluster().sync();
   const int64_t first = int64_t(blockIdx.y) * blockDim.x, stride = int64_t(gridDim.y) * blockDim.x;
   if constexpr (kOut == RowsOut::y) {
     for (int64_t v = first + threadIdx.x; v < vectors; v += stride) {
       float a[kVec], wv[kVec];
-      load_bf16x8(xr + v * kVec, a);
+      const uint4 sum_bits = load_input<kResidual>(xr, res, v * kVec, a);
+      if constexpr (kResidual) *reinterpret_cast<uint4*>(xr + v * kVec) = sum_bits;
       load_f32x8(w + v * kVec, wv);
       normalize(a, rs, wv);
       store_bf16x8(y + r * C + v * kVec, a);
@@ -92,7 +132,8 @@ __global__ void __launch_bounds__(kRowThreads) rmsnorm_rows_kernel(
       uint4 raw = make_uint4(0, 0, 0, 0);
       if (valid) {
         float a[kVec], wv[kVec];
-        load_bf16x8(xr + v * kVec, a);
+        const uint4 sum_bits = load_input<kResidual>(xr, res, v * kVec, a);
+        if constexpr (kResidual) *reinterpret_cast<uint4*>(xr + v * kVec) = sum_bits;
         load_f32x8(w + v * kVec, wv);
         normalize(a, rs, wv);
         raw = pack_bf16x8(a);
@@ -197,17 +238,41 @@ unsigned row_slices(int64_t R, int64_t C) {
   return R <= quant::kSmallT ? unsigned((C / kVec + row_threads(C) - 1) / row_threads(C)) : 1;
 }
 
+// The most blocks a row is sliced over with a residual: the portable cluster size.
+constexpr unsigned kMaxClusterSlices = 8;
+
+// With a residual a row's slices form a cluster of a power-of-two size (the shapes every Hopper
+// cluster launch takes; a block past the row's end only helps sum it). Without: row_slices.
+unsigned slices_of(int64_t R, int64_t C, bool residual) {
+  const unsigned slices = row_slices(R, C);
+  return residual ? std::min(std::bit_ceil(slices), kMaxClusterSlices) : slices;
+}
+
 template <RowsOut kOut>
-void launch_rows(const Tensor& x, const Tensor& w, float eps, Tensor& rstd, uint16_t* y,
-                 Fp8Rows* rows = nullptr, bool pow2 = false) {
+void launch_rows(Tensor& x, const Tensor* residual, const Tensor& w, float eps, Tensor& rstd,
+                 uint16_t* y, Fp8Rows* rows = nullptr, bool pow2 = false) {
   const int64_t R = x.dim(0), C = x.dim(1);
   if (R == 0) return;
-  const dim3 grid(unsigned(R), kOut == RowsOut::rstd ? 1 : row_slices(R, C));
-  rmsnorm_rows_kernel<kOut><<<grid, row_threads(C), 0, current_stream()>>>(
-      bf16_data(x), w.data_as<float>(), R, C, eps, rstd.data_as<float>(), y,
-      rows ? static_cast<uint8_t*>(rows->data.data()) : nullptr, rows ? rows->scales.data_as<float>() : nullptr,
-      pow2);
-  LOCKSTEP_CUDA_CHECK_LAUNCH();
+  const unsigned slices = kOut == RowsOut::rstd ? 1 : slices_of(R, C, residual != nullptr);
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(unsigned(R), slices);
+  config.blockDim = dim3(unsigned(row_threads(C)));
+  config.stream = current_stream();
+  cudaLaunchAttribute cluster{};  // a row's blocks, when a residual's sums are written back
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = 1;
+  cluster.val.clusterDim.y = slices;
+  cluster.val.clusterDim.z = 1;
+  if (residual && slices > 1) {
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+  }
+  const auto kernel = residual ? rmsnorm_rows_kernel<kOut, true> : rmsnorm_rows_kernel<kOut, false>;
+  LOCKSTEP_CUDA_CHECK(cudaLaunchKernelEx(
+      &config, kernel, static_cast<uint16_t*>(x.data()),
+      residual ? static_cast<const uint16_t*>(residual->data()) : nullptr, w.data_as<float>(), R, C,
+      eps, rstd.data_as<float>(), y, rows ? static_cast<uint8_t*>(rows->data.data()) : nullptr,
+      rows ? rows->scales.data_as<float>() : nullptr, pow2));
 }
 
 template <bool kColumnwise>
@@ -226,8 +291,9 @@ void launch_quantize(const Tensor& x, const Tensor& rstd, const Tensor& w, Fp8Ro
 
 }  // namespace
 
-void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, float eps) {
-  launch_rows<RowsOut::y>(x, w, eps, rstd, static_cast<uint16_t*>(y.data()));
+void rmsnorm_forward(Tensor& y, Tensor& rstd, Tensor& x, const Tensor* residual, const Tensor& w,
+                     float eps) {
+  launch_rows<RowsOut::y>(x, residual, w, eps, rstd, static_cast<uint16_t*>(y.data()));
 }
 
 void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w,
@@ -250,14 +316,14 @@ void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x,
   add_partial_sums(dw.data_as<float>(), partial.data_as<float>(), split.parts, C);
 }
 
-void rmsnorm_forward_fp8(Fp8Rows& y_rows, Fp8Rows* y_cols, Tensor& rstd, const Tensor& x,
-                         const Tensor& w, float eps, bool pow2) {
+void rmsnorm_forward_fp8(Fp8Rows& y_rows, Fp8Rows* y_cols, Tensor& rstd, Tensor& x,
+                         const Tensor* residual, const Tensor& w, float eps, bool pow2) {
   if (x.dim(0) == 0) return;
   if (!y_cols && x.dim(0) <= quant::kSmallT) {
-    launch_rows<RowsOut::fp8>(x, w, eps, rstd, nullptr, &y_rows, pow2);
+    launch_rows<RowsOut::fp8>(x, residual, w, eps, rstd, nullptr, &y_rows, pow2);
     return;
   }
-  launch_rows<RowsOut::rstd>(x, w, eps, rstd, nullptr);
+  launch_rows<RowsOut::rstd>(x, residual, w, eps, rstd, nullptr);  // x holds the sums after it
   if (y_cols) launch_quantize<true>(x, rstd, w, y_rows, y_cols, pow2);
   else launch_quantize<false>(x, rstd, w, y_rows, nullptr, pow2);
 }

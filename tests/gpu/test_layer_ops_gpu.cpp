@@ -285,6 +285,74 @@ INSTANTIATE_TEST_SUITE_P(Decode, RmsNormFp8Gpu,
 INSTANTIATE_TEST_SUITE_P(ManyTiles, RmsNormFp8Gpu,
                          ::testing::Values(std::make_tuple(int64_t(2500), int64_t(4096), ScaleFormat::fp32)));
 
+class RmsNormResidualGpu : public ::testing::TestWithParam<std::tuple<int64_t, int64_t>> {};
+
+// The residual add fused into every CUDA norm path gives the bits of CUDA add_into followed by the
+// same path: the sum left in x, y (or the fp8 bytes and scales) and rstd. The sum is one exactly
+// rounded add, so x also equals the CPU's bit for bit; y is close to the CPU's (kBf16Tol: the
+// sums of squares run in another order, as in RmsNormGpu).
+TEST_P(RmsNormResidualGpu, SameBitsAsAddIntoThenRmsNorm) {
+  LOCKSTEP_REQUIRE_GPU();
+  const auto [R, C] = GetParam();
+  const Tensor w = random_tensor({C}, DType::f32, 30), wg = w.to(Device::cuda);
+  const Tensor x0 = random_tensor({R, C}, DType::bf16, 31, /*varied_rows=*/true);
+  const Tensor residual = random_tensor({R, C}, DType::bf16, 32, /*varied_rows=*/true);
+  const Tensor resg = residual.to(Device::cuda);
+  Tensor sum = x0.to(Device::cuda);
+  add_into(sum, resg);
+
+  Tensor y = poisoned({R, C}, DType::bf16, Device::cuda), rstd = poisoned({R}, DType::f32, Device::cuda);
+  rmsnorm_forward(y, rstd, sum, wg, kEps);
+  Tensor x = x0.to(Device::cuda);
+  Tensor f_y = poisoned({R, C}, DType::bf16, Device::cuda), f_rstd = poisoned({R}, DType::f32, Device::cuda);
+  rmsnorm_forward(f_y, f_rstd, x, resg, wg, kEps);
+  EXPECT_TRUE(same_bytes(x, sum));
+  EXPECT_TRUE(same_bytes(f_y, y));
+  EXPECT_TRUE(same_bytes(f_rstd, rstd));
+
+  Tensor c_x = x0.to(Device::cpu);
+  Tensor c_y = poisoned({R, C}, DType::bf16, Device::cpu), c_rstd = poisoned({R}, DType::f32, Device::cpu);
+  rmsnorm_forward(c_y, c_rstd, c_x, residual, w, kEps);
+  EXPECT_TRUE(same_bytes(x, c_x));
+  EXPECT_LE(worst_row_error(to_double(f_y), to_double(c_y), C), kBf16Tol);
+  EXPECT_LE(worst_row_error(to_double(f_rstd), to_double(c_rstd), 1), kF32SumTol);
+
+  if (C % kQuantGroup != 0) return;
+  for (const bool columns : {true, false}) {  // training (the tile kernels), inference (rows only)
+    SCOPED_TRACE(columns ? "rows and columns" : "rows only");
+    Fp8Rows none;
+    Fp8Rows rows = poisoned_rows(R, C, Device::cuda, false);
+    Fp8Rows cols = columns ? poisoned_rows(R, C, Device::cuda, true) : none;
+    Tensor q_rstd = poisoned({R}, DType::f32, Device::cuda);
+    rmsnorm_forward_fp8(rows, cols, q_rstd, sum, wg, kEps, ScaleFormat::pow2);
+
+    x = x0.to(Device::cuda);
+    Fp8Rows f_rows = poisoned_rows(R, C, Device::cuda, false);
+    Fp8Rows f_cols = columns ? poisoned_rows(R, C, Device::cuda, true) : none;
+    Tensor fq_rstd = poisoned({R}, DType::f32, Device::cuda);
+    rmsnorm_forward_fp8(f_rows, f_cols, fq_rstd, x, resg, wg, kEps, ScaleFormat::pow2);
+    EXPECT_TRUE(same_bytes(x, sum));
+    EXPECT_TRUE(same_bytes(f_rows.data, rows.data));
+    EXPECT_TRUE(same_bytes(f_rows.scales, rows.scales));
+    if (columns) {
+      EXPECT_TRUE(same_bytes(f_cols.data, cols.data));
+      EXPECT_TRUE(same_bytes(f_cols.scales, cols.scales));
+    }
+    EXPECT_TRUE(same_bytes(fq_rstd, rstd));
+  }
+}
+
+// Rows: 1 and 64 the decode kernels (a row sliced over a cluster of blocks where it is wide
+// enough), 65 and 300 one block a row (and the fp8 tile kernels). Columns: 200 and 640 one block a
+// row at every size; 4096 (Qwen3-8B) 2 slices, 6144 3 (a cluster of 4, its last block past the
+// row), 20480 10 (capped at 8, two vectors a thread). 200: no fp8 (not a multiple of 128).
+INSTANTIATE_TEST_SUITE_P(Shapes, RmsNormResidualGpu,
+                         ::testing::Combine(::testing::Values(1, 7, 64, 65, 300),
+                                            ::testing::Values(200, 640, 4096, 6144, 20480)),
+                         [](const auto& info) {
+                           return shape_name(std::get<0>(info.param), std::get<1>(info.param));
+                         });
+
 // ---- SwiGLU ------------------------------------------------------------------------------------
 
 class SwiGluGpu : public ::testing::TestWithParam<std::tuple<int64_t, int64_t>> {};

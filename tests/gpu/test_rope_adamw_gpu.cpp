@@ -2,7 +2,9 @@
 // tolerances below (and deterministic), AdamW and its weight copies byte for byte, step after step.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <optional>
 #include <ostream>
 #include <random>
@@ -10,6 +12,7 @@
 
 #include "numerics/quantize.h"
 #include "ops/adamw.h"
+#include "ops/attention.h"
 #include "ops/elementwise.h"
 #include "ops/qkv_rope.h"
 #include "tests/test_util.h"
@@ -199,6 +202,55 @@ TEST(QkvRopeGpuDecode, SmallBatchesGiveTheBitsOfTheRowKernel) {
         }
       }
     }
+}
+
+// The inference form (the cache written from the op's kernel) gives the bytes of CUDA qkv_rope
+// followed by CUDA kv_cache_write: out, rstd and both caches, whose other slots keep their bytes.
+// Slots: distinct, random over a cache of twice the rows, and (T ≥ 3) one negative and one past the
+// end, which both paths skip. T ≤ 64 the heads kernel, 65 and 301 the row kernel.
+TEST(QkvRopeGpuCache, SameBytesAsQkvRopeThenKvCacheWrite) {
+  LOCKSTEP_REQUIRE_GPU();
+  for (const HeadLayout layout : {HeadLayout{32, 8, 128}, HeadLayout{16, 2, 64}})
+    for (const int64_t T : {1, 3, 64, 65, 301})
+      for (const bool norm : {true, false}) {
+        SCOPED_TRACE(::testing::Message() << "head_dim " << layout.head_dim << " T " << T << " norm " << norm);
+        const RopeCase c{layout, T, norm};
+        const RopeInputs in(c, 21);
+        const Tensor qkv = gpu(in.qkv), positions = gpu(in.positions), inv_freq = gpu(in.inv_freq);
+        const Tensor q_norm = gpu_or_empty(in.q_norm), k_norm = gpu_or_empty(in.k_norm);
+        constexpr int64_t kBlockSize = 16;
+        const int64_t blocks = (2 * T + kBlockSize - 1) / kBlockSize, capacity = blocks * kBlockSize;
+        std::vector<int32_t> order(static_cast<size_t>(capacity));
+        std::iota(order.begin(), order.end(), 0);
+        std::shuffle(order.begin(), order.end(), std::mt19937_64(22));
+        Tensor slots = Tensor::empty({T}, DType::i32);
+        std::copy(order.begin(), order.begin() + T, slots.data_as<int32_t>());
+        if (T >= 3) {
+          slots.data_as<int32_t>()[1] = -1;
+          slots.data_as<int32_t>()[2] = int32_t(capacity);
+        }
+        slots = gpu(slots);
+        const Tensor cache0 = random_tensor({blocks, kBlockSize, layout.kv_heads, layout.head_dim}, DType::bf16, 23);
+        const int64_t width = layout.qkv_width(), heads = layout.q_heads + layout.kv_heads;
+
+        Tensor out = poisoned({T, width}, DType::bf16, Device::cuda);
+        Tensor rstd = norm ? poisoned({T, heads}, DType::f32, Device::cuda) : Tensor();
+        qkv_rope_forward(out, rstd, qkv, positions, inv_freq, q_norm, k_norm, layout, kEps);
+        Tensor k = gpu(cache0), v = gpu(cache0);
+        kv_cache_write(k, v, out, slots, layout);
+
+        Tensor f_out = poisoned({T, width}, DType::bf16, Device::cuda);
+        Tensor f_rstd = norm ? poisoned({T, heads}, DType::f32, Device::cuda) : Tensor();
+        Tensor f_k = gpu(cache0), f_v = gpu(cache0);
+        qkv_rope_forward(f_out, f_rstd, f_k, f_v, slots, qkv, positions, inv_freq, q_norm, k_norm, layout, kEps);
+        EXPECT_TRUE(same_bytes(f_out, out));
+        if (norm) {
+          EXPECT_TRUE(same_bytes(f_rstd, rstd));
+        }
+        EXPECT_TRUE(same_bytes(f_k, k));
+        EXPECT_TRUE(same_bytes(f_v, v));
+        EXPECT_FALSE(same_bytes(f_k, cache0));  // written
+      }
 }
 
 // Positions are not checked on the host for CUDA tensors: a negative one turns its row's q and k

@@ -390,6 +390,38 @@ TEST(QkvRope, BadArguments) {
                "dq_norm");
 }
 
+// The inference form is the op followed by kv_cache_write of its output (the same bytes), with
+// kv_cache_write's checks.
+TEST(QkvRope, InferenceFormIsTheOpThenKvCacheWrite) {
+  const HeadLayout l{4, 2, 8};
+  const int64_t T = 5, W = l.qkv_width(), blocks = 3, block_size = 4;
+  const Tensor qkv = random_tensor({T, W}, DType::bf16, 11), freq = rope_inv_freq(8, 1e4, std::nullopt);
+  const Tensor qn = random_tensor({8}, DType::f32, 12), kn = random_tensor({8}, DType::f32, 13);
+  const Tensor pos = i32_tensor({4, 0, 9, 2, 30}), slots = i32_tensor({7, 0, 11, 3, 5});
+  const Tensor cache0 = random_tensor({blocks, block_size, l.kv_heads, l.head_dim}, DType::bf16, 14);
+
+  Tensor out = poisoned({T, W}, DType::bf16), rstd = poisoned({T, 6}, DType::f32);
+  qkv_rope_forward(out, rstd, qkv, pos, freq, qn, kn, l, kEps);
+  Tensor k = cache0.to(Device::cpu), v = cache0.to(Device::cpu);
+  kv_cache_write(k, v, out, slots, l);
+
+  Tensor f_out = poisoned({T, W}, DType::bf16), f_rstd = poisoned({T, 6}, DType::f32);
+  Tensor f_k = cache0.to(Device::cpu), f_v = cache0.to(Device::cpu);
+  qkv_rope_forward(f_out, f_rstd, f_k, f_v, slots, qkv, pos, freq, qn, kn, l, kEps);
+  EXPECT_TRUE(same_bytes(f_out, out));
+  EXPECT_TRUE(same_bytes(f_rstd, rstd));
+  EXPECT_TRUE(same_bytes(f_k, k));
+  EXPECT_TRUE(same_bytes(f_v, v));
+  EXPECT_FALSE(same_bytes(f_k, cache0));  // the cache was written
+
+  expect_error(
+      [&] {
+        qkv_rope_forward(f_out, f_rstd, f_k, f_v, i32_tensor({7, 0, 12, 3, 5}), qkv, pos, freq, qn,
+                         kn, l, kEps);
+      },
+      "kv_cache_write: slots");
+}
+
 // ---- attention ---------------------------------------------------------------------------------
 
 struct AttentionRef {

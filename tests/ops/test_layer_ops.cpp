@@ -318,6 +318,37 @@ TEST(RmsNorm, WeightGradientDoesNotDependOnTheThreadCount) {
   EXPECT_TRUE(same_bytes(dw1, dw3));
 }
 
+// The residual add fused into the norm gives the bits of add_into followed by the norm: the sum
+// left in x, y and rstd. 1 row: a decode step; 37 × 264: rows of a partial lane group.
+TEST(RmsNorm, ResidualIsAddIntoThenRmsNorm) {
+  for (const auto& [R, C] : {std::pair<int64_t, int64_t>{1, 64}, {5, 264}, {37, 1024}}) {
+    const Tensor w = random_tensor({C}, DType::f32, 40);
+    for (DType type : kActs)
+      for (DType y_type : kActs) {
+        SCOPED_TRACE(std::to_string(R) + "x" + std::to_string(C) + " " + std::string(dtype_name(type)) +
+                     " x, " + std::string(dtype_name(y_type)) + " y");
+        const Tensor x0 = random_tensor({R, C}, type, 41, true);
+        const Tensor residual = random_tensor({R, C}, type, 42, true);
+        Tensor sum = x0.to(Device::cpu);
+        add_into(sum, residual);
+        Tensor y = poisoned({R, C}, y_type), rstd = poisoned({R}, DType::f32);
+        rmsnorm_forward(y, rstd, sum, w, kEps);
+
+        Tensor x = x0.to(Device::cpu);
+        Tensor f_y = poisoned({R, C}, y_type), f_rstd = poisoned({R}, DType::f32);
+        rmsnorm_forward(f_y, f_rstd, x, residual, w, kEps);
+        EXPECT_TRUE(same_bytes(x, sum));
+        EXPECT_TRUE(same_bytes(f_y, y));
+        EXPECT_TRUE(same_bytes(f_rstd, rstd));
+
+        Tensor n_y = poisoned({R, C}, y_type), n_rstd = poisoned({R}, DType::f32), n_x = sum.to(Device::cpu);
+        rmsnorm_forward(n_y, n_rstd, n_x, Tensor(), w, kEps);  // undefined residual: no add
+        EXPECT_TRUE(same_bytes(n_x, sum));
+        EXPECT_TRUE(same_bytes(n_y, y));
+      }
+  }
+}
+
 TEST(RmsNorm, BadArgumentsAreClearErrors) {
   const Tensor x = random_tensor({4, 16}, DType::bf16, 60), w = random_tensor({16}, DType::f32, 61);
   Tensor y = Tensor::empty({4, 16}, DType::bf16), rstd = Tensor::empty({4}, DType::f32);
@@ -332,6 +363,13 @@ TEST(RmsNorm, BadArgumentsAreClearErrors) {
   const Tensor x_int = Tensor::zeros({4, 16}, DType::i32);
   expect_error([&] { rmsnorm_forward(y, rstd, x_int, w, kEps); }, "rmsnorm_forward: x");
   expect_error([&] { rmsnorm_forward(y, rstd, x, w, -1.0f); }, "eps");
+  Tensor sum = x.to(Device::cpu);
+  const Tensor residual_short = random_tensor({3, 16}, DType::bf16, 64);
+  expect_error([&] { rmsnorm_forward(y, rstd, sum, residual_short, w, kEps); },
+               "rmsnorm_forward: residual");
+  const Tensor residual_f32 = random_tensor({4, 16}, DType::f32, 65);
+  expect_error([&] { rmsnorm_forward(y, rstd, sum, residual_f32, w, kEps); },
+               "rmsnorm_forward: residual");
   Tensor dx = Tensor::empty({4, 16}, DType::bf16), dw = Tensor::zeros({16}, DType::f32);
   Tensor dw_bf16 = Tensor::empty({16}, DType::bf16);
   expect_error([&] { rmsnorm_backward(dx, dw_bf16, x, x, w, rstd); }, "rmsnorm_backward: dw");
@@ -608,6 +646,39 @@ TEST(LayerFp8, RmsNormFp8IsRmsNormThenQuantization) {
       Fp8Rows i_rows = poisoned_fp8(kFp8Rows, kFp8Cols, false), none;  // inference: rows only
       Tensor i_rstd = poisoned({kFp8Rows}, DType::f32);
       rmsnorm_forward_fp8(i_rows, none, i_rstd, x, w, kEps, format);
+      expect_same_fp8(i_rows, rows, "rows only");
+      EXPECT_TRUE(same_bytes(i_rstd, rstd));
+    }
+}
+
+// With a residual: add_into, then the fused producer (itself the composition, above).
+TEST(LayerFp8, RmsNormFp8ResidualIsAddIntoThenRmsNormFp8) {
+  const Tensor w = random_tensor({kFp8Cols}, DType::f32, 205);
+  for (int64_t R : {int64_t(1), kFp8Rows})
+    for (DType x_type : kActs) {
+      SCOPED_TRACE(std::to_string(R) + " rows, " + std::string(dtype_name(x_type)));
+      const Tensor x0 = random_tensor({R, kFp8Cols}, x_type, 206, true);
+      const Tensor residual = random_tensor({R, kFp8Cols}, x_type, 207, true);
+      Tensor sum = x0.to(Device::cpu);
+      add_into(sum, residual);
+      Fp8Rows rows = poisoned_fp8(R, kFp8Cols, false), cols = poisoned_fp8(R, kFp8Cols, true);
+      Tensor rstd = poisoned({R}, DType::f32);
+      rmsnorm_forward_fp8(rows, cols, rstd, sum, w, kEps, ScaleFormat::pow2);
+
+      Tensor x = x0.to(Device::cpu);
+      Fp8Rows f_rows = poisoned_fp8(R, kFp8Cols, false), f_cols = poisoned_fp8(R, kFp8Cols, true);
+      Tensor f_rstd = poisoned({R}, DType::f32);
+      rmsnorm_forward_fp8(f_rows, f_cols, f_rstd, x, residual, w, kEps, ScaleFormat::pow2);
+      EXPECT_TRUE(same_bytes(x, sum));
+      expect_same_fp8(f_rows, rows, "rows");
+      expect_same_fp8(f_cols, cols, "columns");
+      EXPECT_TRUE(same_bytes(f_rstd, rstd));
+
+      x = x0.to(Device::cpu);
+      Fp8Rows i_rows = poisoned_fp8(R, kFp8Cols, false), none;  // inference: rows only
+      Tensor i_rstd = poisoned({R}, DType::f32);
+      rmsnorm_forward_fp8(i_rows, none, i_rstd, x, residual, w, kEps, ScaleFormat::pow2);
+      EXPECT_TRUE(same_bytes(x, sum));
       expect_same_fp8(i_rows, rows, "rows only");
       EXPECT_TRUE(same_bytes(i_rstd, rstd));
     }
