@@ -11,7 +11,9 @@
 //                  partition of a sequence's context for all q heads of one kv head (the group's
 //                  heads are the rows of a 16-row MMA tile, so each K/V byte is read once per
 //                  group), its 4 warps splitting every 64-key tile. Long contexts are split into
-//                  enough partitions to fill the GPU; combine_kernel merges them by their lse.
+//                  up to 8 partitions, the CTAs of one thread-block cluster, enough to fill the
+//                  GPU; the cluster's first CTA merges their results through distributed shared
+//                  memory (no second kernel: it was one more launch a layer in every decode step).
 //   bwd_kernel     FlashAttention-2 backward: bwd_prep_kernel computes Dᵢ = rowsum(dO ∘ O) and
 //                  zeroes an f32 dQ accumulator; a bwd_kernel CTA takes 64 keys of one kv head (16 a
 //                  warp, dK and dV in registers) and loops over the group's q heads and the 32-row
@@ -38,6 +40,7 @@
 // T, or decreasing) turns every output row into NaN, a context length or block id out of range
 // turns that sequence's rows into NaN, and a kv_cache_write row with a slot out of range is not
 // written.
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -54,6 +57,8 @@
 namespace lockstep::cuda {
 
 namespace {
+
+namespace cg = cooperative_groups;
 
 constexpr int kThreads = 128;  // 4 warps in every attention kernel
 constexpr int kWarps = kThreads / 32;
@@ -486,8 +491,6 @@ struct DecodeArgs {
   const int32_t* block_tables;
   const int32_t* context_lens;
   const int32_t* cu;
-  float* part_o;    // [S, q_heads, max_parts, D] normalized partial outputs
-  float* part_lse;  // [S, q_heads, max_parts] their log2-domain lse
   int S, T, q_heads, kv_heads, group, max_blocks, block_size, num_blocks, max_parts;
   int64_t qkv_width, out_width;
   float scale_log2;
@@ -495,7 +498,7 @@ struct DecodeArgs {
 };
 
 // Keys per partition of a context of len positions split into at most max_parts partitions:
-// whole 64-key tiles, so that len / span ≤ max_parts. The decode and combine kernels agree on it.
+// whole 64-key tiles, so that len / span ≤ max_parts.
 __device__ __forceinline__ int decode_span(int len, int max_parts) {
   const int per = (len + max_parts - 1) / max_parts;
   return (per + kTileRows - 1) / kTileRows * kTileRows;
@@ -510,7 +513,10 @@ __device__ __forceinline__ int decode_row(const int32_t* cu, int s, int T, bool 
   return 0 <= a && a <= b && b <= T && b - a == 1 ? a : -1;
 }
 
-// grid (max_parts, kv_heads, S).
+constexpr int kMaxDecodeParts = 8;  // the portable cluster size
+
+// grid (max_parts, kv_heads, S) in clusters of (max_parts, 1, 1): one sequence's partitions for one
+// kv head. A cluster leaves together or not at all: whether to is decided per sequence.
 template <int D>
 __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeArgs a) {
   constexpr int kChunks = D / 8;
@@ -537,8 +543,8 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeArgs a) {
     return;
   }
   const int span = decode_span(len, a.max_parts), parts = (len + span - 1) / span;
-  if (part >= parts) return;
-  const int p_begin = part * span, p_end = min(len, p_begin + span);
+  // A CTA past the sequence's last partition reads no keys but stays for the cluster's barriers.
+  const int p_begin = min(part * span, len), p_end = min(len, p_begin + span);
   const int tiles = (p_end - p_begin + kTileRows - 1) / kTileRows;
 
   const uint16_t* q = a.qkv + int64_t(t) * a.qkv_width + int64_t(g) * a.group * D;
@@ -596,76 +602,66 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeArgs a) {
       sl[warp * 16 + row] = softmax.l[r];
     }
   }
+  // This CTA's merged (m, l, Σ p·v) of each row, unnormalized, for the cluster's merge.
+  float* po = sl + kWarps * 16;     // [16][D]
+  float* pm = po + kGroupRows * D;  // [16]
+  float* pl = pm + kGroupRows;      // [16]
+  int* pbad = reinterpret_cast<int*>(pl + kGroupRows);
   __syncthreads();
-  for (int i = threadIdx.x; i < a.group * kChunks; i += kThreads) {
-    const int r = i / kChunks, c = i % kChunks;
-    float m = -INFINITY;
+  if (part < parts) {
+    for (int i = threadIdx.x; i < a.group * kChunks; i += kThreads) {
+      const int r = i / kChunks, c = i % kChunks;
+      float m = -INFINITY;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) m = fmaxf(m, sm[w * 16 + r]);
-    float l = 0.0f, acc[8] = {};
+      for (int w = 0; w < kWarps; ++w) m = fmaxf(m, sm[w * 16 + r]);
+      float l = 0.0f, acc[8] = {};
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      const float f = exp2_approx(sm[w * 16 + r] - m);  // 0 for a warp without keys (m = −inf)
-      l = fmaf(sl[w * 16 + r], f, l);
-      const float* x = so + (w * 16 + r) * D + c * 8;
+      for (int w = 0; w < kWarps; ++w) {
+        const float f = exp2_approx(sm[w * 16 + r] - m);  // 0 for a warp without keys (m = −inf)
+        l = fmaf(sl[w * 16 + r], f, l);
+        const float* x = so + (w * 16 + r) * D + c * 8;
 #pragma unroll
-      for (int e = 0; e < 8; ++e) acc[e] = fmaf(x[e], f, acc[e]);
+        for (int e = 0; e < 8; ++e) acc[e] = fmaf(x[e], f, acc[e]);
+      }
+#pragma unroll
+      for (int e = 0; e < 8; ++e) po[r * D + c * 8 + e] = acc[e];
+      if (c == 0) pm[r] = m, pl[r] = l;
     }
-    const float inv = bad ? __int_as_float(0x7fc00000) : 1.0f / l;
-    if (parts == 1) {
+    if (threadIdx.x == 0) *pbad = bad;
+  }
+  const cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();  // every partition's result written (release / acquire)
+  if (part == 0) {
+    // o = Σ_p 2^(m_p − M) · Σ p·v_p / Σ_p 2^(m_p − M) · l_p over the partitions, in rank order; a bad
+    // block table in any partition makes the row NaN.
+    for (int i = threadIdx.x; i < a.group * kChunks; i += kThreads) {
+      const int r = i / kChunks, c = i % kChunks;
+      float m = -INFINITY;
+      bool any_bad = false;
+      for (int q = 0; q < parts; ++q) {
+        m = fmaxf(m, cluster.map_shared_rank(pm, q)[r]);
+        any_bad |= *cluster.map_shared_rank(pbad, q) != 0;
+      }
+      float l = 0.0f, acc[8] = {};
+      for (int q = 0; q < parts; ++q) {
+        const float f = exp2_approx(cluster.map_shared_rank(pm, q)[r] - m);
+        l = fmaf(cluster.map_shared_rank(pl, q)[r], f, l);
+        const float4* x = reinterpret_cast<const float4*>(cluster.map_shared_rank(po, q) + r * D + c * 8);
+        const float4 x0 = x[0], x1 = x[1];
+        acc[0] = fmaf(x0.x, f, acc[0]), acc[1] = fmaf(x0.y, f, acc[1]), acc[2] = fmaf(x0.z, f, acc[2]);
+        acc[3] = fmaf(x0.w, f, acc[3]), acc[4] = fmaf(x1.x, f, acc[4]), acc[5] = fmaf(x1.y, f, acc[5]);
+        acc[6] = fmaf(x1.z, f, acc[6]), acc[7] = fmaf(x1.w, f, acc[7]);
+      }
+      const float inv = any_bad ? __int_as_float(0x7fc00000) : 1.0f / l;
       uint4 w;
       w.x = pack_bf16(acc[0] * inv, acc[1] * inv);
       w.y = pack_bf16(acc[2] * inv, acc[3] * inv);
       w.z = pack_bf16(acc[4] * inv, acc[5] * inv);
       w.w = pack_bf16(acc[6] * inv, acc[7] * inv);
       *reinterpret_cast<uint4*>(out + r * D + c * 8) = w;
-    } else {
-      const int64_t slot = (int64_t(s) * a.q_heads + g * a.group + r) * a.max_parts + part;
-      float4* dst = reinterpret_cast<float4*>(a.part_o + slot * D + c * 8);
-      dst[0] = make_float4(acc[0] * inv, acc[1] * inv, acc[2] * inv, acc[3] * inv);
-      dst[1] = make_float4(acc[4] * inv, acc[5] * inv, acc[6] * inv, acc[7] * inv);
-      if (c == 0) a.part_lse[slot] = bad ? __int_as_float(0x7fc00000) : m + log2f(l);
     }
   }
-}
-
-// One warp per (sequence, q head): o = Σ_p 2^(lse_p − max) · o_p / Σ_p 2^(lse_p − max) over the
-// partitions of a one-row sequence with more than one (a NaN partition makes the row NaN).
-template <int D>
-__global__ void __launch_bounds__(kThreads) combine_kernel(const DecodeArgs a) {
-  constexpr int kPer = D / 32;  // columns a lane
-  const int lane = threadIdx.x % 32;
-  const int64_t pair = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
-  if (pair >= int64_t(a.S) * a.q_heads) return;
-  const int s = int(pair / a.q_heads), h = int(pair % a.q_heads);
-  const int t = decode_row(a.cu, s, a.T, a.one_row_each);
-  if (t < 0) return;
-  const int len = a.context_lens[s];
-  if (len < 1 || len > a.max_blocks * a.block_size) return;  // decode_kernel wrote NaN
-  const int span = decode_span(len, a.max_parts), parts = (len + span - 1) / span;
-  if (parts == 1) return;  // decode_kernel wrote the row
-  const float* lse = a.part_lse + pair * a.max_parts;
-  float m = -INFINITY;
-  for (int p = lane; p < parts; p += 32) m = fmaxf(m, lse[p]);
-#pragma unroll
-  for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-  float l = 0.0f;
-  for (int p = lane; p < parts; p += 32) l += exp2_approx(lse[p] - m);
-#pragma unroll
-  for (int o = 16; o > 0; o /= 2) l += __shfl_xor_sync(0xffffffffu, l, o);
-  float acc[kPer] = {};
-  for (int p = 0; p < parts; ++p) {
-    const float w = exp2_approx(lse[p] - m);
-    const float* x = a.part_o + (pair * a.max_parts + p) * D + lane * kPer;
-#pragma unroll
-    for (int e = 0; e < kPer; ++e) acc[e] = fmaf(x[e], w, acc[e]);
-  }
-  uint32_t w[kPer / 2];
-#pragma unroll
-  for (int e = 0; e < kPer / 2; ++e) w[e] = pack_bf16(acc[2 * e] / l, acc[2 * e + 1] / l);
-  uint16_t* dst = a.out + int64_t(t) * a.out_width + int64_t(h) * D + lane * kPer;
-  if constexpr (kPer == 4) *reinterpret_cast<uint2*>(dst) = make_uint2(w[0], w[1]);
-  else *reinterpret_cast<uint32_t*>(dst) = w[0];
+  cluster.sync();  // no CTA leaves (freeing its shared memory) while the first still reads it
 }
 
 // ---- backward ----------------------------------------------------------------------------------
@@ -1044,21 +1040,17 @@ void attention_paged(Tensor& out, const Tensor& qkv, const Tensor& k_cache, cons
   d.out_width = a.out_width;
   d.scale_log2 = a.scale_log2;
   d.one_row_each = one_row_each;
-  // Partitions per one-row sequence: enough that S · kv_heads · partitions CTAs fill the GPU about
-  // 4 times over (batch 1 at long contexts is bandwidth-bound only if every SM streams K/V), but
-  // no more than the longest possible context has 64-key tiles. The kernels split each context by
-  // its own length (decode_span), so short contexts in a long-capacity table still spread out.
+  // Partitions per one-row sequence (a power of two, the cluster size): enough that S · kv_heads ·
+  // partitions CTAs fill the GPU about 4 times over (batch 1 at long contexts is bandwidth-bound
+  // only if many SMs stream K/V), at most kMaxDecodeParts and no more than the longest possible
+  // context has 64-key tiles. The kernel splits each context by its own length (decode_span), so
+  // short contexts in a long-capacity table still spread out.
   const int64_t heads = int64_t(a.S) * a.kv_heads;
   const int64_t want = (4 * int64_t(device_sm_count()) + heads - 1) / std::max<int64_t>(heads, 1);
-  d.max_parts = int(std::clamp<int64_t>(want, 1, std::max<int64_t>(1, (a.max_keys + kTileRows - 1) / kTileRows)));
+  const int64_t max_tiles = (a.max_keys + kTileRows - 1) / kTileRows;
+  d.max_parts = 1;
+  while (d.max_parts < kMaxDecodeParts && d.max_parts < want && d.max_parts < max_tiles) d.max_parts *= 2;
   LOCKSTEP_CHECK(a.S <= 65535, "attention_paged: the CUDA decode kernel takes at most 65535 sequences, got ", a.S);
-  Tensor part_o, part_lse;
-  if (d.max_parts > 1) {
-    part_o = Tensor::empty({a.S, a.q_heads, d.max_parts, layout.head_dim}, DType::f32, Device::cuda);
-    part_lse = Tensor::empty({a.S, a.q_heads, d.max_parts}, DType::f32, Device::cuda);
-    d.part_o = data<float>(part_o);
-    d.part_lse = data<float>(part_lse);
-  }
   const int items = to_int(tile_bound(a.T, a.S) * a.q_heads, "attention_paged: CTAs");
 
   with_head_dim(layout.head_dim, [&](auto dim) {
@@ -1067,12 +1059,19 @@ void attention_paged(Tensor& out, const Tensor& qkv, const Tensor& k_cache, cons
     // row with NaN when cu_seqlens_q is malformed, and must come last for that.
     if (a.S > 0) {
       prepare<decode_kernel<D>>(kDecodeSmem<D>);
-      decode_kernel<D><<<dim3(d.max_parts, a.kv_heads, a.S), kThreads, kDecodeSmem<D>, current_stream()>>>(d);
-      LOCKSTEP_CUDA_CHECK_LAUNCH();
-      if (d.max_parts > 1) {
-        combine_kernel<D><<<blocks(int64_t(a.S) * a.q_heads, kWarps), kThreads, 0, current_stream()>>>(d);
-        LOCKSTEP_CUDA_CHECK_LAUNCH();
-      }
+      cudaLaunchAttribute cluster{};
+      cluster.id = cudaLaunchAttributeClusterDimension;
+      cluster.val.clusterDim.x = unsigned(d.max_parts);
+      cluster.val.clusterDim.y = 1;
+      cluster.val.clusterDim.z = 1;
+      cudaLaunchConfig_t config{};
+      config.gridDim = dim3(unsigned(d.max_parts), unsigned(a.kv_heads), unsigned(a.S));
+      config.blockDim = dim3(kThreads);
+      config.dynamicSmemBytes = kDecodeSmem<D>;
+      config.stream = current_stream();
+      config.attrs = &cluster;
+      config.numAttrs = 1;
+      LOCKSTEP_CUDA_CHECK(cudaLaunchKernelEx(&config, decode_kernel<D>, d));
     }
     if (one_row_each) return;  // no multi-row sequence; decode_kernel NaNs misplaced rows itself
     // Persistent CTAs: how many rows belong to multi-row sequences is known only on the device.
