@@ -1040,16 +1040,17 @@ void attention_paged(Tensor& out, const Tensor& qkv, const Tensor& k_cache, cons
   d.out_width = a.out_width;
   d.scale_log2 = a.scale_log2;
   d.one_row_each = one_row_each;
-  // Partitions per one-row sequence (a power of two, the cluster size): enough that S · kv_heads ·
-  // partitions CTAs fill the GPU about 4 times over (batch 1 at long contexts is bandwidth-bound
-  // only if many SMs stream K/V), at most kMaxDecodeParts and no more than the longest possible
-  // context has 64-key tiles. The kernel splits each context by its own length (decode_span), so
-  // short contexts in a long-capacity table still spread out.
+  // Partitions per one-row sequence (a power of two, the cluster size): the most, up to
+  // kMaxDecodeParts, with which S · kv_heads · partitions CTAs fill the GPU at most about 4 times
+  // over (batch 1 at long contexts is bandwidth-bound only if many SMs stream K/V; more, shorter
+  // partitions only add waves of clusters), and no more than the longest possible context has
+  // 64-key tiles. The kernel splits each context by its own length (decode_span), so short
+  // contexts in a long-capacity table still spread out.
   const int64_t heads = int64_t(a.S) * a.kv_heads;
   const int64_t want = (4 * int64_t(device_sm_count()) + heads - 1) / std::max<int64_t>(heads, 1);
-  const int64_t max_tiles = (a.max_keys + kTileRows - 1) / kTileRows;
+  const int64_t most = std::min<int64_t>({want, kMaxDecodeParts, (a.max_keys + kTileRows - 1) / kTileRows});
   d.max_parts = 1;
-  while (d.max_parts < kMaxDecodeParts && d.max_parts < want && d.max_parts < max_tiles) d.max_parts *= 2;
+  while (2 * d.max_parts <= most) d.max_parts *= 2;
   LOCKSTEP_CHECK(a.S <= 65535, "attention_paged: the CUDA decode kernel takes at most 65535 sequences, got ", a.S);
   const int items = to_int(tile_bound(a.T, a.S) * a.q_heads, "attention_paged: CTAs");
 
