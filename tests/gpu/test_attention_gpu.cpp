@@ -290,7 +290,7 @@ std::vector<PagedCase> paged_cases() {
   return {
       // Decode rows (long, short, one position), prefill chunks, a whole prompt, no rows.
       {"mixed_q32_kv8_d128_bs16", {32, 8, 128}, 16, {{5000, 1}, {1, 1}, {700, 1}, {300, 37}, {129, 129}, {2000, 0}, {65, 64}}},
-      // Batch 1 at a long context: split over many partitions, merged by the combine kernel.
+      // Batch 1 at a long context: split over many partitions, merged in its cluster.
       {"long_decode_q16_kv8_d128_bs32", {16, 8, 128}, 32, {{4999, 1}}},
       {"mixed_q8_kv8_d64_bs16", {8, 8, 64}, 16, {{3000, 1}, {64, 1}, {200, 65}, {17, 17}, {1000, 2}}},
       // 16 q heads per kv head: the decode kernel's whole 16-row tile.
@@ -315,7 +315,7 @@ INSTANTIATE_TEST_SUITE_P(Batches, PagedGpu, ::testing::ValuesIn(paged_cases()),
                          [](const auto& info) { return info.param.name; });
 
 // A decode step told one_row_each (the multi-row kernel skipped) gives the bits of the general
-// call, at batch 1 (split context, combine kernel) and at 80 sequences (unsplit).
+// call, at batch 1 (split context, merged in a cluster) and at 80 sequences (unsplit).
 TEST(PagedGpu, OneRowEachGivesTheSameBits) {
   LOCKSTEP_REQUIRE_GPU();
   for (const PagedCase& c : paged_cases()) {
