@@ -19,7 +19,9 @@
 // (one fma instead of its multiply and add). With kPartials = 2 the next block's wgmmas are issued
 // before this block's partial is scaled, so a warpgroup keeps the tensor cores busy by itself; with
 // 1, the other warpgroup's wgmmas overlap the scaling. Accumulators stay in registers for the whole
-// token range and go straight to dw (float2 stores: 4 lanes write 32 contiguous bytes of a row).
+// token range and go straight to dw (float2 stores: 4 lanes write 32 contiguous bytes of a row);
+// accumulating, they are added to dw's values, which a bulk L2 prefetch fetched during the tile's
+// last token blocks.
 #include "ops/cuda/gemm_fp8_wgrad.h"
 
 #include <cuda.h>
@@ -44,6 +46,7 @@ constexpr int kRows = 128;           // dw rows (N) of a tile: 64 a consumer war
 constexpr int kBlockT = 128;         // tokens of a block: one 128-byte swizzled row of e4m3
 constexpr int kChunk = 128;          // dw columns of one partial (m64n128)
 constexpr int kGroupRows = 8;
+constexpr int kPrefetchBlocks = 8;  // token blocks before a tile's end that its dw is prefetched
 // 128 · 40 + 256 · 232 ≤ 64K registers: the consumers hold 64 partial and 64–128 accumulator floats.
 constexpr int kProducerRegisters = 40;
 constexpr int kConsumerRegisters = 232;
@@ -119,6 +122,11 @@ __device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t b
                    smem_address(dst)),
                "l"(src), "r"(bytes), "r"(smem_address(bar))
                : "memory");
+}
+
+// Asks for `bytes` (a multiple of 16, from a 16-byte aligned address) of global memory in L2.
+__device__ __forceinline__ void bulk_prefetch_l2(const void* src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
 }
 
 struct Tile {
@@ -203,23 +211,20 @@ __device__ void consume(uint8_t* smem, uint64_t* full, uint64_t* empty, const Ar
   for (int t = blockIdx.x; t < a.row_blocks * a.col_blocks; t += gridDim.x, base += a.kblocks) {
     const Tile tile = tile_at<C>(t, a);
     float* out = a.dw + int64_t(tile.row0 + r) * a.k + tile.col0 + 2 * q;  // chunk c, n: + kChunk c + 8n
-    float acc[C::kChunks][16][4];
-#pragma unroll
-    for (int c = 0; c < C::kChunks; ++c) {
-      const bool load = a.accumulate && c < tile.chunks;
-#pragma unroll
-      for (int n = 0; n < 16; ++n) {
-        const float2 v0 = load ? *reinterpret_cast<const float2*>(out + c * kChunk + 8 * n) : float2{},
-                     v1 = load ? *reinterpret_cast<const float2*>(out + c * kChunk + 8 * n + 8 * int64_t(a.k))
-                               : float2{};
-        acc[c][n][0] = v0.x, acc[c][n][1] = v0.y, acc[c][n][2] = v1.x, acc[c][n][3] = v1.y;
-      }
-    }
+    float acc[C::kChunks][16][4] = {};
+    // Accumulating: kPrefetchBlocks before the end, warpgroup 0 has the tile's dw rows fetched into
+    // L2 (one bulk prefetch a row), for the epilogue's loads.
+    const int prefetch_kb = a.accumulate ? max(0, a.kblocks - kPrefetchBlocks) : -1;
+    auto prefetch = [&](int kb) {
+      if (kb == prefetch_kb && wg == 0)
+        bulk_prefetch_l2(a.dw + int64_t(tile.row0 + tid) * a.k + tile.col0, tile.chunks * kChunk * 4);
+    };
 
     float p[C::kPartials][16][4];
     if constexpr (C::kPartials == 1) {
       for (int kb = 0; kb < a.kblocks; ++kb) {
         const int j = base + kb;
+        prefetch(kb);
         wait_full(j);
 #pragma unroll
         for (int c = 0; c < C::kChunks; ++c)
@@ -236,6 +241,7 @@ __device__ void consume(uint8_t* smem, uint64_t* full, uint64_t* empty, const Ar
       // group (p[0]'s) is in flight at every loop edge, whatever the path: otherwise ptxas, unable
       // to tell which group may still write which registers, serializes every wgmma.
       auto scale_block = [&](float (&p)[16][4], int kb) {
+        prefetch(kb);
         pin_registers(p);
         add_scaled<C>(acc[0], p, scales(base + kb), r, q, 0);
         release(&empty[(base + kb) % C::kStages]);
@@ -266,6 +272,17 @@ __device__ void consume(uint8_t* smem, uint64_t* full, uint64_t* empty, const Ar
       }
     }
 
+    // dw (+)= acc, the CPU reference's order: all loads first, so that they are in flight together.
+    if (a.accumulate)
+#pragma unroll
+      for (int c = 0; c < C::kChunks; ++c)
+        if (c < tile.chunks)
+#pragma unroll
+          for (int n = 0; n < 16; ++n) {
+            const float2 v0 = *reinterpret_cast<const float2*>(out + c * kChunk + 8 * n),
+                         v1 = *reinterpret_cast<const float2*>(out + c * kChunk + 8 * n + 8 * int64_t(a.k));
+            acc[c][n][0] += v0.x, acc[c][n][1] += v0.y, acc[c][n][2] += v1.x, acc[c][n][3] += v1.y;
+          }
 #pragma unroll
     for (int c = 0; c < C::kChunks; ++c)
       if (c < tile.chunks)

@@ -5,8 +5,8 @@
 // dy_t, x_t: the columnwise Fp8Rows of dy [T, N] and x [T, K] (numerics/quantize.h): e4m3 [N, Tp]
 // and [K, Tp], f32 scales [Tp/128, N] and [Tp/128, K]. Like the CPU reference, every 128-token
 // block is summed in fp32 (wgmma on e4m3, with the precision of Hopper's fp8 tensor cores, as
-// cuBLASLt), multiplied by its two scales and added to an fp32 accumulator; accumulate starts the
-// accumulator from dw. Deterministic: each element is summed by one thread in a fixed order, so
+// cuBLASLt), multiplied by its two scales and added to an fp32 accumulator started at 0, which
+// accumulate then adds to dw. Deterministic: each element is summed by one thread in a fixed order, so
 // two calls give the same bits.
 //
 // Requirements (a clear error otherwise): N, K and Tp multiples of 128; data, scales and dw
