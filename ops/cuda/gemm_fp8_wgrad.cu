@@ -24,6 +24,7 @@
 // last token blocks.
 #include "ops/cuda/gemm_fp8_wgrad.h"
 
+#include <cooperative_groups.h>
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
@@ -40,6 +41,8 @@ namespace lockstep::cuda {
 
 namespace {
 
+namespace cg = cooperative_groups;
+
 constexpr int kThreads = 384;        // producer warpgroup + 2 consumer warpgroups
 constexpr int kConsumerWarps = 8;
 constexpr int kRows = 128;           // dw rows (N) of a tile: 64 a consumer warpgroup
@@ -51,12 +54,16 @@ constexpr int kPrefetchBlocks = 8;  // token blocks before a tile's end that its
 constexpr int kProducerRegisters = 40;
 constexpr int kConsumerRegisters = 232;
 
-template <int Cols, int Partials, int Stages>
+template <int Cols, int Partials, int Stages, int Cluster>
 struct Config {
   static constexpr int kCols = Cols;  // dw columns (K) of a tile
   static constexpr int kChunks = Cols / kChunk;
   static constexpr int kPartials = Partials;
   static constexpr int kStages = Stages;
+  // CTAs of a cluster: row blocks side by side, sharing the x_t tile (each loads 1/kCluster of it
+  // for all of them, TMA multicast), which cuts the L2 → SM traffic.
+  static constexpr int kCluster = Cluster;
+  static constexpr int kXRows = Cols / Cluster;  // rows of the x_t tile a CTA loads
   // A stage: the dy_t tile, then the x_t tile; after the stages, per stage: 128 dy scales, then
   // kCols x scales; then the barriers. The base is aligned to kSwizzleAtom inside the allocation.
   static constexpr int kXOffset = kRows * kBlockT;
@@ -65,22 +72,26 @@ struct Config {
   static constexpr int kScaleBytes = (kRows + kCols) * 4;
   static constexpr int kBarrierOffset = kScalesOffset + kStages * kScaleBytes;
   static constexpr int kSmem = kBarrierOffset + 2 * kStages * 8 + kSwizzleAtom;
-  static_assert(kStageBytes % kSwizzleAtom == 0 && kScaleBytes % 16 == 0);
+  static_assert(kStageBytes % kSwizzleAtom == 0 && kXRows * kBlockT % kSwizzleAtom == 0 && kScaleBytes % 16 == 0);
   static_assert(kSmem <= 227 * 1024, "shared memory of one CTA an SM");
   static_assert(Partials == 1 || kChunks == 1, "two partials in flight fit next to one chunk of accumulators only");
 };
 
-using Variant0 = Config<256, 1, 4>;
-using Variant1 = Config<128, 2, 6>;
-using Variant2 = Config<128, 1, 6>;
-const char* const kVariantNames[kFp8WgradVariants] = {"128x256 1 partial 4 stages", "128x128 2 partials 6 stages",
-                                                      "128x128 1 partial 6 stages"};
+using Variant0 = Config<256, 1, 4, 1>;
+using Variant1 = Config<128, 2, 6, 1>;
+using Variant2 = Config<128, 1, 6, 1>;
+using Variant3 = Config<256, 1, 4, 2>;
+using Variant4 = Config<128, 2, 6, 2>;
+const char* const kVariantNames[kFp8WgradVariants] = {
+    "128x256 1 partial 4 stages", "128x128 2 partials 6 stages", "128x128 1 partial 6 stages",
+    "128x256 1 partial 4 stages, x multicast to 2 CTAs", "128x128 2 partials 6 stages, x multicast to 2 CTAs"};
 
 struct Args {
   const float* dy_scales;  // [kblocks, n]
   const float* x_scales;   // [kblocks, k]
   float* dw;               // [n, k]
-  int n, k, kblocks, row_blocks, col_blocks;
+  int n, k, kblocks;
+  int row_blocks, col_blocks;  // of the cluster tiles (kCluster · 128 rows × kCols)
   bool accumulate;
 };
 
@@ -95,16 +106,31 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t by
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_address(bar)), "r"(bytes)
                : "memory");
 }
+// The arrival of a thread of the cluster on CTA `cta`'s barrier at bar's offset.
+__device__ __forceinline__ void mbar_arrive_cluster(uint64_t* bar, uint32_t cta) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(smem_address(bar)), "r"(cta));
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote) : "memory");
+}
 // Waits until the barrier's phase of this parity has completed (a fresh barrier is in phase 0, so
-// parity 1 passes at once).
+// parity 1 passes at once). Cluster scope where other CTAs' arrivals release their reads.
+template <bool ClusterScope = false>
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
   uint32_t done = 0;
   do {
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(smem_address(bar)), "r"(parity)
-        : "memory");
+    if constexpr (ClusterScope)
+      asm volatile(
+          "{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+          "selp.u32 %0, 1, 0, p;\n}\n"
+          : "=r"(done)
+          : "r"(smem_address(bar)), "r"(parity)
+          : "memory");
+    else
+      asm volatile(
+          "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+          : "=r"(done)
+          : "r"(smem_address(bar)), "r"(parity)
+          : "memory");
   } while (!done);
 }
 
@@ -114,6 +140,16 @@ __device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, int 
       "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
       "[%4];\n" ::"r"(smem_address(dst)),
       "l"(map), "r"(x), "r"(y), "r"(smem_address(bar))
+      : "memory");
+}
+// Likewise into the shared memory of every CTA of the cluster in `ctas` (a bit mask), at dst's
+// offset, completing the transaction bytes of the barrier at bar's offset in each.
+__device__ __forceinline__ void tma_load_multicast(void* dst, const CUtensorMap* map, int x, int y, uint64_t* bar,
+                                                   uint16_t ctas) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], "
+      "[%1, {%2, %3}], [%4], %5;\n" ::"r"(smem_address(dst)),
+      "l"(map), "r"(x), "r"(y), "r"(smem_address(bar)), "h"(ctas)
       : "memory");
 }
 // `bytes` (a multiple of 16, both addresses 16-byte aligned) global → shared, likewise.
@@ -130,36 +166,45 @@ __device__ __forceinline__ void bulk_prefetch_l2(const void* src, uint32_t bytes
 }
 
 struct Tile {
-  int row0, col0;
-  int chunks;  // 128-column chunks inside dw: kChunks, fewer at the right edge
+  int row0, col0;  // this CTA's
+  int chunks;      // 128-column chunks inside dw: kChunks, fewer at the right edge
+  bool rows_valid; // false: a cluster's CTA past the last row block (it loads x_t for the others)
 };
 
-// Tile i of the walk: groups of kGroupRows row blocks, column-major inside a group.
+// This CTA's tile of cluster tile i of the walk: groups of kGroupRows row blocks (of the cluster
+// tiles), column-major inside a group.
 template <class C>
 __device__ __forceinline__ Tile tile_at(int i, const Args& a) {
   const int per_group = kGroupRows * a.col_blocks, group = i / per_group, first = group * kGroupRows;
   const int rows = min(kGroupRows, a.row_blocks - first), j = i - group * per_group;
-  const int col0 = j / rows * C::kCols;
-  return {(first + j % rows) * kRows, col0, min(C::kCols, a.k - col0) / kChunk};
+  const int row0 = ((first + j % rows) * C::kCluster + int(blockIdx.x) % C::kCluster) * kRows, col0 = j / rows * C::kCols;
+  return {row0, col0, min(C::kCols, a.k - col0) / kChunk, row0 < a.n};
 }
 
 template <class C>
 __device__ void produce(uint8_t* smem, uint64_t* full, uint64_t* empty, const CUtensorMap* dy_map,
                         const CUtensorMap* x_map, const Args& a) {
+  const int rank = int(blockIdx.x) % C::kCluster;
   int it = 0;  // blocks loaded so far: stage it % kStages, in its (it / kStages)-th round
-  for (int t = blockIdx.x; t < a.row_blocks * a.col_blocks; t += gridDim.x) {
+  for (int t = blockIdx.x / C::kCluster; t < a.row_blocks * a.col_blocks; t += gridDim.x / C::kCluster) {
     const Tile tile = tile_at<C>(t, a);
-    const int cols = tile.chunks * kChunk;  // x scales inside the tensor (the tile copy is zero-filled)
+    // Scales inside the tensors only (the tile copies are zero-filled past its end).
+    const int dy_scales = tile.rows_valid ? kRows : 0, x_scales = tile.chunks * kChunk;
     for (int kb = 0; kb < a.kblocks; ++kb, ++it) {
       const int s = it % C::kStages;
-      mbar_wait(&empty[s], (it / C::kStages & 1) ^ 1);
+      // (Cluster: once every CTA's consumers are done with the stage, which the x_t copy refills.)
+      mbar_wait<(C::kCluster > 1)>(&empty[s], (it / C::kStages & 1) ^ 1);
       uint8_t* stage = smem + s * C::kStageBytes;
       float* scales = reinterpret_cast<float*>(smem + C::kScalesOffset + s * C::kScaleBytes);
-      mbar_arrive_expect_tx(&full[s], C::kStageBytes + (kRows + cols) * 4);
+      mbar_arrive_expect_tx(&full[s], C::kStageBytes + (dy_scales + x_scales) * 4);
       tma_load(stage, dy_map, kb * kBlockT, tile.row0, &full[s]);
-      tma_load(stage + C::kXOffset, x_map, kb * kBlockT, tile.col0, &full[s]);
-      bulk_load(scales, a.dy_scales + int64_t(kb) * a.n + tile.row0, kRows * 4, &full[s]);
-      bulk_load(scales + kRows, a.x_scales + int64_t(kb) * a.k + tile.col0, cols * 4, &full[s]);
+      if constexpr (C::kCluster == 1)
+        tma_load(stage + C::kXOffset, x_map, kb * kBlockT, tile.col0, &full[s]);
+      else
+        tma_load_multicast(stage + C::kXOffset + rank * C::kXRows * kBlockT, x_map, kb * kBlockT,
+                           tile.col0 + rank * C::kXRows, &full[s], (1 << C::kCluster) - 1);
+      if (dy_scales) bulk_load(scales, a.dy_scales + int64_t(kb) * a.n + tile.row0, dy_scales * 4, &full[s]);
+      bulk_load(scales + kRows, a.x_scales + int64_t(kb) * a.k + tile.col0, x_scales * 4, &full[s]);
     }
   }
 }
@@ -192,10 +237,17 @@ __device__ __forceinline__ void add_scaled(float (&acc)[16][4], const float (&p)
   }
 }
 
-// A warp is done with a stage: its lanes' scale reads are ordered before the arrival.
+// A warp is done with a stage: its lanes' scale reads are ordered before the arrival (on the
+// stage's barrier in every CTA of the cluster, whose x_t copies refill it).
+template <class C>
 __device__ __forceinline__ void release(uint64_t* empty) {
   __syncwarp();
-  if (threadIdx.x % 32 == 0) mbar_arrive(empty);
+  const int lane = threadIdx.x % 32;
+  if constexpr (C::kCluster == 1) {
+    if (lane == 0) mbar_arrive(empty);
+  } else if (lane < C::kCluster) {
+    mbar_arrive_cluster(empty, lane);
+  }
 }
 
 template <class C>
@@ -208,7 +260,7 @@ __device__ void consume(uint8_t* smem, uint64_t* full, uint64_t* empty, const Ar
   };
   auto wait_full = [&](int j) { mbar_wait(&full[j % C::kStages], j / C::kStages & 1); };
   int base = 0;  // blocks consumed before this tile (the producer's count); a.kblocks ≥ 1
-  for (int t = blockIdx.x; t < a.row_blocks * a.col_blocks; t += gridDim.x, base += a.kblocks) {
+  for (int t = blockIdx.x / C::kCluster; t < a.row_blocks * a.col_blocks; t += gridDim.x / C::kCluster, base += a.kblocks) {
     const Tile tile = tile_at<C>(t, a);
     float* out = a.dw + int64_t(tile.row0 + r) * a.k + tile.col0 + 2 * q;  // chunk c, n: + kChunk c + 8n
     float acc[C::kChunks][16][4] = {};
@@ -216,7 +268,7 @@ __device__ void consume(uint8_t* smem, uint64_t* full, uint64_t* empty, const Ar
     // L2 (one bulk prefetch a row), for the epilogue's loads.
     const int prefetch_kb = a.accumulate ? max(0, a.kblocks - kPrefetchBlocks) : -1;
     auto prefetch = [&](int kb) {
-      if (kb == prefetch_kb && wg == 0)
+      if (kb == prefetch_kb && wg == 0 && tile.rows_valid)
         bulk_prefetch_l2(a.dw + int64_t(tile.row0 + tid) * a.k + tile.col0, tile.chunks * kChunk * 4);
     };
 
@@ -234,7 +286,7 @@ __device__ void consume(uint8_t* smem, uint64_t* full, uint64_t* empty, const Ar
             pin_registers(p[0]);
             add_scaled<C>(acc[c], p[0], scales(j), r, q, c);
           }
-        release(&empty[j % C::kStages]);
+        release<C>(&empty[j % C::kStages]);
       }
     } else {
       // Block kb + 1's wgmmas are issued before block kb's partial is scaled. Written so that one
@@ -244,7 +296,7 @@ __device__ void consume(uint8_t* smem, uint64_t* full, uint64_t* empty, const Ar
         prefetch(kb);
         pin_registers(p);
         add_scaled<C>(acc[0], p, scales(base + kb), r, q, 0);
-        release(&empty[(base + kb) % C::kStages]);
+        release<C>(&empty[(base + kb) % C::kStages]);
       };
       auto issue_block = [&](float (&p)[16][4], int kb) {
         wait_full(base + kb);
@@ -272,6 +324,7 @@ __device__ void consume(uint8_t* smem, uint64_t* full, uint64_t* empty, const Ar
       }
     }
 
+    if (!tile.rows_valid) continue;
     // dw (+)= acc, the CPU reference's order: all loads first, so that they are in flight together.
     if (a.accumulate)
 #pragma unroll
@@ -305,20 +358,25 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (threadIdx.x == 0) {
     for (int s = 0; s < C::kStages; ++s) {
       mbar_init(&full[s], 1);
-      mbar_init(&empty[s], kConsumerWarps);
+      mbar_init(&empty[s], kConsumerWarps * C::kCluster);
     }
     // The barriers' initialization, visible to the async proxy (TMA) before any copy uses them.
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
-  __syncthreads();
+  if constexpr (C::kCluster == 1)
+    __syncthreads();
+  else
+    cg::this_cluster().sync();  // the other CTAs' copies and arrivals find the barriers ready
   const int wg = threadIdx.x / 128;
   if (wg == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegisters));
     if (threadIdx.x == 0) produce<C>(smem, full, empty, &dy_map, &x_map, a);
-    return;
+  } else {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegisters));
+    consume<C>(smem, full, empty, a, wg - 1);
   }
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegisters));
-  consume<C>(smem, full, empty, a, wg - 1);
+  // No CTA exits (its shared memory gone) while the others may still arrive on its barriers.
+  if constexpr (C::kCluster > 1) cg::this_cluster().sync();
 }
 
 // cuTensorMapEncodeTiled from the driver, found at run time (the build links no libcuda).
@@ -351,16 +409,31 @@ CUtensorMap tile_map(const Tensor& data, int box_rows) {
 template <class C>
 void launch(const Fp8Rows& dy_t, const Fp8Rows& x_t, Args a) {
   constexpr auto kernel = wgrad_kernel<C>;
-  static const bool prepared = [] {
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = C::kCluster;
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(C::kCluster);
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = C::kSmem;
+  config.stream = current_stream();
+  config.attrs = &cluster;
+  config.numAttrs = C::kCluster > 1 ? 1 : 0;
+  // A persistent grid: as many clusters as fit on the GPU at once (one CTA an SM).
+  static const int max_clusters = [&] {
     LOCKSTEP_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
-    return true;
+    int n = device_sm_count();
+    if (C::kCluster > 1) LOCKSTEP_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&n, kernel, &config));
+    LOCKSTEP_CHECK(n > 0, "fp8 WGrad: no cluster of ", C::kCluster, " CTAs fits on this GPU");
+    return n;
   }();
-  (void)prepared;
+  a.row_blocks = int(a.n / kRows + C::kCluster - 1) / C::kCluster;
   a.col_blocks = (a.k + C::kCols - 1) / C::kCols;
-  const CUtensorMap dy_map = tile_map(dy_t.data, kRows), x_map = tile_map(x_t.data, C::kCols);
-  const int grid = std::min(a.row_blocks * a.col_blocks, device_sm_count());
-  kernel<<<grid, kThreads, C::kSmem, current_stream()>>>(dy_map, x_map, a);
-  LOCKSTEP_CUDA_CHECK_LAUNCH();
+  const CUtensorMap dy_map = tile_map(dy_t.data, kRows), x_map = tile_map(x_t.data, C::kXRows);
+  config.gridDim = dim3(unsigned(C::kCluster * std::min(a.row_blocks * a.col_blocks, max_clusters)));
+  LOCKSTEP_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, dy_map, x_map, a));
 }
 
 void check_aligned(const Tensor& t, const char* what) {
@@ -394,11 +467,13 @@ void gemm_fp8_wgrad(Tensor& dw, const Fp8Rows& dy_t, const Fp8Rows& x_t, bool ac
     return;
   }
   const Args a{dy_t.scales.data_as<float>(), x_t.scales.data_as<float>(), dw.data_as<float>(), int(N), int(K),
-               int(Tp / kBlockT), int(N / kRows), 0, accumulate};
+               int(Tp / kBlockT), 0, 0, accumulate};
   switch (variant) {
     case 0: return launch<Variant0>(dy_t, x_t, a);
     case 1: return launch<Variant1>(dy_t, x_t, a);
-    default: return launch<Variant2>(dy_t, x_t, a);
+    case 2: return launch<Variant2>(dy_t, x_t, a);
+    case 3: return launch<Variant3>(dy_t, x_t, a);
+    default: return launch<Variant4>(dy_t, x_t, a);
   }
 }
 
