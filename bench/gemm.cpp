@@ -6,11 +6,12 @@
 // first heuristic choice (what LOCKSTEP_GEMM_AUTOTUNE=0 selects). The fp8 WGrad columns are
 // cuBLASLt's; a second table puts our WGrad kernel (ops/cuda/gemm_fp8_wgrad.h), each tuning variant,
 // next to them.
-// Usage: bench_gemm [--json out.json] [--reps N] [--training-only]
+// Usage: bench_gemm [--json out.json] [--reps N] [--training-only] [--wgrad-variants 0,2,...]
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <iterator>
@@ -30,6 +31,8 @@ using namespace lockstep;
 namespace {
 
 int g_reps = 20;
+// Which variants of our fp8 WGrad kernel to time (--wgrad-variants); the others show as 0.
+std::vector<bool> g_wgrad_variants(cuda::kFp8WgradVariants, true);
 
 // `before_each`: untimed work before every timed call (an L2 flush).
 double time_ms(const std::function<void()>& fn, const std::function<void()>& before_each = {}) {
@@ -94,7 +97,7 @@ void print_training_table(const char* title, const double (*tf)[8]) {
 // fp8 WGrad TFLOP/s per shape, accumulating (acc) and overwriting (set): bf16 and cuBLASLt fp8
 // (autotuned, from the main table) and each variant of our kernel.
 struct WgradRow {
-  double bf16[2], cublaslt[2], ours[2][cuda::kFp8WgradVariants];  // [0] acc, [1] set
+  double bf16[2], cublaslt[2], ours[2][cuda::kFp8WgradVariants] = {};  // [0] acc, [1] set
 };
 
 void print_wgrad_table(const WgradRow* rows, int64_t T) {
@@ -162,6 +165,7 @@ void bench_training(int64_t T) {
       wgrad[li].bf16[m] = tuned[li][accumulate ? 4 : 6];
       wgrad[li].cublaslt[m] = tuned[li][accumulate ? 5 : 7];
       for (int v = 0; v < cuda::kFp8WgradVariants; ++v) {
+        if (!g_wgrad_variants[size_t(v)]) continue;
         const double ms = time_ms([&] { cuda::gemm_fp8_wgrad(dw, qdyt, qxt, accumulate, v); });
         wgrad[li].ours[m][v] = flops / (ms * 1e-3) / 1e12;
         add_json("{\"kind\": \"gemm\", \"model\": \"" + std::string(l.model) + "\", \"linear\": \"" + l.name +
@@ -301,8 +305,22 @@ int main(int argc, char** argv) {
     if (a == "--json" && i + 1 < argc) json_path = argv[++i];
     else if (a == "--reps" && i + 1 < argc) g_reps = std::max(1, std::atoi(argv[++i]));
     else if (a == "--training-only") training_only = true;
+    else if (a == "--wgrad-variants" && i + 1 < argc) {
+      g_wgrad_variants.assign(g_wgrad_variants.size(), false);
+      for (const char* p = argv[++i]; *p;) {
+        char* end = nullptr;
+        const long v = std::strtol(p, &end, 10);
+        if (end == p || v < 0 || v >= cuda::kFp8WgradVariants) {
+          std::fprintf(stderr, "bench_gemm: --wgrad-variants: expected a comma-separated list of 0 .. %d\n",
+                       cuda::kFp8WgradVariants - 1);
+          return 2;
+        }
+        g_wgrad_variants[size_t(v)] = true;
+        p = *end == ',' ? end + 1 : end;
+      }
+    }
     else {
-      std::fprintf(stderr, "bench_gemm: unknown argument '%s'\nusage: bench_gemm [--json out.json] [--reps N] [--training-only]\n", a.c_str());
+      std::fprintf(stderr, "bench_gemm: unknown argument '%s'\nusage: bench_gemm [--json out.json] [--reps N] [--training-only] [--wgrad-variants 0,2,...]\n", a.c_str());
       return 2;
     }
   }

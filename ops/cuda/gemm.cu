@@ -688,7 +688,8 @@ void gemm_fp8(Tensor& out, const Fp8Rows& act, const Fp8Blocks& weight) {
 void gemm_wgrad_fp8(Tensor& dw, const Fp8Rows& dy_t, const Fp8Rows& x_t, bool accumulate) {
   check_aligned16(dy_t.data, "gemm_wgrad: dy_t");
   check_aligned16(x_t.data, "gemm_wgrad: x_t");
-  if (wgrad_ours_runs(dw, dy_t, x_t, accumulate)) return gemm_fp8_wgrad(dw, dy_t, x_t, accumulate);
+  // (No tokens: ours only writes the zeros, or nothing.)
+  if (x_t.cols() == 0 || wgrad_ours_runs(dw, dy_t, x_t, accumulate)) return gemm_fp8_wgrad(dw, dy_t, x_t, accumulate);
   wgrad_fp8_cublaslt(dw, dy_t, x_t, accumulate);
 }
 
