@@ -54,7 +54,7 @@ constexpr int kPrefetchBlocks = 8;  // token blocks before a tile's end that its
 constexpr int kProducerRegisters = 40;
 constexpr int kConsumerRegisters = 232;
 
-template <int Cols, int Partials, int Stages, int Cluster>
+template <int Cols, int Partials, int Stages, int Cluster, bool ARegs>
 struct Config {
   static constexpr int kCols = Cols;  // dw columns (K) of a tile
   static constexpr int kChunks = Cols / kChunk;
@@ -64,6 +64,9 @@ struct Config {
   // for all of them, TMA multicast), which cuts the L2 → SM traffic.
   static constexpr int kCluster = Cluster;
   static constexpr int kXRows = Cols / Cluster;  // rows of the x_t tile a CTA loads
+  // The dy_t tile read into registers once a token block (ldmatrix) rather than by every chunk's
+  // wgmmas from shared memory, whose bandwidth the chunks share with TMA.
+  static constexpr bool kARegs = ARegs;
   // A stage: the dy_t tile, then the x_t tile; after the stages, per stage: 128 dy scales, then
   // kCols x scales; then the barriers. The base is aligned to kSwizzleAtom inside the allocation.
   static constexpr int kXOffset = kRows * kBlockT;
@@ -75,16 +78,24 @@ struct Config {
   static_assert(kStageBytes % kSwizzleAtom == 0 && kXRows * kBlockT % kSwizzleAtom == 0 && kScaleBytes % 16 == 0);
   static_assert(kSmem <= 227 * 1024, "shared memory of one CTA an SM");
   static_assert(Partials == 1 || kChunks == 1, "two partials in flight fit next to one chunk of accumulators only");
+  static_assert(Partials == 1 || !ARegs, "no registers for A next to two partials");
 };
 
-using Variant0 = Config<256, 1, 4, 1>;
-using Variant1 = Config<128, 2, 6, 1>;
-using Variant2 = Config<128, 1, 6, 1>;
-using Variant3 = Config<256, 1, 4, 2>;
-using Variant4 = Config<128, 2, 6, 2>;
+using Variant0 = Config<256, 1, 4, 1, false>;
+using Variant1 = Config<128, 2, 6, 1, false>;
+using Variant2 = Config<128, 1, 6, 1, false>;
+using Variant3 = Config<256, 1, 4, 2, false>;
+using Variant4 = Config<128, 2, 6, 2, false>;
+using Variant5 = Config<256, 1, 4, 1, true>;
+using Variant6 = Config<256, 1, 4, 2, true>;
 const char* const kVariantNames[kFp8WgradVariants] = {
-    "128x256 1 partial 4 stages", "128x128 2 partials 6 stages", "128x128 1 partial 6 stages",
-    "128x256 1 partial 4 stages, x multicast to 2 CTAs", "128x128 2 partials 6 stages, x multicast to 2 CTAs"};
+    "128x256 1 partial 4 stages",
+    "128x128 2 partials 6 stages",
+    "128x128 1 partial 6 stages",
+    "128x256 1 partial 4 stages, x multicast to 2 CTAs",
+    "128x128 2 partials 6 stages, x multicast to 2 CTAs",
+    "128x256 1 partial 4 stages, dy in registers",
+    "128x256 1 partial 4 stages, dy in registers, x multicast to 2 CTAs"};
 
 struct Args {
   const float* dy_scales;  // [kblocks, n]
@@ -209,15 +220,38 @@ __device__ void produce(uint8_t* smem, uint64_t* full, uint64_t* empty, const CU
   }
 }
 
-// p = Σ over the stage's 128 tokens of this warpgroup's 64 dy rows × x rows of chunk c (asynchronous:
-// one wgmma group, the first k32 step overwriting p).
+// The A fragments (ops/cuda/wgmma.cuh) of the 4 k32 steps of this warpgroup's 64 dy rows in the
+// stage, with ldmatrix (8 rows × 16 bytes a matrix): lane l addresses row 16·warp + l%8 + 8·(l/8 % 2),
+// 16-byte chunk 2j + l/16 of step j, so that matrix i is register i of the layout.
+using AFragments = uint32_t[kBlockT / 32][4];
+
 template <class C>
-__device__ __forceinline__ void issue_partial(float (&p)[16][4], const uint8_t* stage, int wg, int c) {
+__device__ __forceinline__ void load_a(AFragments& a, const uint8_t* stage, int wg) {
+  const int lane = threadIdx.x % 32, row = 64 * wg + threadIdx.x % 128 / 32 * 16 + lane % 8 + 8 * (lane / 8 % 2);
+  const uint32_t base = smem_address(stage) + row * kBlockT;
+#pragma unroll
+  for (int j = 0; j < kBlockT / 32; ++j)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(a[j][0]), "=r"(a[j][1]), "=r"(a[j][2]), "=r"(a[j][3])
+                 : "r"(base + (((2 * j + lane / 16) ^ (row % 8)) << 4))
+                 : "memory");
+}
+
+// p = Σ over the stage's 128 tokens of this warpgroup's 64 dy rows × x rows of chunk c (asynchronous:
+// one wgmma group, the first k32 step overwriting p). `a`: the dy rows' fragments when kARegs.
+template <class C>
+__device__ __forceinline__ void issue_partial(float (&p)[16][4], const uint8_t* stage, int wg, int c,
+                                              const AFragments& a) {
   const uint32_t dy = smem_address(stage) + wg * 64 * kBlockT, x = smem_address(stage) + C::kXOffset + c * kChunk * kBlockT;
   pin_registers(p);  // the previous block's reads of p come first
   wgmma_fence();
 #pragma unroll
-  for (int j = 0; j < kBlockT / 32; ++j) wgmma_e4m3<16>(p, tile_descriptor(dy + 32 * j), tile_descriptor(x + 32 * j), j > 0);
+  for (int j = 0; j < kBlockT / 32; ++j) {
+    if constexpr (C::kARegs)
+      wgmma_e4m3_rs(p, a[j], tile_descriptor(x + 32 * j), j > 0);
+    else
+      wgmma_e4m3<16>(p, tile_descriptor(dy + 32 * j), tile_descriptor(x + 32 * j), j > 0);
+  }
   wgmma_commit();
 }
 
@@ -273,15 +307,17 @@ __device__ void consume(uint8_t* smem, uint64_t* full, uint64_t* empty, const Ar
     };
 
     float p[C::kPartials][16][4];
+    AFragments dy_frags;  // (kARegs)
     if constexpr (C::kPartials == 1) {
       for (int kb = 0; kb < a.kblocks; ++kb) {
         const int j = base + kb;
         prefetch(kb);
         wait_full(j);
+        if constexpr (C::kARegs) load_a<C>(dy_frags, stage(j), wg);
 #pragma unroll
         for (int c = 0; c < C::kChunks; ++c)
           if (c < tile.chunks) {
-            issue_partial<C>(p[0], stage(j), wg, c);
+            issue_partial<C>(p[0], stage(j), wg, c, dy_frags);
             wgmma_wait<0>();
             pin_registers(p[0]);
             add_scaled<C>(acc[c], p[0], scales(j), r, q, c);
@@ -300,7 +336,7 @@ __device__ void consume(uint8_t* smem, uint64_t* full, uint64_t* empty, const Ar
       };
       auto issue_block = [&](float (&p)[16][4], int kb) {
         wait_full(base + kb);
-        issue_partial<C>(p, stage(base + kb), wg, 0);
+        issue_partial<C>(p, stage(base + kb), wg, 0, dy_frags);
       };
       issue_block(p[0], 0);
       int kb = 0;
@@ -473,7 +509,9 @@ void gemm_fp8_wgrad(Tensor& dw, const Fp8Rows& dy_t, const Fp8Rows& x_t, bool ac
     case 1: return launch<Variant1>(dy_t, x_t, a);
     case 2: return launch<Variant2>(dy_t, x_t, a);
     case 3: return launch<Variant3>(dy_t, x_t, a);
-    default: return launch<Variant4>(dy_t, x_t, a);
+    case 4: return launch<Variant4>(dy_t, x_t, a);
+    case 5: return launch<Variant5>(dy_t, x_t, a);
+    default: return launch<Variant6>(dy_t, x_t, a);
   }
 }
 

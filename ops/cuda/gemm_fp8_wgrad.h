@@ -21,7 +21,7 @@ namespace lockstep::cuda {
 
 // Tuning variants (output tile, partial sums in flight, pipeline stages); 0 is what the dispatch
 // runs. Benches time each.
-constexpr int kFp8WgradVariants = 5;
+constexpr int kFp8WgradVariants = 7;
 const char* fp8_wgrad_variant_name(int variant);
 
 void gemm_fp8_wgrad(Tensor& dw, const Fp8Rows& dy_t, const Fp8Rows& x_t, bool accumulate, int variant = 0);

@@ -78,6 +78,24 @@ __device__ __forceinline__ void wgmma_e4m3(float (&d)[NT][4], uint64_t a, uint64
 #undef LOCKSTEP_D
 }
 
+// The same with A from registers: a[i] holds bytes k = 4q .. 4q+3 + 16·(i/2) of row 16·w + g + 8·(i%2)
+// (warp w, lane l, g = l/4, q = l%4: the layout of mma.m16n8k32's A, per warp; CUTLASS's
+// ALayout_64x32), B 128 rows (descriptor b).
+__device__ __forceinline__ void wgmma_e4m3_rs(float (&d)[16][4], const uint32_t (&a)[4], uint64_t b, bool accumulate) {
+#define LOCKSTEP_D(n) "+f"(d[n][0]), "+f"(d[n][1]), "+f"(d[n][2]), "+f"(d[n][3])
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, "
+      "%11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, "
+      "%31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, "
+      "%51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
+      : LOCKSTEP_D(0), LOCKSTEP_D(1), LOCKSTEP_D(2), LOCKSTEP_D(3), LOCKSTEP_D(4), LOCKSTEP_D(5),
+        LOCKSTEP_D(6), LOCKSTEP_D(7), LOCKSTEP_D(8), LOCKSTEP_D(9), LOCKSTEP_D(10), LOCKSTEP_D(11),
+        LOCKSTEP_D(12), LOCKSTEP_D(13), LOCKSTEP_D(14), LOCKSTEP_D(15)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(int(accumulate)));
+#undef LOCKSTEP_D
+}
+
 // Before the first wgmma of a group: orders the warpgroup's earlier register and shared-memory
 // accesses before the tensor cores' (PTX: required when the accumulators were touched since).
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
