@@ -6,6 +6,8 @@
 // kGroupRows row blocks (the CTAs running together share operand blocks in L2). A CTA has three
 // warpgroups: warpgroup 0 is the producer (one thread issues the copies; its registers go to the
 // others with setmaxnreg), warpgroups 1 and 2 are consumers owning rows 0-63 and 64-127 of the tile.
+// With kCluster = 2, the two CTAs of a cluster take vertically adjacent tiles and each loads half
+// of their common x_t tile into both (TMA multicast).
 //
 // Pipeline: per token block kb, a stage holds the dy_t tile (128 rows × 128 tokens), the x_t tile
 // (kCols rows × 128 tokens; rows past K zero-filled by TMA) and both blocks' scales. The producer
@@ -18,7 +20,8 @@
 // into a fresh fp32 partial, then acc += partial · (sdy[row] · sx[col]) — the CPU reference's order
 // (one fma instead of its multiply and add). With kPartials = 2 the next block's wgmmas are issued
 // before this block's partial is scaled, so a warpgroup keeps the tensor cores busy by itself; with
-// 1, the other warpgroup's wgmmas overlap the scaling. Accumulators stay in registers for the whole
+// 1, the other warpgroup's wgmmas overlap the scaling. With kARegs, a warpgroup reads its dy rows
+// into registers once a block (ldmatrix) for all its chunks' wgmmas. Accumulators stay in registers for the whole
 // token range and go straight to dw (float2 stores: 4 lanes write 32 contiguous bytes of a row);
 // accumulating, they are added to dw's values, which a bulk L2 prefetch fetched during the tile's
 // last token blocks.
