@@ -3,15 +3,12 @@
 // fp8, the fp8 small-T kernel, and fp8 as dispatched between the two), and the GB/s of the
 // memory-bound kernels (FP8 quantization, AdamW) against a measured device-to-device copy. Every
 // cuBLASLt GEMM is timed twice: with the autotuned algorithm (the default) and with cuBLASLt's
-// first heuristic choice (what LOCKSTEP_GEMM_AUTOTUNE=0 selects). The fp8 WGrad columns are
-// cuBLASLt's; a second table puts our WGrad kernel (ops/cuda/gemm_fp8_wgrad.h), each tuning variant,
-// next to them.
-// Usage: bench_gemm [--json out.json] [--reps N] [--training-only] [--wgrad-variants 0,2,...]
+// first heuristic choice (what LOCKSTEP_GEMM_AUTOTUNE=0 selects).
+// Usage: bench_gemm [--json out.json] [--reps N]
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <iterator>
@@ -22,7 +19,6 @@
 #include "core/cuda_check.h"
 #include "numerics/quantize.h"
 #include "ops/adamw.h"
-#include "ops/cuda/gemm_fp8_wgrad.h"
 #include "ops/gemm.h"
 #include "ops/gemm_backends.h"
 
@@ -31,8 +27,6 @@ using namespace lockstep;
 namespace {
 
 int g_reps = 20;
-// Which variants of our fp8 WGrad kernel to time (--wgrad-variants); the others show as 0.
-std::vector<bool> g_wgrad_variants(cuda::kFp8WgradVariants, true);
 
 // `before_each`: untimed work before every timed call (an L2 flush).
 double time_ms(const std::function<void()>& fn, const std::function<void()>& before_each = {}) {
@@ -94,42 +88,10 @@ void print_training_table(const char* title, const double (*tf)[8]) {
   }
 }
 
-// fp8 WGrad TFLOP/s per shape, accumulating (acc) and overwriting (set): bf16 and cuBLASLt fp8
-// (autotuned, from the main table) and each variant of our kernel.
-struct WgradRow {
-  double bf16[2], cublaslt[2], ours[2][cuda::kFp8WgradVariants] = {};  // [0] acc, [1] set
-};
-
-void print_wgrad_table(const WgradRow* rows, int64_t T) {
-  constexpr int kV = cuda::kFp8WgradVariants;
-  std::printf("\nfp8 WGrad, cuBLASLt (autotuned) vs our kernel, T = %ld (TFLOP/s; best: our fastest variant)\n",
-              long(T));
-  for (int v = 0; v < kV; ++v) std::printf("  v%d: %s\n", v, cuda::fp8_wgrad_variant_name(v));
-  for (const char* mode : {"dW += dyT x", "dW = dyT x"}) {
-    std::printf("%-11s %-8s %6s %6s | %-12s %8s %8s", "model", "linear", "N", "K", mode, "bf16", "cuBLASLt");
-    for (int v = 0; v < kV; ++v) std::printf(" %7s%d", "v", v);
-    std::printf(" | %9s %9s\n", "best/cuBL", "best/bf16");
-    const int m = mode[3] == '+' ? 0 : 1;
-    for (size_t i = 0; i < std::size(kLinears); ++i) {
-      const WgradRow& r = rows[i];
-      std::printf("%-11s %-8s %6ld %6ld | %-12s %8.0f %8.0f", kLinears[i].model, kLinears[i].name, long(kLinears[i].n),
-                  long(kLinears[i].k), "", r.bf16[m], r.cublaslt[m]);
-      double best = 0;
-      for (int v = 0; v < kV; ++v) {
-        std::printf(" %8.0f", r.ours[m][v]);
-        best = std::max(best, r.ours[m][v]);
-      }
-      std::printf(" | %8.2fx %8.2fx\n", best / r.cublaslt[m], best / r.bf16[m]);
-    }
-  }
-}
-
 void bench_training(int64_t T) {
   const char* names[8] = {"fprop_bf16", "fprop_fp8", "dgrad_bf16", "dgrad_fp8",
                           "wgrad_acc_bf16", "wgrad_acc_fp8", "wgrad_bf16", "wgrad_fp8"};
   double tuned[std::size(kLinears)][8], heuristic[std::size(kLinears)][8];
-  WgradRow wgrad[std::size(kLinears)];
-  const cuda::Fp8Wgrad previous_wgrad = cuda::gemm_set_fp8_wgrad(cuda::Fp8Wgrad::cublaslt);
   for (size_t li = 0; li < std::size(kLinears); ++li) {
     const Linear& l = kLinears[li];
     const int64_t N = l.n, K = l.k;
@@ -160,23 +122,7 @@ void bench_training(int64_t T) {
                ", \"tflops\": " + std::to_string(tuned[li][i]) + ", \"ms_heuristic\": " +
                std::to_string(t.heuristic) + ", \"tflops_heuristic\": " + std::to_string(heuristic[li][i]) + "}");
     }
-    for (int m = 0; m < 2; ++m) {
-      const bool accumulate = m == 0;
-      wgrad[li].bf16[m] = tuned[li][accumulate ? 4 : 6];
-      wgrad[li].cublaslt[m] = tuned[li][accumulate ? 5 : 7];
-      for (int v = 0; v < cuda::kFp8WgradVariants; ++v) {
-        if (!g_wgrad_variants[size_t(v)]) continue;
-        const double ms = time_ms([&] { cuda::gemm_fp8_wgrad(dw, qdyt, qxt, accumulate, v); });
-        wgrad[li].ours[m][v] = flops / (ms * 1e-3) / 1e12;
-        add_json("{\"kind\": \"gemm\", \"model\": \"" + std::string(l.model) + "\", \"linear\": \"" + l.name +
-                 "\", \"op\": \"" + (accumulate ? "wgrad_acc_fp8_ours" : "wgrad_fp8_ours") + "\", \"variant\": " +
-                 std::to_string(v) + ", \"variant_name\": \"" + cuda::fp8_wgrad_variant_name(v) + "\", \"T\": " +
-                 std::to_string(T) + ", \"N\": " + std::to_string(N) + ", \"K\": " + std::to_string(K) +
-                 ", \"ms\": " + std::to_string(ms) + ", \"tflops\": " + std::to_string(wgrad[li].ours[m][v]) + "}");
-      }
-    }
   }
-  cuda::gemm_set_fp8_wgrad(previous_wgrad);
   const std::string shape = "T = " + std::to_string(T) + " tokens (TFLOP/s; fp8 excludes quantization)";
   std::printf("\n(wgrad: dW += dyT x into the fp32 gradient, as with micro-batches; wgrad=: dW = dyT x)");
   print_training_table(("Training GEMMs, autotuned, " + shape).c_str(), tuned);
@@ -190,7 +136,6 @@ void bench_training(int64_t T) {
     for (int i = 0; i < 8; ++i) std::printf(" %6.3fx", tuned[li][i] / heuristic[li][i]);
     std::printf("\n");
   }
-  print_wgrad_table(wgrad, T);
 }
 
 // Decode shapes, L2 flushed before every timed call (a decode step reads each layer's weights
@@ -299,28 +244,12 @@ void bench_memory_bound() {
 
 int main(int argc, char** argv) {
   std::string json_path;
-  bool training_only = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--json" && i + 1 < argc) json_path = argv[++i];
     else if (a == "--reps" && i + 1 < argc) g_reps = std::max(1, std::atoi(argv[++i]));
-    else if (a == "--training-only") training_only = true;
-    else if (a == "--wgrad-variants" && i + 1 < argc) {
-      g_wgrad_variants.assign(g_wgrad_variants.size(), false);
-      for (const char* p = argv[++i]; *p;) {
-        char* end = nullptr;
-        const long v = std::strtol(p, &end, 10);
-        if (end == p || v < 0 || v >= cuda::kFp8WgradVariants) {
-          std::fprintf(stderr, "bench_gemm: --wgrad-variants: expected a comma-separated list of 0 .. %d\n",
-                       cuda::kFp8WgradVariants - 1);
-          return 2;
-        }
-        g_wgrad_variants[size_t(v)] = true;
-        p = *end == ',' ? end + 1 : end;
-      }
-    }
     else {
-      std::fprintf(stderr, "bench_gemm: unknown argument '%s'\nusage: bench_gemm [--json out.json] [--reps N] [--training-only] [--wgrad-variants 0,2,...]\n", a.c_str());
+      std::fprintf(stderr, "bench_gemm: unknown argument '%s'\nusage: bench_gemm [--json out.json] [--reps N]\n", a.c_str());
       return 2;
     }
   }
@@ -332,10 +261,8 @@ int main(int argc, char** argv) {
     cudaDeviceProp prop;
     LOCKSTEP_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     std::printf("device: %s (%d SMs)\n", prop.name, prop.multiProcessorCount);
-    if (!training_only) {
-      bench_memory_bound();
-      bench_decode();
-    }
+    bench_memory_bound();
+    bench_decode();
     bench_training(8192);
     if (!json_path.empty()) {
       std::ofstream(json_path) << "{\"device\": \"" << prop.name << "\", \"results\": [\n" << json_rows << "\n]}\n";

@@ -13,8 +13,7 @@
 // result never depends on the other rows (T) of the batch.
 //
 // Tensors on the CPU run the reference; tensors on CUDA run cuBLASLt (plans cached per shape), or
-// for fp8 FProp/DGrad of few tokens (decoding) a weight-streaming kernel of ours, and for the fp8
-// WGrad a kernel of ours where it times faster (ops/gemm_backends.h).
+// for fp8 FProp/DGrad of few tokens (decoding) a weight-streaming kernel of ours.
 // K and N must be multiples of 128 in the fp8 recipe; T is free.
 #pragma once
 

@@ -50,13 +50,4 @@ int gemm_set_fp8_small_t(int tokens);
 // the small-T kernel; under kFp8SmallTAuto with autotuning, the choice remembered from the shape's
 // first call (the untimed rule before one).
 bool gemm_fp8_uses_small_t(int64_t tokens, int64_t rows, int64_t k, DType out);
-// Which kernel runs the fp8 WGrad: ours (ops/cuda/gemm_fp8_wgrad.h, variant 0) or cuBLASLt.
-// automatic (the default): per shape (N, K, padded tokens, accumulate), the faster of the two, timed
-// on the shape's first call and remembered; cuBLASLt must win by the autotune margin. Untimed, ours
-// (bit-deterministic): with autotuning off (LOCKSTEP_GEMM_AUTOTUNE=0 or a fixed
-// gemm_set_algo_choice), and for a shape first called during CUDA-graph capture. The initial mode is
-// the environment's LOCKSTEP_FP8_WGRAD (auto, ours or cublaslt; default auto). Tests and benches
-// force one; returns the previous mode.
-enum class Fp8Wgrad { automatic, ours, cublaslt };
-Fp8Wgrad gemm_set_fp8_wgrad(Fp8Wgrad mode);
 }  // namespace lockstep::cuda

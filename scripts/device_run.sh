@@ -1,7 +1,7 @@
 #!/bin/bash
 # GPU-machine run of carried binaries (.carry/bin, .carry/lib, .carry/data; see docs/benchmarks.md):
 # stages given as arguments, run in that order: info, tests, membound (the memory-bound kernels'
-# GPU tests, then bench_gemm), wgrad (the fp8 WGrad kernel's tests and bench), train_bench, train_bench_recompute, attn_bench, torch_bench,
+# GPU tests, then bench_gemm), train_bench, train_bench_recompute, attn_bench, torch_bench,
 # compare_large, rollout_bench, hf_generate, default_job, large_grpo.
 # Logs go to $OUT; each stage has its own time limit so one hang does not eat the session.
 set -u
@@ -37,20 +37,6 @@ for stage in "$@"; do
       grep -E "^\[  (FAILED|PASSED) |tests ran" $OUT/membound_tests.log | tail -20 >> $OUT/summary.txt
       mkdir -p $OUT/json
       timeout 400 $B/bench_gemm --json $OUT/json/bench_gemm.json > $OUT/bench_gemm.txt 2>&1; echo "rc=$?" >> $OUT/bench_gemm.txt ;;
-    wgrad)  # the fp8 WGrad kernel's GPU tests, one variant at a time (a hang costs one), then the
-            # training GEMM table with the variants that passed
-      ok=""
-      for v in 0 1 2 3 4 5 6; do
-        timeout 120 $B/test_gpu --gtest_color=no --gtest_filter="*Fp8Wgrad*_v$v:*Fp8Wgrad*/v$v" > $OUT/wgrad_v$v.log 2>&1
-        rc=$?; echo "wgrad tests v$v rc=$rc" >> $OUT/summary.txt; [ $rc = 0 ] && ok="$ok${ok:+,}$v"
-        grep -E "^\[  FAILED |tests ran" $OUT/wgrad_v$v.log >> $OUT/summary.txt
-      done
-      timeout 200 $B/test_gpu --gtest_color=no --gtest_filter='Fp8WgradDispatchGpu.*:Fp8WgradGpuErrors.*:Shapes/GemmGpu.*' \
-        > $OUT/wgrad_dispatch.log 2>&1; echo "wgrad dispatch + cuBLASLt GemmGpu tests rc=$?" >> $OUT/summary.txt
-      grep -E "^\[  FAILED |tests ran" $OUT/wgrad_dispatch.log >> $OUT/summary.txt
-      mkdir -p $OUT/json
-      [ -n "$ok" ] && timeout 300 $B/bench_gemm --training-only --wgrad-variants $ok --json $OUT/json/bench_gemm_wgrad.json \
-        > $OUT/bench_gemm_wgrad.txt 2>&1; echo "bench rc=$? variants $ok" >> $OUT/bench_gemm_wgrad.txt ;;
     attn_bench) timeout 200 $B/bench_attention > $OUT/attention.txt 2>&1
       LOCKSTEP_SDPA_VERBOSE=1 timeout 200 $B/bench_attention_cudnn >> $OUT/attention.txt 2>&1 ;;
     torch_bench)

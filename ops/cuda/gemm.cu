@@ -11,8 +11,7 @@
 // workspace. When cuBLASLt has no algorithm for an odd token count, the activation is padded to a
 // multiple of 16 tokens in a per-stream scratch buffer. FP8 GEMMs of few tokens (decoding) may go
 // to ops/cuda/gemm_fp8_small_t.cu instead: per shape, whichever of the two timed faster on its
-// first call (gemm_set_fp8_small_t in ops/gemm_backends.h); so may the fp8 WGrad to
-// ops/cuda/gemm_fp8_wgrad.cu (gemm_set_fp8_wgrad).
+// first call (gemm_set_fp8_small_t in ops/gemm_backends.h).
 //
 // Autotuning: the heuristic's first choice is often not the fastest kernel (block-scaled FP8
 // WGrad in particular), so a plan times up to 17 candidates on its first call's operands and keeps
@@ -43,7 +42,6 @@
 #include "core/cuda_check.h"
 #include "core/cuda_stream.h"
 #include "ops/cuda/gemm_fp8_small_t.h"
-#include "ops/cuda/gemm_fp8_wgrad.h"
 #include "ops/gemm_backends.h"
 
 #define LOCKSTEP_CUBLAS_CHECK(call)                                                          \
@@ -106,13 +104,6 @@ struct SmallTShape {
   auto operator<=>(const SmallTShape&) const = default;
 };
 
-// An fp8 WGrad as the choice between our kernel and cuBLASLt sees it (tp: padded tokens).
-struct WgradShape {
-  int64_t n, k, tp;
-  bool accumulate;
-  auto operator<=>(const WgradShape&) const = default;
-};
-
 struct Plan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
@@ -138,8 +129,6 @@ struct Context {
   bool verbose = false;  // LOCKSTEP_GEMM_AUTOTUNE=verbose: one line per tuned plan on stderr
   int small_t = kFp8SmallTAuto;                // gemm_set_fp8_small_t
   std::map<SmallTShape, bool> small_t_picks;   // kFp8SmallTAuto: true = the small-T kernel
-  Fp8Wgrad wgrad = Fp8Wgrad::automatic;        // gemm_set_fp8_wgrad
-  std::map<WgradShape, bool> wgrad_picks;      // Fp8Wgrad::automatic: true = our kernel
 };
 
 // LOCKSTEP_FP8_SMALL_T: auto, or a token count 0 .. 64.
@@ -153,16 +142,6 @@ int small_t_from_env() {
   return int(v);
 }
 
-// LOCKSTEP_FP8_WGRAD: auto, ours or cublaslt.
-Fp8Wgrad wgrad_from_env() {
-  const char* env = std::getenv("LOCKSTEP_FP8_WGRAD");
-  const std::string_view v = env ? env : "auto";
-  if (v == "auto") return Fp8Wgrad::automatic;
-  if (v == "ours") return Fp8Wgrad::ours;
-  LOCKSTEP_CHECK(v == "cublaslt", "LOCKSTEP_FP8_WGRAD: expected auto, ours or cublaslt, got '", v, "'");
-  return Fp8Wgrad::cublaslt;
-}
-
 Context& context() {
   static Context* ctx = [] {
     auto* c = new Context;  // never freed: outlives every static that might run a GEMM
@@ -172,7 +151,6 @@ Context& context() {
     if (mode == "0") c->choice = 0;
     c->verbose = mode == "verbose";
     c->small_t = small_t_from_env();
-    c->wgrad = wgrad_from_env();
     return c;
   }();
   return *ctx;
@@ -551,62 +529,6 @@ bool small_t_runs(Tensor& out, const Fp8Rows& act, const Fp8Blocks& weight) {
   return ctx.small_t_picks.emplace(shape, faster).first->second;
 }
 
-void wgrad_fp8_cublaslt(Tensor& dw, const Fp8Rows& dy_t, const Fp8Rows& x_t, bool accumulate) {
-  const int64_t N = dy_t.rows(), K = x_t.rows(), Tp = x_t.cols();
-  MatmulShape s{CUBLAS_OP_T, CUBLAS_OP_N, CUDA_R_8F_E4M3, CUDA_R_8F_E4M3, CUDA_R_32F,
-                K, N, Tp, Tp, Tp, K, CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F,
-                CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F, accumulate,
-                alignment_of({dy_t.data.data(), x_t.data.data(), dw.data()})};
-  const Operands in{x_t.data.data(), dy_t.data.data(), x_t.scales.data_as<float>(), dy_t.scales.data_as<float>()};
-  const Plan* p = plan_for(s, in);
-  if (!p) no_algorithm(s);
-  run(*p, s, in, dw.data());
-}
-
-// Whether our WGrad kernel beats cuBLASLt on this call's operands (see gemm_set_fp8_wgrad): each
-// runs twice kTuneReps times (after a warm-up that makes cuBLASLt's plan) into a scratch dw, never
-// the caller's, which accumulate mode adds to; the better mean of each counts. Ours (untimed) while
-// capturing, or when the scratch does not fit in memory.
-bool wgrad_ours_faster(const Tensor& dw, const Fp8Rows& dy_t, const Fp8Rows& x_t, bool accumulate, bool verbose) {
-  if (capturing()) return true;
-  void* scratch = nullptr;
-  if (cudaMalloc(&scratch, dw.nbytes()) != cudaSuccess) {
-    (void)cudaGetLastError();  // out of memory is not sticky: clear it
-    return true;
-  }
-  Tensor out = Tensor::view_of(scratch, dw.shape(), DType::f32, Device::cuda);
-  LOCKSTEP_CUDA_CHECK(cudaMemsetAsync(scratch, 0, dw.nbytes(), current_stream()));
-  float ours = INFINITY, cublaslt = INFINITY;
-  for (int round = 0; round < 2; ++round) {
-    ours = std::min(ours, per_call_ms([&] { gemm_fp8_wgrad(out, dy_t, x_t, accumulate); return true; }));
-    cublaslt = std::min(cublaslt, per_call_ms([&] { wgrad_fp8_cublaslt(out, dy_t, x_t, accumulate); return true; }));
-  }
-  LOCKSTEP_CUDA_CHECK(cudaFree(scratch));  // (synchronizes: the timed calls are done with it)
-  const bool faster = !(cublaslt < kTuneMargin * ours);
-  if (verbose)
-    std::fprintf(stderr, "gemm fp8 wgrad choice n=%ld k=%ld tokens=%ld%s: ours %.4f ms, cuBLASLt %.4f ms: %s\n",
-                 long(dy_t.rows()), long(x_t.rows()), long(x_t.cols()), accumulate ? " accumulate" : "", ours,
-                 cublaslt, faster ? "ours" : "cuBLASLt");
-  return faster;
-}
-
-bool wgrad_ours_runs(const Tensor& dw, const Fp8Rows& dy_t, const Fp8Rows& x_t, bool accumulate) {
-  Context& ctx = context();
-  const WgradShape shape{dy_t.rows(), x_t.rows(), x_t.cols(), accumulate};
-  bool verbose = false;
-  {
-    std::lock_guard lock(ctx.mutex);
-    if (ctx.wgrad != Fp8Wgrad::automatic) return ctx.wgrad == Fp8Wgrad::ours;
-    if (ctx.choice != kAutotune) return true;
-    if (const auto it = ctx.wgrad_picks.find(shape); it != ctx.wgrad_picks.end()) return it->second;
-    verbose = ctx.verbose;
-  }
-  // Unlocked: timing runs cuBLASLt, which takes the lock. The first decision of a shape stays.
-  const bool faster = wgrad_ours_faster(dw, dy_t, x_t, accumulate, verbose);
-  std::lock_guard lock(ctx.mutex);
-  return ctx.wgrad_picks.emplace(shape, faster).first->second;
-}
-
 }  // namespace
 
 void gemm_force_token_padding(bool on) { context().force_padding = on; }
@@ -629,12 +551,6 @@ int gemm_set_fp8_small_t(int tokens) {
   Context& ctx = context();
   std::lock_guard lock(ctx.mutex);
   return std::exchange(ctx.small_t, tokens);
-}
-
-Fp8Wgrad gemm_set_fp8_wgrad(Fp8Wgrad mode) {
-  Context& ctx = context();
-  std::lock_guard lock(ctx.mutex);
-  return std::exchange(ctx.wgrad, mode);
 }
 
 bool gemm_fp8_uses_small_t(int64_t tokens, int64_t rows, int64_t k, DType out) {
@@ -688,9 +604,15 @@ void gemm_fp8(Tensor& out, const Fp8Rows& act, const Fp8Blocks& weight) {
 void gemm_wgrad_fp8(Tensor& dw, const Fp8Rows& dy_t, const Fp8Rows& x_t, bool accumulate) {
   check_aligned16(dy_t.data, "gemm_wgrad: dy_t");
   check_aligned16(x_t.data, "gemm_wgrad: x_t");
-  // (No tokens: ours only writes the zeros, or nothing.)
-  if (x_t.cols() == 0 || wgrad_ours_runs(dw, dy_t, x_t, accumulate)) return gemm_fp8_wgrad(dw, dy_t, x_t, accumulate);
-  wgrad_fp8_cublaslt(dw, dy_t, x_t, accumulate);
+  const int64_t N = dy_t.rows(), K = x_t.rows(), Tp = x_t.cols();
+  MatmulShape s{CUBLAS_OP_T, CUBLAS_OP_N, CUDA_R_8F_E4M3, CUDA_R_8F_E4M3, CUDA_R_32F,
+                K, N, Tp, Tp, Tp, K, CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F,
+                CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F, accumulate,
+                alignment_of({dy_t.data.data(), x_t.data.data(), dw.data()})};
+  const Operands in{x_t.data.data(), dy_t.data.data(), x_t.scales.data_as<float>(), dy_t.scales.data_as<float>()};
+  const Plan* p = plan_for(s, in);
+  if (!p) no_algorithm(s);
+  run(*p, s, in, dw.data());
 }
 
 }  // namespace lockstep::cuda

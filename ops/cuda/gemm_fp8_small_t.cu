@@ -40,7 +40,6 @@
 #include "core/cuda_stream.h"
 #include "core/device.h"
 #include "ops/cuda/vector.cuh"
-#include "ops/cuda/wgmma.cuh"
 
 namespace lockstep::cuda {
 
@@ -53,6 +52,7 @@ constexpr int kRows = 128;            // weight rows of a CTA: one row of scale 
 constexpr int kBlockK = 128;          // bytes of a K block (e4m3): one swizzled row
 constexpr int kMaxSplits = 8;         // the portable cluster size
 constexpr int kCtasPerSm = 3;
+constexpr int kSwizzleAtom = 1024;    // 8 rows × 128 bytes: every tile starts on one
 
 template <int NT>
 struct Layout {
@@ -82,6 +82,66 @@ struct Args {
   void* out;                    // [T, M]
   int64_t T, M, K, ld_weight_scales;
 };
+
+// The shared-memory descriptor of a K-major e4m3 tile for wgmma (PTX ISA, "Matrix Descriptor
+// Format"): start address >> 4 (bits 0-13); leading byte offset (16-29) unused with a swizzle, 1 as
+// CUTLASS sets it; stride byte offset (32-45) 1024 >> 4, from one 8-row group to the next; base
+// offset (49-51) 0, the tiles being 1024-byte aligned; layout (62-63) 1 = SWIZZLE_128B.
+__device__ __forceinline__ uint64_t tile_descriptor(uint32_t address) {
+  return uint64_t(address >> 4 & 0x3FFF) | uint64_t(1) << 16 | uint64_t(kSwizzleAtom >> 4) << 32 | uint64_t(1) << 62;
+}
+
+// d = (accumulate ? d : 0) + A · Bᵀ over 32 k: A 64 weight rows (descriptor a), B 8·NT tokens
+// (descriptor b), d[n][e] in the wgmma D layout of the header comment. Asynchronous: d is written
+// when wgmma.wait_group says so.
+template <int NT>
+__device__ __forceinline__ void wgmma_e4m3(float (&d)[NT][4], uint64_t a, uint64_t b, bool accumulate) {
+#define LOCKSTEP_D(n) "+f"(d[n][0]), "+f"(d[n][1]), "+f"(d[n][2]), "+f"(d[n][3])
+  if constexpr (NT == 1) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0, %1, %2, %3}, %4, %5, p, 1, 1;\n}\n"
+        : LOCKSTEP_D(0)
+        : "l"(a), "l"(b), "r"(int(accumulate)));
+  } else if constexpr (NT == 2) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, "
+        "1;\n}\n"
+        : LOCKSTEP_D(0), LOCKSTEP_D(1)
+        : "l"(a), "l"(b), "r"(int(accumulate)));
+  } else if constexpr (NT == 4) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, "
+        "%11, %12, %13, %14, %15}, %16, %17, p, 1, 1;\n}\n"
+        : LOCKSTEP_D(0), LOCKSTEP_D(1), LOCKSTEP_D(2), LOCKSTEP_D(3)
+        : "l"(a), "l"(b), "r"(int(accumulate)));
+  } else {
+    static_assert(NT == 8);
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, "
+        "%11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, "
+        "%31}, %32, %33, p, 1, 1;\n}\n"
+        : LOCKSTEP_D(0), LOCKSTEP_D(1), LOCKSTEP_D(2), LOCKSTEP_D(3), LOCKSTEP_D(4), LOCKSTEP_D(5),
+          LOCKSTEP_D(6), LOCKSTEP_D(7)
+        : "l"(a), "l"(b), "r"(int(accumulate)));
+  }
+#undef LOCKSTEP_D
+}
+
+// Keeps the compiler from moving accesses to p across the wgmma fence / wait next to it: p's
+// registers belong to the tensor cores in between.
+template <int NT>
+__device__ __forceinline__ void pin_registers(float (&p)[2][NT][4]) {
+#pragma unroll
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(p[m][n][e])::"memory");
+}
 
 // Cluster barriers: the first publishes this CTA's shared-memory writes to the cluster (release /
 // acquire); the second only keeps every CTA's shared memory alive until the others have read it.
@@ -143,16 +203,16 @@ template <int NT>
 __device__ __forceinline__ void partial_wgmma(const uint8_t* tiles, float (&p)[2][NT][4]) {
   using L = Layout<NT>;
   const uint32_t weight = smem_address(tiles), act = weight + L::kActOffset;
-  for (auto& pm : p) pin_registers(pm);  // the last block's reads of p come first
-  wgmma_fence();
+  pin_registers(p);  // the last block's reads of p come first
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
   for (int j = 0; j < kBlockK / 32; ++j)
 #pragma unroll
     for (int m = 0; m < 2; ++m)
       wgmma_e4m3<NT>(p[m], tile_descriptor(weight + 64 * kBlockK * m + 32 * j), tile_descriptor(act + 32 * j), j > 0);
-  wgmma_commit();
-  wgmma_wait<0>();
-  for (auto& pm : p) pin_registers(pm);
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+  pin_registers(p);
 }
 
 // acc += p · sx[t] · sw, the scales of the stage's K block.

@@ -48,14 +48,6 @@ int set_fp8_small_t(int tokens) {
 #endif
 }
 
-cuda::Fp8Wgrad set_fp8_wgrad(cuda::Fp8Wgrad mode) {
-#if LOCKSTEP_HAS_CUDA
-  return cuda::gemm_set_fp8_wgrad(mode);
-#else
-  return mode;
-#endif
-}
-
 bool uses_small_t(int64_t tokens, int64_t rows, int64_t k, DType out) {
 #if LOCKSTEP_HAS_CUDA
   return cuda::gemm_fp8_uses_small_t(tokens, rows, k, out);
@@ -93,22 +85,18 @@ std::string shape_name(const GemmCase& c) {
 std::string case_name(const ::testing::TestParamInfo<GemmCase>& info) { return shape_name(info.param); }
 
 // cuBLASLt only (LOCKSTEP_FP8_SMALL_T=0 still selects it at small T); the small-T kernel has its own
-// tests below, our fp8 WGrad kernel in test_gemm_fp8_wgrad_gpu.cpp.
+// tests below.
 class GemmGpu : public ::testing::TestWithParam<GemmCase> {
  protected:
   void SetUp() override {
-    if (!cuda_device_available()) return;
-    previous_ = set_fp8_small_t(0);
-    previous_wgrad_ = set_fp8_wgrad(cuda::Fp8Wgrad::cublaslt);
+    if (cuda_device_available()) previous_ = set_fp8_small_t(0);
   }
   void TearDown() override {
     if (!cuda_device_available()) return;
     force_token_padding(false);
     set_fp8_small_t(previous_);
-    set_fp8_wgrad(previous_wgrad_);
   }
   int previous_ = 0;
-  cuda::Fp8Wgrad previous_wgrad_ = cuda::Fp8Wgrad::automatic;
 };
 
 TEST_P(GemmGpu, Bf16MatchesCpu) {
@@ -367,17 +355,12 @@ void expect_every_candidate(const std::function<Tensor()>& gpu, const Tensor& re
 class GemmCandidatesGpu : public ::testing::TestWithParam<GemmCase> {
  protected:
   void SetUp() override {
-    if (!cuda_device_available()) return;
-    previous_ = set_algo_choice(-1);
-    previous_wgrad_ = set_fp8_wgrad(cuda::Fp8Wgrad::cublaslt);  // the candidates are cuBLASLt's
+    if (cuda_device_available()) previous_ = set_algo_choice(-1);
   }
   void TearDown() override {
-    if (!cuda_device_available()) return;
-    set_algo_choice(previous_);
-    set_fp8_wgrad(previous_wgrad_);
+    if (cuda_device_available()) set_algo_choice(previous_);
   }
   int previous_ = -1;
-  cuda::Fp8Wgrad previous_wgrad_ = cuda::Fp8Wgrad::automatic;
 };
 
 TEST_P(GemmCandidatesGpu, EveryCandidateMatchesCpu) {
