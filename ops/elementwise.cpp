@@ -77,17 +77,23 @@ void convert(Tensor& dst, const Tensor& src) {
   cpu::convert(dst, src);
 }
 
-double sum_squares(const Tensor& x) {
-  check_tensor(x, "sum_squares: x", DType::f32, x.device());
-  if (x.is_cuda()) {
+double sum_squares(const Tensor& x) { return sum_squares(std::vector<const Tensor*>{&x})[0]; }
+
+std::vector<double> sum_squares(const std::vector<const Tensor*>& xs) {
+  if (xs.empty()) return {};
+  const Device device = xs[0]->device();
+  for (const Tensor* x : xs) check_tensor(*x, "sum_squares: x", DType::f32, device);
+  if (device == Device::cuda) {
 #if LOCKSTEP_HAS_CUDA
-    check_cuda_vectors(x, "sum_squares: x", /*rows=*/false);
-    return cuda::sum_squares(x);
+    for (const Tensor* x : xs) check_cuda_vectors(*x, "sum_squares: x", /*rows=*/false);
+    return cuda::sum_squares(xs);
 #else
     LOCKSTEP_NO_CUDA_OP("sum_squares");
 #endif
   }
-  return cpu::sum_squares(x);
+  std::vector<double> sums;
+  for (const Tensor* x : xs) sums.push_back(cpu::sum_squares(*x));
+  return sums;
 }
 
 }  // namespace lockstep

@@ -5,8 +5,10 @@
 // bias_backward) N a multiple of 8. add_into, add_bias and convert give the CPU's bits.
 // bias_backward and sum_squares add in an order fixed by the shape alone (no atomics): the same
 // bits every run, rounded differently from the CPU's. sum_squares waits for the device (it returns
-// a host number).
+// host numbers): once for all the tensors of a call.
 #pragma once
+
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -20,7 +22,10 @@ void add_bias(Tensor& y, const Tensor& b);
 void bias_backward(Tensor& db, const Tensor& dy);
 // dst = src converted to dst's dtype (f32 <-> bf16, rounding to nearest even); same shape.
 void convert(Tensor& dst, const Tensor& src);
-// Σ x² in double (f32 tensor), for the global gradient norm.
+// Σ x² in double (f32 tensor).
 double sum_squares(const Tensor& x);
+// Σ x² of each tensor, in order (f32 tensors on one device): for the global gradient norm over a
+// model's tensors, each tensor's sum the bits of sum_squares(*xs[i]).
+std::vector<double> sum_squares(const std::vector<const Tensor*>& xs);
 
 }  // namespace lockstep

@@ -2,6 +2,8 @@
 // checked by ops/elementwise.cpp.
 #pragma once
 
+#include <vector>
+
 #include "core/tensor.h"
 
 namespace lockstep::cpu {
@@ -17,5 +19,5 @@ void add_into(Tensor& y, const Tensor& x);
 void add_bias(Tensor& y, const Tensor& b);
 void bias_backward(Tensor& db, const Tensor& dy);
 void convert(Tensor& dst, const Tensor& src);
-double sum_squares(const Tensor& x);
+std::vector<double> sum_squares(const std::vector<const Tensor*>& xs);
 }  // namespace lockstep::cuda

@@ -62,17 +62,19 @@ OptimizerStep AdamW::step(ModelParameters& params, ModelParameters& grads, const
   check_matches(g, m, "grads");
 
   OptimizerStep out;
+  std::vector<const Tensor*> g_tensors;
+  for (const Named& t : g) g_tensors.push_back(t.tensor);
+  const std::vector<double> sums = sum_squares(g_tensors);  // one wait for the device
   double sum = 0;
-  for (const Named& t : g) {
-    const double s = sum_squares(*t.tensor);
+  for (size_t i = 0; i < g.size(); ++i) {
     // Squares of finite floats cannot overflow a double: non-finite means a non-finite element.
-    if (!std::isfinite(s)) {
-      out.grad_norm = s;
-      out.nonfinite_grad = t.name;
+    if (!std::isfinite(sums[i])) {
+      out.grad_norm = sums[i];
+      out.nonfinite_grad = g[i].name;
       grads.zero();
       return out;
     }
-    sum += s;
+    sum += sums[i];
   }
   out.grad_norm = std::sqrt(sum);
   if (config_.max_grad_norm > 0)

@@ -8,6 +8,8 @@
 // CPU's, hence their results differ from it by rounding only.
 #include <cuda_runtime.h>
 
+#include <vector>
+
 #include "core/cuda_check.h"
 #include "core/cuda_stream.h"
 #include "ops/cuda/vector.cuh"
@@ -212,21 +214,31 @@ void convert(Tensor& dst, const Tensor& src) {
   LOCKSTEP_CUDA_CHECK_LAUNCH();
 }
 
-// The only host synchronization of these ops: the caller wants the number on the host.
-double sum_squares(const Tensor& x) {
-  const int64_t n = x.numel();
-  if (n == 0) return 0;
-  const int64_t parts = (n + kSumChunk - 1) / kSumChunk;
-  // Doubles, in i64 storage (Tensor has no f64 dtype): the parts, then the total.
-  Tensor scratch = Tensor::empty({parts + 1}, DType::i64, Device::cuda);
+// The only host synchronization of these ops, one for all the tensors: the caller wants the
+// numbers on the host.
+std::vector<double> sum_squares(const std::vector<const Tensor*>& xs) {
+  std::vector<int64_t> first_part(xs.size() + 1, 0);  // tensor i's partial sums start there
+  for (size_t i = 0; i < xs.size(); ++i)
+    first_part[i + 1] = first_part[i] + (xs[i]->numel() + kSumChunk - 1) / kSumChunk;
+  const int64_t parts = first_part.back(), count = int64_t(xs.size());
+  // Doubles, in i64 storage (Tensor has no f64 dtype): the partial sums, then the totals.
+  Tensor scratch = Tensor::empty({parts + count}, DType::i64, Device::cuda);
   double* partial = static_cast<double*>(scratch.data());
+  double* totals = partial + parts;
   cudaStream_t stream = current_stream();
-  sum_squares_kernel<<<unsigned(parts), kSumThreads, 0, stream>>>(x.data_as<float>(), n, partial);
-  LOCKSTEP_CUDA_CHECK_LAUNCH();
-  sum_parts_kernel<<<1, kFinalThreads, 0, stream>>>(partial, parts, partial + parts);
-  LOCKSTEP_CUDA_CHECK_LAUNCH();
-  double result;
-  LOCKSTEP_CUDA_CHECK(cudaMemcpyAsync(&result, partial + parts, sizeof(double), cudaMemcpyDeviceToHost, stream));
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const int64_t n = xs[i]->numel(), mine = first_part[i + 1] - first_part[i];
+    if (mine > 0) {
+      sum_squares_kernel<<<unsigned(mine), kSumThreads, 0, stream>>>(xs[i]->data_as<float>(), n,
+                                                                    partial + first_part[i]);
+      LOCKSTEP_CUDA_CHECK_LAUNCH();
+    }
+    sum_parts_kernel<<<1, kFinalThreads, 0, stream>>>(partial + first_part[i], mine, totals + i);
+    LOCKSTEP_CUDA_CHECK_LAUNCH();
+  }
+  std::vector<double> result(xs.size());
+  LOCKSTEP_CUDA_CHECK(
+      cudaMemcpyAsync(result.data(), totals, xs.size() * sizeof(double), cudaMemcpyDeviceToHost, stream));
   LOCKSTEP_CUDA_CHECK(cudaStreamSynchronize(stream));
   return result;
 }

@@ -529,6 +529,12 @@ TEST_P(ElementwiseGpu, SumsAreCloseToCpuAndRepeat) {
   // two orders within twice that.
   EXPECT_NEAR(ss, ss_cpu, 2 * double(T * N) * 0x1p-53 * ss_cpu);
   EXPECT_EQ(sum_squares(fg), ss);
+  // The list form (one wait for the device) gives each tensor's bits.
+  const Tensor other = random_tensor({N}, DType::f32, 57).to(Device::cuda);
+  const std::vector<double> sums = sum_squares({&other, &fg});
+  EXPECT_EQ(sums[0], sum_squares(other));
+  EXPECT_EQ(sums[1], ss);
+  expect_error([&] { sum_squares({&fg, &f}); }, "sum_squares: x");  // one device
 
   if (N % 8 != 0) return;
   const Tensor dy = random_tensor({T, N}, DType::bf16, 55);

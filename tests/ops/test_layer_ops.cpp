@@ -531,6 +531,20 @@ TEST(Elementwise, SumSquaresIsAccurateAndDeterministic) {
   EXPECT_EQ(one, three) << "the sum depends on the thread count";
 }
 
+// The list form (the global gradient norm's) gives each tensor's single-tensor bits, in order.
+TEST(Elementwise, SumSquaresOfAListIsEachTensorsSum) {
+  const Tensor a = random_tensor({3, 5000}, DType::f32, 141, true), b = random_tensor({17}, DType::f32, 142),
+               empty = Tensor::zeros({0}, DType::f32);
+  const std::vector<double> sums = sum_squares({&a, &empty, &b});
+  ASSERT_EQ(sums.size(), 3u);
+  EXPECT_EQ(sums[0], sum_squares(a));
+  EXPECT_EQ(sums[1], 0.0);
+  EXPECT_EQ(sums[2], sum_squares(b));
+  EXPECT_TRUE(sum_squares(std::vector<const Tensor*>{}).empty());
+  const Tensor y = random_tensor({4, 8}, DType::bf16, 143);
+  expect_error([&] { sum_squares({&a, &y}); }, "sum_squares: x");
+}
+
 TEST(Elementwise, BadArgumentsAreClearErrors) {
   Tensor y = random_tensor({4, 8}, DType::bf16, 150);
   const Tensor x_wide = random_tensor({4, 9}, DType::bf16, 151);
