@@ -34,6 +34,7 @@ struct TrainActivations {
   float temperature = 1;
   std::vector<Transformer::LayerActivations> layers;
   Tensor x_final, final_rstd, h_final, lse;
+  Tensor head_logits;  // without recompute: the LM head's logits (ops/lm_head.h's kept logits)
 };
 
 namespace {
@@ -355,11 +356,14 @@ TrainForward Transformer::forward(const TrainBatch& batch, float temperature, bo
   result.logprob = Tensor::empty({t}, DType::f32, device());
   result.entropy = Tensor::empty({t}, DType::f32, device());
   Tensor lse = Tensor::empty({t}, DType::f32, device());
+  Tensor head_logits;
+  if (saved && !recompute_) head_logits = Tensor::empty({t * config_.vocab_size}, DType::f32, device());
   lm_head_logprob_forward(result.logprob, result.entropy, lse, h, head_weight(), batch.targets,
-                          temperature);
+                          temperature, head_logits.defined() ? &head_logits : nullptr);
   if (saved) {
     saved->temperature = temperature;
     saved->lse = lse;
+    saved->head_logits = head_logits;
     result.saved = std::move(saved);
   }
   return result;
@@ -378,7 +382,9 @@ void Transformer::backward(TrainForward& forward, const Tensor& dlogprob, const 
   Tensor dh = empty_act(t, hidden);
   Tensor& dhead = config_.tie_word_embeddings ? grads_.embed : grads_.lm_head;
   lm_head_logprob_backward(dh, dhead, dlogprob, dentropy, s->h_final, head_weight(), s->targets,
-                           s->lse, forward.entropy, s->temperature);
+                           s->lse, forward.entropy, s->temperature,
+                           s->head_logits.defined() ? &s->head_logits : nullptr);
+  s->head_logits = Tensor();
   Tensor dx = empty_act(t, hidden);
   rmsnorm_backward(dx, grads_.final_norm, dh, s->x_final, params_.final_norm, s->final_rstd);
   for (size_t i = params_.layers.size(); i-- > 0;) {

@@ -107,6 +107,8 @@ class Transformer {
   // SwiGLU input is also kept in E4M3 (1×128 groups) instead of bf16, as DeepSeek-V3 does, and the
   // SwiGLU backward and the down projection's WGrad read what is remade from it: gradients within
   // quantization noise of the saving path's, about half the activation memory of bf16.
+  // Without recompute the forward also keeps the LM head's f32 logits (ops/lm_head.h: T·V·4 bytes)
+  // so that the backward skips their GEMM; with it the backward recomputes them (the same bits).
   void set_recompute(bool on) { recompute_ = on; }
   bool recompute() const { return recompute_; }
 

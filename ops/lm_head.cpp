@@ -40,6 +40,14 @@ void check_targets(const char* op, const Tensor& targets, int64_t T, int64_t V, 
                    " is outside the vocabulary [0, ", V, ")");
 }
 
+// kept_logits: f32 [T·V] on device d (ops/lm_head.h's chunk-major layout), or null.
+void check_kept_logits(const char* op, const Tensor* kept, int64_t T, int64_t V, Device d) {
+  if (!kept) return;
+  const std::string what = std::string(op) + ": kept_logits";
+  check_tensor(*kept, what.c_str(), DType::f32, d);
+  check_shape(*kept, what.c_str(), {T * V});
+}
+
 void check_temperature(const char* op, float temperature) {
   LOCKSTEP_CHECK(std::isfinite(temperature) && temperature > 0, op,
                  ": temperature must be finite and > 0, got ", temperature);
@@ -60,7 +68,8 @@ void check_cuda_bf16(const char* op, const Tensor& h, const Tensor& w) {
 }  // namespace
 
 void lm_head_logprob_forward(Tensor& logprob, Tensor& entropy, Tensor& lse, const Tensor& h,
-                             const Tensor& w, const Tensor& targets, float temperature) {
+                             const Tensor& w, const Tensor& targets, float temperature,
+                             Tensor* kept_logits) {
   const char* op = "lm_head_logprob_forward";
   check_h_w(op, h, w);
   const int64_t T = h.dim(0), V = w.dim(0);
@@ -70,18 +79,20 @@ void lm_head_logprob_forward(Tensor& logprob, Tensor& entropy, Tensor& lse, cons
   check_per_token(op, "lse", lse, T, d);
   check_temperature(op, temperature);
   check_targets(op, targets, T, V, d);
+  check_kept_logits(op, kept_logits, T, V, d);
   if (d == Device::cuda) {
     check_cuda_bf16(op, h, w);
     LOCKSTEP_ON_CUDA("lm_head_logprob_forward",
-                     cuda::lm_head_logprob_forward(logprob, entropy, lse, h, w, targets, temperature));
+                     cuda::lm_head_logprob_forward(logprob, entropy, lse, h, w, targets, temperature,
+                                                   kept_logits));
   }
-  cpu::lm_head_logprob_forward(logprob, entropy, lse, h, w, targets, temperature);
+  cpu::lm_head_logprob_forward(logprob, entropy, lse, h, w, targets, temperature, kept_logits);
 }
 
 void lm_head_logprob_backward(Tensor& dh, Tensor& dw, const Tensor& dlogprob,
                               const Tensor& dentropy, const Tensor& h, const Tensor& w,
                               const Tensor& targets, const Tensor& lse, const Tensor& entropy,
-                              float temperature) {
+                              float temperature, const Tensor* kept_logits) {
   const char* op = "lm_head_logprob_backward";
   check_h_w(op, h, w);
   const int64_t T = h.dim(0), V = w.dim(0);
@@ -95,14 +106,15 @@ void lm_head_logprob_backward(Tensor& dh, Tensor& dw, const Tensor& dlogprob,
   check_per_token(op, "entropy", entropy, T, d);
   check_temperature(op, temperature);
   check_targets(op, targets, T, V, d);
+  check_kept_logits(op, kept_logits, T, V, d);
   if (d == Device::cuda) {
     check_cuda_bf16(op, h, w);
     LOCKSTEP_ON_CUDA("lm_head_logprob_backward",
                      cuda::lm_head_logprob_backward(dh, dw, dlogprob, dentropy, h, w, targets, lse,
-                                                    entropy, temperature));
+                                                    entropy, temperature, kept_logits));
   }
   cpu::lm_head_logprob_backward(dh, dw, dlogprob, dentropy, h, w, targets, lse, entropy,
-                                temperature);
+                                temperature, kept_logits);
 }
 
 void lm_head_logits(Tensor& logits, const Tensor& h, const Tensor& w) {

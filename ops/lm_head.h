@@ -13,8 +13,8 @@
 // so on the CPU both give identical bits for identical logits, and lm_head_logits' elements equal
 // the logits the forward folds.
 //
-// Backward (recomputes each chunk's logits): with dlogprob[t], dentropy[t] (either may be
-// undefined = zero),
+// Backward (recomputes each chunk's logits, unless the forward kept them): with dlogprob[t],
+// dentropy[t] (either may be undefined = zero),
 //   dz[t, v] = dlogprob[t] · (1[v = targets[t]] − p) + dentropy[t] · (−p · (log p + entropy[t]))
 //   dh += dz · w / temperature    (dh f32/bf16 [T, H], overwritten)
 //   dw += dzᵀ · h / temperature   (dw f32 [V, H], accumulates)
@@ -22,6 +22,12 @@
 // recipe; f32 stays f32); dh is summed over the chunks in fp32 and rounded once.
 //
 // h: [T, H]; w: [V, H]; targets: i32 [T] in [0, V); logprob, entropy, lse: f32 [T].
+//
+// Kept logits: given `kept_logits` (f32 [T·V] on h's device), the forward also stores each chunk's
+// logits there and the backward reads them instead of recomputing them — one of the backward's
+// three [T, V, H] GEMMs saved for T·V·4 bytes held from forward to backward (5 GB at 8192 tokens
+// and Qwen3's vocabulary), with the same bits either way. Chunk c (v0 = c·kVocabChunk, n wide)
+// is a row-major [T, n] block at offset T·v0: each chunk's GEMM writes one contiguous block.
 //
 // On CUDA (ops/cuda/lm_head.cu) h and w are bf16, and the same chunked fold runs on cuBLASLt
 // logits: results differ from the CPU's by GEMM and reduction order (~1e-6 relative), and
@@ -39,12 +45,13 @@ namespace lockstep {
 constexpr int64_t kVocabChunk = 4096;
 
 void lm_head_logprob_forward(Tensor& logprob, Tensor& entropy, Tensor& lse, const Tensor& h,
-                             const Tensor& w, const Tensor& targets, float temperature);
+                             const Tensor& w, const Tensor& targets, float temperature,
+                             Tensor* kept_logits = nullptr);
 
 void lm_head_logprob_backward(Tensor& dh, Tensor& dw, const Tensor& dlogprob,
                               const Tensor& dentropy, const Tensor& h, const Tensor& w,
                               const Tensor& targets, const Tensor& lse, const Tensor& entropy,
-                              float temperature);
+                              float temperature, const Tensor* kept_logits = nullptr);
 
 // logits f32 [T, V] = h · wᵀ (not divided by a temperature): for sampling a few rows.
 void lm_head_logits(Tensor& logits, const Tensor& h, const Tensor& w);

@@ -129,27 +129,34 @@ void write_outputs(Tensor& logprob, Tensor& entropy, Tensor* lse, const std::vec
   }
 }
 
-// logits [rows, n] = h · w[v0, v0 + n)ᵀ into `buffer`.
-Tensor chunk_logits(std::vector<float>& buffer, const Tensor& h, const Tensor& w, int64_t v0,
-                    int64_t n) {
-  Tensor logits = Tensor::view_of(buffer.data(), {h.dim(0), n}, DType::f32);
+// logits [rows, n] = h · w[v0, v0 + n)ᵀ into `dst`.
+Tensor chunk_logits(float* dst, const Tensor& h, const Tensor& w, int64_t v0, int64_t n) {
+  Tensor logits = Tensor::view_of(dst, {h.dim(0), n}, DType::f32);
   gemm_tn(logits, {h}, {w.rows(v0, v0 + n)}, false);
   return logits;
+}
+
+// Where rows [r0, r0 + rows) of vocabulary chunk [v0, v0 + n) sit in kept logits of T rows
+// (ops/lm_head.h: chunk-major, each chunk a row-major [T, n] block).
+float* kept_block(const Tensor& kept, int64_t T, int64_t r0, int64_t v0, int64_t n) {
+  return kept.data_as<float>() + T * v0 + r0 * n;
 }
 
 }  // namespace
 
 void lm_head_logprob_forward(Tensor& logprob, Tensor& entropy, Tensor& lse, const Tensor& h,
-                             const Tensor& w, const Tensor& targets, float temperature) {
+                             const Tensor& w, const Tensor& targets, float temperature,
+                             Tensor* kept_logits) {
   const int64_t T = h.dim(0), V = w.dim(0);
   std::vector<RowFold> folds(static_cast<size_t>(T));
   std::vector<float> z_target(static_cast<size_t>(T)),
-      buffer(size_t(std::min(T, kRowBlock) * std::min(V, kVocabChunk)));
+      buffer(kept_logits ? 0 : size_t(std::min(T, kRowBlock) * std::min(V, kVocabChunk)));
   for (int64_t r0 = 0; r0 < T; r0 += kRowBlock) {
     const Tensor hb = h.rows(r0, std::min(T, r0 + kRowBlock));
     for (int64_t v0 = 0; v0 < V; v0 += kVocabChunk) {
       const int64_t n = std::min(kVocabChunk, V - v0);
-      const Tensor logits = chunk_logits(buffer, hb, w, v0, n);
+      const Tensor logits = chunk_logits(
+          kept_logits ? kept_block(*kept_logits, T, r0, v0, n) : buffer.data(), hb, w, v0, n);
       fold_block(folds, z_target, r0, logits.data_as<float>(), hb.dim(0), n, v0,
                  targets.data_as<int32_t>(), temperature);
     }
@@ -177,14 +184,14 @@ void lm_head_logits(Tensor& logits, const Tensor& h, const Tensor& w) {
   gemm_tn(logits, {h}, {w}, false);
 }
 
-// Per (row block, chunk): recompute the logits, form dz/temperature in place of them, round it to
-// h's dtype (the GEMM operand of the recipe), then dh_block += dz·w_chunk and dw_chunk +=
-// dzᵀ·h_block. dh is summed over the chunks in fp32 and stored once; dw adds the row blocks in
-// increasing order.
+// Per (row block, chunk): recompute the logits (or copy the kept ones, which dz must not
+// overwrite), form dz/temperature in place of them, round it to h's dtype (the GEMM operand of
+// the recipe), then dh_block += dz·w_chunk and dw_chunk += dzᵀ·h_block. dh is summed over the
+// chunks in fp32 and stored once; dw adds the row blocks in increasing order.
 void lm_head_logprob_backward(Tensor& dh, Tensor& dw, const Tensor& dlogprob,
                               const Tensor& dentropy, const Tensor& h, const Tensor& w,
                               const Tensor& targets, const Tensor& lse, const Tensor& entropy,
-                              float temperature) {
+                              float temperature, const Tensor* kept_logits) {
   const int64_t T = h.dim(0), H = h.dim(1), V = w.dim(0);
   const int32_t* tg = targets.data_as<int32_t>();
   const float* lse_p = lse.data_as<float>();
@@ -203,7 +210,10 @@ void lm_head_logprob_backward(Tensor& dh, Tensor& dw, const Tensor& dlogprob,
     Tensor dhb = dh_block.rows(0, rows);
     for (int64_t v0 = 0; v0 < V; v0 += kVocabChunk) {
       const int64_t n = std::min(kVocabChunk, V - v0);
-      const Tensor logits = chunk_logits(buffer, hb, w, v0, n);
+      const Tensor logits = kept_logits ? Tensor::view_of(buffer.data(), {rows, n}, DType::f32)
+                                        : chunk_logits(buffer.data(), hb, w, v0, n);
+      if (kept_logits)
+        std::copy_n(kept_block(*kept_logits, T, r0, v0, n), rows * n, logits.data_as<float>());
       Tensor dz =
           rounded.defined() ? Tensor::view_of(rounded.data(), {rows, n}, h.dtype()) : logits;
 #pragma omp parallel for schedule(static)

@@ -4,7 +4,8 @@
 // Forward, per chunk: gemm_fprop writes the chunk's fp32 logits [T, n] to scratch, and one CTA
 // per row folds them into the row's running (max, sum, shifted, z_target), kept in an fp32 [T, 4]
 // scratch from chunk to chunk; the last chunk's fold writes logprob, entropy and lse.
-// Backward, per chunk: the logits again, one CTA per row turns them into bf16 dz/temperature, then
+// Backward, per chunk: the logits again (or the kept ones), one CTA per row turns them into bf16
+// dz/temperature, then
 // cuBLASLt adds dz·w_chunk into an fp32 dh (beta = 1 after the first chunk) and dzᵀ·h into dw's
 // rows of the chunk; a bf16 dh is rounded once at the end.
 //
@@ -147,18 +148,25 @@ Tensor chunk_view(const Tensor& buffer, int64_t T, int64_t n) {
   return Tensor::view_of(buffer.data(), {T, n}, buffer.dtype(), Device::cuda);
 }
 
+// The logits [T, n] of the chunk at v0 in kept logits (ops/lm_head.h: chunk-major).
+Tensor kept_chunk(const Tensor& kept, int64_t T, int64_t v0, int64_t n) {
+  return Tensor::view_of(kept.data_as<float>() + T * v0, {T, n}, DType::f32, Device::cuda);
+}
+
 }  // namespace
 
 void lm_head_logprob_forward(Tensor& logprob, Tensor& entropy, Tensor& lse, const Tensor& h,
-                             const Tensor& w, const Tensor& targets, float temperature) {
+                             const Tensor& w, const Tensor& targets, float temperature,
+                             Tensor* kept_logits) {
   const int64_t T = h.dim(0), V = w.dim(0);
   if (T == 0) return;
-  const Tensor logits = Tensor::empty({T * std::min(V, kVocabChunk)}, DType::f32, Device::cuda);
+  const Tensor scratch =
+      kept_logits ? Tensor() : Tensor::empty({T * std::min(V, kVocabChunk)}, DType::f32, Device::cuda);
   const Tensor state = V > kVocabChunk ? Tensor::empty({T, 4}, DType::f32, Device::cuda) : Tensor();
   const float inv_t = 1.0f / temperature;
   for (int64_t v0 = 0; v0 < V; v0 += kVocabChunk) {
     const int64_t n = std::min(kVocabChunk, V - v0);
-    Tensor chunk = chunk_view(logits, T, n);
+    Tensor chunk = kept_logits ? kept_chunk(*kept_logits, T, v0, n) : chunk_view(scratch, T, n);
     gemm_fprop(chunk, h, w.rows(v0, v0 + n));
     fold_chunk_kernel<<<unsigned(T), kThreads, 0, current_stream()>>>(
         chunk.data_as<float>(), int(n), v0, targets.data_as<int32_t>(), inv_t,
@@ -171,19 +179,20 @@ void lm_head_logprob_forward(Tensor& logprob, Tensor& entropy, Tensor& lse, cons
 void lm_head_logprob_backward(Tensor& dh, Tensor& dw, const Tensor& dlogprob,
                               const Tensor& dentropy, const Tensor& h, const Tensor& w,
                               const Tensor& targets, const Tensor& lse, const Tensor& entropy,
-                              float temperature) {
+                              float temperature, const Tensor* kept_logits) {
   const int64_t T = h.dim(0), H = h.dim(1), V = w.dim(0);
   if (T == 0) return;  // dh is empty and dw gains nothing
   const int64_t max_n = std::min(V, kVocabChunk);
-  const Tensor logits = Tensor::empty({T * max_n}, DType::f32, Device::cuda);
+  const Tensor scratch = kept_logits ? Tensor() : Tensor::empty({T * max_n}, DType::f32, Device::cuda);
   const Tensor dz_buffer = Tensor::empty({T * max_n}, DType::bf16, Device::cuda);
   Tensor dh_sum = dh.dtype() == DType::f32 ? dh : Tensor::empty({T, H}, DType::f32, Device::cuda);
   const float inv_t = 1.0f / temperature;
   for (int64_t v0 = 0; v0 < V; v0 += kVocabChunk) {
     const int64_t n = std::min(kVocabChunk, V - v0);
     const Tensor w_chunk = w.rows(v0, v0 + n);
-    Tensor chunk = chunk_view(logits, T, n), dz = chunk_view(dz_buffer, T, n);
-    gemm_fprop(chunk, h, w_chunk);
+    Tensor chunk = kept_logits ? kept_chunk(*kept_logits, T, v0, n) : chunk_view(scratch, T, n);
+    if (!kept_logits) gemm_fprop(chunk, h, w_chunk);
+    Tensor dz = chunk_view(dz_buffer, T, n);
     dz_kernel<<<unsigned(T), kThreads, 0, current_stream()>>>(
         chunk.data_as<float>(), int(n), v0, V, targets.data_as<int32_t>(), lse.data_as<float>(),
         entropy.data_as<float>(), dlogprob.defined() ? dlogprob.data_as<float>() : nullptr,

@@ -1,6 +1,7 @@
 // The CUDA LM head against the CPU reference on the same bf16 inputs: forward, backward (bf16 and
 // f32 dh, accumulating dw), lm_head_logits and logits_logprob; the CUDA fold of lm_head_logits'
-// logits against the fused CUDA forward; out-of-vocabulary targets giving NaN.
+// logits against the fused CUDA forward; kept logits against recomputed ones; out-of-vocabulary
+// targets giving NaN.
 //
 // Tolerances (‖gpu − cpu‖/‖cpu‖). h ~ N(0, 1), w ~ N(0, 1/256), H = 1024: logits ~ N(0, 4), so the
 // softmax is broad (entropy ≈ 5–7 nats, lse ≈ 11–13). Both sides compute fp32 logits from the
@@ -8,6 +9,7 @@
 // bound; ~4e-6 absolute expected here), and the folds differ in exp and summation order (~1e-7).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <ostream>
 #include <string>
@@ -24,6 +26,7 @@ namespace {
 using testing::random_targets;
 using testing::random_values;
 using testing::rel_error;
+using testing::same_bytes;
 using testing::to_double;
 
 constexpr int64_t kH = 1024;
@@ -165,6 +168,45 @@ TEST_P(LmHeadGpu, LogitsAndFoldMatchCpu) {
   logits_logprob(lp2, ent2, logits_g, in.targets_g, temperature);
   EXPECT_LE(rel_error(to_double(lp2), to_double(fused.logprob)), kLogitsTol) << "rollout vs fused logprob";
   EXPECT_LE(rel_error(to_double(ent2), to_double(fused.entropy)), kLogitsTol) << "rollout vs fused entropy";
+}
+
+// Kept logits (ops/lm_head.h) on CUDA: the forward's outputs and the backward's gradients the same
+// bits as without (the same cuBLASLt GEMM per chunk, into the kept block instead of scratch), and
+// the kept blocks are the logits of lm_head_logits (a different GEMM shape: kLogitsTol).
+TEST_P(LmHeadGpu, KeptLogitsGiveTheSameBits) {
+  LOCKSTEP_REQUIRE_GPU();
+  const auto [T, V, temperature] = GetParam();
+  const Inputs in = make_inputs(T, V, 6);
+  const Forward plain = forward(in.hg, in.wg, in.targets_g, temperature);
+  Forward kept_run{poisoned({T}, DType::f32, Device::cuda), poisoned({T}, DType::f32, Device::cuda),
+                   poisoned({T}, DType::f32, Device::cuda)};
+  Tensor kept = poisoned({T * V}, DType::f32, Device::cuda);
+  lm_head_logprob_forward(kept_run.logprob, kept_run.entropy, kept_run.lse, in.hg, in.wg, in.targets_g,
+                          temperature, &kept);
+  EXPECT_TRUE(same_bytes(kept_run.logprob, plain.logprob));
+  EXPECT_TRUE(same_bytes(kept_run.entropy, plain.entropy));
+  EXPECT_TRUE(same_bytes(kept_run.lse, plain.lse));
+
+  Tensor logits = poisoned({T, V}, DType::f32, Device::cuda);
+  lm_head_logits(logits, in.hg, in.wg);
+  const std::vector<double> full = to_double(logits), chunked = to_double(kept);
+  std::vector<double> rearranged(full.size());
+  for (int64_t v0 = 0; v0 < V; v0 += kVocabChunk) {
+    const int64_t n = std::min(kVocabChunk, V - v0);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t j = 0; j < n; ++j) rearranged[size_t(t * V + v0 + j)] = chunked[size_t(T * v0 + t * n + j)];
+  }
+  EXPECT_LE(rel_error(rearranged, full), kLogitsTol) << "kept logits vs lm_head_logits";
+
+  const Tensor dlp = random_values({T}, DType::f32, 14, 1.0f).to(Device::cuda);
+  const Tensor dent = random_values({T}, DType::f32, 15, 1.0f).to(Device::cuda);
+  Tensor dh = poisoned({T, kH}, DType::bf16, Device::cuda), dh_kept = poisoned({T, kH}, DType::bf16, Device::cuda);
+  Tensor dw = Tensor::zeros({V, kH}, DType::f32, Device::cuda), dw_kept = Tensor::zeros({V, kH}, DType::f32, Device::cuda);
+  lm_head_logprob_backward(dh, dw, dlp, dent, in.hg, in.wg, in.targets_g, plain.lse, plain.entropy, temperature);
+  lm_head_logprob_backward(dh_kept, dw_kept, dlp, dent, in.hg, in.wg, in.targets_g, plain.lse, plain.entropy,
+                           temperature, &kept);
+  EXPECT_TRUE(same_bytes(dh_kept, dh)) << "dh";
+  EXPECT_TRUE(same_bytes(dw_kept, dw)) << "dw";
 }
 
 // 10007: a last chunk of 1815 (not a multiple of 4: unaligned rows); 1000: one chunk, first and

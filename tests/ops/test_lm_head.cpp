@@ -1,8 +1,10 @@
-// The fused LM head against a full softmax in double, finite differences of its backward, and
-// the bit identity between the fused forward and lm_head_logits + logits_logprob.
+// The fused LM head against a full softmax in double, finite differences of its backward, the
+// bit identity between the fused forward and lm_head_logits + logits_logprob, and kept logits
+// giving the same bits as recomputed ones.
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <bit>
 #include <cmath>
 #include <functional>
 
@@ -154,6 +156,59 @@ TEST_P(LmHeadBits, FusedForwardEqualsLogitsThenFold) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, LmHeadBits, ::testing::Values(DType::f32, DType::bf16),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+// Kept logits (ops/lm_head.h): the forward stores each chunk's logits chunk-major, the backward
+// reads them instead of recomputing them — the same bits everywhere, and the kept logits are
+// lm_head_logits' elements, left as they were by the backward.
+class LmHeadKeptLogits : public ::testing::TestWithParam<DType> {};
+
+TEST_P(LmHeadKeptLogits, SameBitsAsRecomputing) {
+  const DType dtype = GetParam();
+  const int64_t T = 600, H = 24, V = kVocabChunk + 300;  // two row blocks of 512, two chunks
+  const float temperature = 0.9f;
+  Tensor h = random_values({T, H}, dtype, 50, 0.5f), w = random_values({V, H}, dtype, 51, 0.5f);
+  Tensor targets = random_targets(T, V, 52);
+  const Forward plain = forward(h, w, targets, temperature);
+  Forward kept_run{poisoned({T}, DType::f32), poisoned({T}, DType::f32), poisoned({T}, DType::f32)};
+  Tensor kept = poisoned({T * V}, DType::f32);
+  lm_head_logprob_forward(kept_run.logprob, kept_run.entropy, kept_run.lse, h, w, targets,
+                          temperature, &kept);
+  EXPECT_TRUE(same_bytes(kept_run.logprob, plain.logprob));
+  EXPECT_TRUE(same_bytes(kept_run.entropy, plain.entropy));
+  EXPECT_TRUE(same_bytes(kept_run.lse, plain.lse));
+
+  Tensor logits = poisoned({T, V}, DType::f32);
+  lm_head_logits(logits, h, w);
+  const float* full = logits.data_as<float>();
+  Tensor kept_before = Tensor::empty({T * V}, DType::f32);
+  kept_before.copy_from(kept);
+  const float* chunked = kept_before.data_as<float>();
+  int64_t mismatches = 0;
+  for (int64_t v0 = 0; v0 < V; v0 += kVocabChunk) {
+    const int64_t n = std::min(kVocabChunk, V - v0);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t j = 0; j < n; ++j)
+        mismatches += std::bit_cast<uint32_t>(chunked[T * v0 + t * n + j]) !=
+                      std::bit_cast<uint32_t>(full[t * V + v0 + j]);
+  }
+  EXPECT_EQ(mismatches, 0) << "kept logits vs lm_head_logits";
+
+  const Tensor dlp = random_values({T}, DType::f32, 53, 1.0f), dent = random_values({T}, DType::f32, 54, 1.0f);
+  const Tensor dw0 = random_values({V, H}, DType::f32, 55, 1e-3f);
+  Tensor dh = poisoned({T, H}, dtype), dh_kept = poisoned({T, H}, dtype);
+  Tensor dw = Tensor::empty({V, H}, DType::f32), dw_kept = Tensor::empty({V, H}, DType::f32);
+  dw.copy_from(dw0);
+  dw_kept.copy_from(dw0);
+  lm_head_logprob_backward(dh, dw, dlp, dent, h, w, targets, plain.lse, plain.entropy, temperature);
+  lm_head_logprob_backward(dh_kept, dw_kept, dlp, dent, h, w, targets, plain.lse, plain.entropy,
+                           temperature, &kept);
+  EXPECT_TRUE(same_bytes(dh_kept, dh)) << "dh";
+  EXPECT_TRUE(same_bytes(dw_kept, dw)) << "dw";
+  EXPECT_TRUE(same_bytes(kept, kept_before)) << "the backward changed the kept logits";
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, LmHeadKeptLogits, ::testing::Values(DType::f32, DType::bf16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 // ---- backward ----------------------------------------------------------------------------------
@@ -337,6 +392,13 @@ TEST(LmHead, BadArgumentsAreClearErrors) {
   expect_error(
       [&] { lm_head_logprob_backward(dh, dw, dlp_long, ent, h, w, targets, lse, ent, 1.0f); },
       "lm_head_logprob_backward: dlogprob: expected shape");
+  Tensor kept_short = Tensor::empty({T * V - 1}, DType::f32);
+  expect_error([&] { lm_head_logprob_forward(lp, ent, lse, h, w, targets, 1.0f, &kept_short); },
+               "lm_head_logprob_forward: kept_logits: expected shape");
+  const Tensor kept_bf16 = Tensor::empty({T * V}, DType::bf16);
+  expect_error(
+      [&] { lm_head_logprob_backward(dh, dw, lp, ent, h, w, targets, lse, ent, 1.0f, &kept_bf16); },
+      "lm_head_logprob_backward: kept_logits: expected dtype f32");
   Tensor logits_short = Tensor::empty({T, V - 1}, DType::f32);
   expect_error([&] { lm_head_logits(logits_short, h, w); },
                "lm_head_logits: logits: expected shape");
