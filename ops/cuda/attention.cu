@@ -44,6 +44,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -65,9 +66,12 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kTileRows = 64;  // query rows of a forward CTA, keys of a backward CTA, keys a K/V tile
 constexpr int kBwdRows = 32;   // query rows a backward step
 constexpr int kGroupRows = 16; // q heads a decode CTA serves: the rows of one MMA tile
-// K/V tiles in a decode CTA's ring: two in flight while one is used. Decoding streams the cache
-// and nothing else; with one tile in flight it read 33% of the DRAM bandwidth (ncu, batch 64).
-constexpr int kDecodeStages = 3;
+// K/V tiles in a decode CTA's ring: one in flight while one is used, and three CTAs an SM
+// (kDecodeCtasPerSm: 70 KB of shared memory and ≤ 168 registers each). Measured at batch 64
+// (bench_rollout, H200, session 6): 2 stages × 3 CTAs 7425 tokens/s in bf16 against 7203 for
+// 3 stages × 2 CTAs — more warps to hide the latency of the MMA and softmax chains.
+constexpr int kDecodeStages = 2;
+constexpr int kDecodeCtasPerSm = 3;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 constexpr uint16_t kBf16NaN = 0x7fc0;
@@ -492,6 +496,7 @@ struct DecodeArgs {
   const int32_t* context_lens;
   const int32_t* cu;
   int S, T, q_heads, kv_heads, group, max_blocks, block_size, num_blocks, max_parts;
+  int block_shift;  // log2(block_size) when a power of two (a shift for a division), else −1
   int64_t qkv_width, out_width;
   float scale_log2;
   bool one_row_each;  // attention_paged's promise: T = S, sequence s owns row s
@@ -518,7 +523,7 @@ constexpr int kMaxDecodeParts = 8;  // the portable cluster size
 // grid (max_parts, kv_heads, S) in clusters of (max_parts, 1, 1): one sequence's partitions for one
 // kv head. A cluster leaves together or not at all: whether to is decided per sequence.
 template <int D>
-__global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeArgs a) {
+__global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm) decode_kernel(const DecodeArgs a) {
   constexpr int kChunks = D / 8;
   extern __shared__ __align__(128) uint16_t smem[];
   uint16_t* sq = smem;                           // [16, D] the group's queries (rows ≥ group zero)
@@ -548,18 +553,46 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeArgs a) {
   const int tiles = (p_end - p_begin + kTileRows - 1) / kTileRows;
 
   const uint16_t* q = a.qkv + int64_t(t) * a.qkv_width + int64_t(g) * a.group * D;
-  const PagedKeys keys{a.block_tables + int64_t(s) * a.max_blocks, p_end, a.block_size, a.num_blocks,
-                       int64_t(a.kv_heads) * D};
+  const int32_t* table = a.block_tables + int64_t(s) * a.max_blocks;
+  const int64_t ld = int64_t(a.kv_heads) * D;
   const uint16_t* k = a.k_cache + int64_t(g) * D;
   const uint16_t* v = a.v_cache + int64_t(g) * D;
   bool bad = false;
-  auto load_stage = [&](int j) {
-    if (j < tiles)
-      load_keys<D>(sk + (j % kDecodeStages) * kTileRows * D, sv + (j % kDecodeStages) * kTileRows * D, k, v,
-                   keys, p_begin + j * kTileRows, bad);
+  // This thread copies chunk c0 of rows row0 + kRowStep·i of every K/V tile (load_keys' split).
+  // Their cache blocks are read from the block table one tile ahead of the copies: read right
+  // before them, the table's latency stalled every warp once a tile (ncu: ~1/3 issue slots used).
+  constexpr int kRowsPerThread = kTileRows * kChunks / kThreads, kRowStep = kThreads / kChunks;
+  const int row0 = threadIdx.x / kChunks, c0 = threadIdx.x % kChunks;
+  auto block_of = [&](int p) { return a.block_shift >= 0 ? p >> a.block_shift : p / a.block_size; };
+  int32_t blocks[kRowsPerThread];
+  auto fetch_blocks = [&](int j) {
+#pragma unroll
+    for (int i = 0; i < kRowsPerThread; ++i) {
+      const int p = p_begin + j * kTileRows + row0 + kRowStep * i;
+      blocks[i] = j < tiles && p < p_end ? table[block_of(p)] : 0;
+    }
+  };
+  auto load_stage = [&](int j) {  // tile j's copies (zeros past p_end), then tile j + 1's blocks
+    if (j < tiles) {
+      uint16_t* k_tile = sk + (j % kDecodeStages) * kTileRows * D;
+      uint16_t* v_tile = sv + (j % kDecodeStages) * kTileRows * D;
+#pragma unroll
+      for (int i = 0; i < kRowsPerThread; ++i) {
+        const int r = row0 + kRowStep * i, p = p_begin + j * kTileRows + r, block = blocks[i];
+        int64_t offset = -1;
+        if (p < p_end) {
+          if (block < 0 || block >= a.num_blocks) bad = true;
+          else offset = (int64_t(block) * a.block_size + (p - block_of(p) * a.block_size)) * ld + c0 * 8;
+        }
+        cp_async16(k_tile + swizzle<kChunks>(r, c0), offset >= 0 ? k + offset : k, offset >= 0);
+        cp_async16(v_tile + swizzle<kChunks>(r, c0), offset >= 0 ? v + offset : v, offset >= 0);
+      }
+    }
     cp_async_commit();  // also when empty: group j is tile j's
+    fetch_blocks(j + 1);
   };
   load_tile<D, kGroupRows>(sq, q, [&](int r) { return r < a.group ? q + int64_t(r) * D : nullptr; });
+  fetch_blocks(0);
   for (int j = 0; j < kDecodeStages - 1; ++j) load_stage(j);
 
   float o[D / 8][4] = {};
@@ -587,6 +620,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeArgs a) {
   bad = __syncthreads_or(bad);  // also: the K/V buffers are free for the merge below
 
   // Merge the 4 warps' (m, l, o) through shared memory (f32 [4][16][D] over the K buffers).
+  static_assert(kWarps * 16 * D * sizeof(float) <= kDecodeStages * kTileRows * D * sizeof(uint16_t));
   float* so = reinterpret_cast<float*>(sk);
   float* sm = reinterpret_cast<float*>(sv);  // [4][16]
   float* sl = sm + kWarps * 16;              // [4][16]
@@ -1036,6 +1070,7 @@ void attention_paged(Tensor& out, const Tensor& qkv, const Tensor& k_cache, cons
   d.max_blocks = a.max_blocks;
   d.block_size = a.block_size;
   d.num_blocks = a.num_blocks;
+  d.block_shift = std::has_single_bit(unsigned(a.block_size)) ? std::countr_zero(unsigned(a.block_size)) : -1;
   d.qkv_width = a.qkv_width;
   d.out_width = a.out_width;
   d.scale_log2 = a.scale_log2;

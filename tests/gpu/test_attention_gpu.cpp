@@ -296,6 +296,8 @@ std::vector<PagedCase> paged_cases() {
       // 16 q heads per kv head: the decode kernel's whole 16-row tile.
       {"mixed_q16_kv1_d64_bs32", {16, 1, 64}, 32, {{2500, 1}, {33, 1}, {100, 31}, {40, 40}}},
       {"many_decode_q16_kv8_d128_bs16", {16, 8, 128}, 16, many},
+      // A block size that is not a power of two (the decode kernel divides instead of shifting).
+      {"decode_q32_kv8_d128_bs24", {32, 8, 128}, 24, {{3001, 1}, {50, 1}, {777, 1}, {24, 1}}},
   };
 }
 
