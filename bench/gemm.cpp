@@ -4,7 +4,7 @@
 // memory-bound kernels (FP8 quantization, AdamW) against a measured device-to-device copy. Every
 // cuBLASLt GEMM is timed twice: with the autotuned algorithm (the default) and with cuBLASLt's
 // first heuristic choice (what LOCKSTEP_GEMM_AUTOTUNE=0 selects).
-// Usage: bench_gemm [--json out.json] [--reps N]
+// Usage: bench_gemm [--json out.json] [--reps N] [--decode-only]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -151,7 +151,7 @@ void bench_decode() {
   const std::function<void()> flush_l2 = [&] { LOCKSTEP_CUDA_CHECK(cudaMemsetAsync(flush, 0, flush_bytes)); };
   std::printf("\nDecode-shape FProp, L2 flushed: microseconds of bf16 and fp8 on cuBLASLt (autotuned), fp8 on the\n"
               "small-T kernel (its weight GB/s) and fp8 as dispatched (its pick); speedups of the dispatched fp8\n");
-  const int selected = cuda::gemm_fp8_small_t_set_variant(0);  // restored at the end
+  const int selected = cuda::gemm_fp8_small_t_set_variant(0);  // (read, and put back)
   cuda::gemm_fp8_small_t_set_variant(selected);
   std::printf("small-T kernel variants (µs in the v columns; small-T us: v%d):\n", selected);
   for (int v = 0; v < cuda::kFp8SmallTVariants; ++v)
@@ -264,12 +264,15 @@ void bench_memory_bound() {
 
 int main(int argc, char** argv) {
   std::string json_path;
+  bool decode_only = false;  // the decode table alone (the small-T kernel's variants)
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--json" && i + 1 < argc) json_path = argv[++i];
     else if (a == "--reps" && i + 1 < argc) g_reps = std::max(1, std::atoi(argv[++i]));
+    else if (a == "--decode-only") decode_only = true;
     else {
-      std::fprintf(stderr, "bench_gemm: unknown argument '%s'\nusage: bench_gemm [--json out.json] [--reps N]\n", a.c_str());
+      std::fprintf(stderr, "bench_gemm: unknown argument '%s'\nusage: bench_gemm [--json out.json] [--reps N] "
+                   "[--decode-only]\n", a.c_str());
       return 2;
     }
   }
@@ -281,9 +284,9 @@ int main(int argc, char** argv) {
     cudaDeviceProp prop;
     LOCKSTEP_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     std::printf("device: %s (%d SMs)\n", prop.name, prop.multiProcessorCount);
-    bench_memory_bound();
+    if (!decode_only) bench_memory_bound();
     bench_decode();
-    bench_training(8192);
+    if (!decode_only) bench_training(8192);
     if (!json_path.empty()) {
       std::ofstream(json_path) << "{\"device\": \"" << prop.name << "\", \"results\": [\n" << json_rows << "\n]}\n";
     }

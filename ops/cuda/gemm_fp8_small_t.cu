@@ -43,13 +43,18 @@
 //     overwrites the scales of the block being promoted.
 //  3. 2 with the weight copies asking L2 for 256-byte segments: a row's next K block is then an
 //     L2 hit, and DRAM serves 256 contiguous bytes a request.
-//  4. Warp-specialized TMA, one CTA an SM: three consumer warpgroups own three consecutive row
-//     blocks (the CTAs of three variant-0 CTAs) and share each K block's act tile; a producer warp
-//     loads a stage (three weight tiles and the act tile by TMA, the scales by cp.async) once all
-//     consumer warps have released it (`empty` barrier), completing its `full` barrier. 4 stages
-//     of 48 KiB of weight: 192 KiB of weight in flight an SM (variant 0: 96 at 32–64 tokens).
-//     Same K split (splits_for), so its clusters are ⌈row blocks / 3⌉ of `splits` CTAs, one an SM:
-//     where they do not all fit at once (e.g. 32 clusters of 4 on 30 places) it runs in two waves.
+//  4. Warp-specialized TMA: a producer warp loads a stage (the weight tile and the act tile by TMA,
+//     which zero-fills tokens ≥ T; the scales by cp.async) once every consumer warp has released
+//     it (`empty` barrier), completing its `full` barrier; a consumer warpgroup waits for `full`,
+//     runs the wgmmas, releases the stage as soon as they retire, then promotes. The grid and
+//     occupancy of variants 0–3 (3 stages at 32–64 tokens); at 64 tokens the two tiles go through
+//     one partial, one after the other (registers: 13–15 warps an SM leave 128 a thread).
+//  5. 4 with three consumer warpgroups a CTA on three consecutive row blocks (what three CTAs of
+//     variant 4 do), sharing each K block's act tile, one CTA an SM: 4 stages of 48 KiB of weight,
+//     192 KiB in flight an SM (variant 0: 96 at 32–64 tokens), a third of the act traffic. Same K
+//     split (splits_for), so the clusters are ⌈row blocks / 3⌉ of `splits` CTAs at one an SM: fewer
+//     SMs busy on small grids, and where the clusters do not all fit at once (e.g. 32 of 4 CTAs on
+//     30 places) a second wave.
 #include "ops/cuda/gemm_fp8_small_t.h"
 
 #include <cooperative_groups.h>
@@ -89,6 +94,7 @@ const char* const kVariantNames[kFp8SmallTVariants] = {
     "+ a wgmma group a tile",
     "+ mbarrier ring, early refill",
     "+ L2 256-byte prefetch",
+    "TMA, producer warp, 1 row block a CTA",
     "TMA, producer warp, 3 row blocks a CTA",
 };
 
@@ -118,26 +124,29 @@ struct Layout {
   static_assert(kCtasPerSm * (kSmem + 1024) <= 228 * 1024);
 };
 
-// Variant 4: kGroups consumer warpgroups (one a 128-row block) and a producer warp, one CTA an SM.
-constexpr int kGroups = 3;
-constexpr int kWsThreads = kGroups * kThreads + 32;
-
-template <int NT>
+// Variants 4 and 5: kGroups consumer warpgroups (one a 128-row block, 1 or 3) and a producer
+// warp a CTA, kCtasPerSm / kGroups CTAs an SM.
+template <int NT, int kGroups>
 struct WsLayout {
+  static_assert(kGroups == 1 || kGroups == kCtasPerSm);
+  static constexpr int kCtaThreads = kGroups * kThreads + 32;
+  static constexpr int kCtas = kCtasPerSm / kGroups;  // an SM
   static constexpr int kTokens = 8 * NT;
   // A stage: kGroups weight tiles, then the act tile they share.
   static constexpr int kActOffset = kGroups * kRows * kBlockK;
   static constexpr int kStageBytes = kActOffset + kTokens * kBlockK;
-  static constexpr int kStages = 4;
   // Scale slots as in Layout (kGroups weight scales), one more than stages; then `full` and
   // `empty` barriers a stage. The base is aligned to kSwizzleAtom inside the allocation.
   static constexpr int kScaleBytes = kTokens * 4 + 16;
+  static constexpr int kStages = std::min(4, (228 * 1024 / kCtas - 1024 - kSwizzleAtom - kScaleBytes) /
+                                                 (kStageBytes + kScaleBytes + 16));
   static constexpr int kSlots = kStages + 1;
   static constexpr int kScalesOffset = kStages * kStageBytes;
   static constexpr int kBarrierOffset = kScalesOffset + kSlots * kScaleBytes;
   static constexpr int kSmem = kBarrierOffset + 2 * kStages * 8 + kSwizzleAtom;
   static_assert(kStageBytes % kSwizzleAtom == 0 && kScaleBytes % 16 == 0 && kGroups <= 4);
-  static_assert(kSmem <= 227 * 1024, "shared memory of one CTA an SM");
+  static_assert(kStages >= 3, "a stage in use, two in flight");
+  static_assert(kCtas * (kSmem + 1024) <= 228 * 1024);
   static_assert(kGroups * kTokens * kRedStride * 4 <= kScalesOffset, "the partial tiles fit in the stages");
 };
 
@@ -517,16 +526,18 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) small_t_ring_kernel(cons
   finish_one_group<NT, Out>(a, smem, acc, row0);
 }
 
-// Variant 4. Grid (splits, ⌈M/128 / kGroups⌉), clusters of (splits, 1, 1): blockIdx.x is the rank
-// in the cluster; warpgroup g < kGroups owns rows row0 + 128g .. (if inside the weight); warp
-// 4·kGroups is the producer.
-template <int NT, class Out>
-__global__ void __launch_bounds__(kWsThreads, 1)
+// Variants 4 and 5. Grid (splits, ⌈M/128 / kGroups⌉), clusters of (splits, 1, 1): blockIdx.x is
+// the rank in the cluster; warpgroup g < kGroups owns rows row0 + 128g .. (if inside the weight);
+// warp 4·kGroups is the producer.
+template <int NT, class Out, int kGroups>
+__global__ void __launch_bounds__(WsLayout<NT, kGroups>::kCtaThreads, WsLayout<NT, kGroups>::kCtas)
     small_t_ws_kernel(const __grid_constant__ CUtensorMap weight_map, const __grid_constant__ CUtensorMap act_map,
                       const Args a) {
-  using L = WsLayout<NT>;
+  using L = WsLayout<NT, kGroups>;
   constexpr int kStages = L::kStages;
-  constexpr bool kSerialTiles = NT == 8;  // two 64-token partial tiles and the accumulators: > 128 registers
+  // Two 64-token partial tiles and the accumulators take more than the 128 registers a thread
+  // gets (an SM sub-partition's 16K registers over its 4 warps).
+  constexpr bool kSerialTiles = NT == 8;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_raw + (kSwizzleAtom - smem_address(smem_raw) % kSwizzleAtom) % kSwizzleAtom;
   auto stage = [&](int i) { return smem + i % kStages * L::kStageBytes; };
@@ -592,7 +603,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   constexpr int kTileFloats = L::kTokens * kRedStride;
   if (group < groups) store_partial<NT>(red + group * kTileFloats, acc);
   cluster_sync_publish();
-  reduce_cluster<Out>(a, red, kTileFloats, row0, groups, kWsThreads);
+  reduce_cluster<Out>(a, red, kTileFloats, row0, groups, L::kCtaThreads);
   cluster_sync_relaxed();
 }
 
@@ -686,6 +697,16 @@ CUtensorMap tile_map(const void* data, int64_t rows, int64_t cols, int box_rows)
   return map;
 }
 
+template <int NT, class Out, int kGroups>
+void launch_ws(const Args& a, int splits) {
+  using L = WsLayout<NT, kGroups>;
+  const CUtensorMap weight_map = tile_map(a.weight, a.M, a.K, kRows);
+  const CUtensorMap act_map = tile_map(a.act, a.T, a.K, 8 * NT);
+  const dim3 grid(unsigned(splits), unsigned((a.M / kRows + kGroups - 1) / kGroups));
+  launch_clusters(prepared<small_t_ws_kernel<NT, Out, kGroups>, L::kSmem>(), grid, L::kCtaThreads, L::kSmem, weight_map,
+                  act_map, a);
+}
+
 template <int NT, class Out>
 void launch(const Args& a, int splits, int variant) {
   const dim3 grid(unsigned(splits), unsigned(a.M / kRows));
@@ -702,13 +723,10 @@ void launch(const Args& a, int splits, int variant) {
     case 3:
       return launch_clusters(prepared<small_t_ring_kernel<NT, Out, true>, Layout<NT, true>::kSmem>(), grid,
                              kThreads, Layout<NT, true>::kSmem, a);
-    default: {
-      const CUtensorMap weight_map = tile_map(a.weight, a.M, a.K, kRows);
-      const CUtensorMap act_map = tile_map(a.act, a.T, a.K, 8 * NT);
-      const dim3 ws_grid(unsigned(splits), unsigned((a.M / kRows + kGroups - 1) / kGroups));
-      return launch_clusters(prepared<small_t_ws_kernel<NT, Out>, WsLayout<NT>::kSmem>(), ws_grid, kWsThreads,
-                             WsLayout<NT>::kSmem, weight_map, act_map, a);
-    }
+    case 4:
+      return launch_ws<NT, Out, 1>(a, splits);
+    default:
+      return launch_ws<NT, Out, kCtasPerSm>(a, splits);
   }
 }
 

@@ -28,7 +28,7 @@ constexpr int kFp8SmallTMaxTokens = 64;
 // out: bf16 or f32 [T, M], 16-byte aligned; 1 ≤ T ≤ kFp8SmallTMaxTokens.
 void gemm_fp8_small_t(Tensor& out, const Fp8Rows& act, const Fp8Blocks& weight);
 
-constexpr int kFp8SmallTVariants = 5;
+constexpr int kFp8SmallTVariants = 6;
 // Which variant gemm_fp8_small_t runs from now on, 0 .. kFp8SmallTVariants − 1 (for the whole
 // process); returns the previous one. Default: the environment's LOCKSTEP_SMALL_T_VARIANT (read
 // once), else 0.

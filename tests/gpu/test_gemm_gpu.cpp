@@ -272,7 +272,7 @@ INSTANTIATE_TEST_SUITE_P(
 // (every token tile width, full and partial), bf16 and f32 output, the tolerances above; and bit for
 // bit against variant 0. Shapes: K of 1 block and 2 row blocks, 5 K blocks split unevenly over 3
 // row blocks, Qwen3-1.7B's qkv, o, gate_up, down and Qwen3-8B's o (row blocks not a multiple of
-// 3, as variant 4 groups them). The CPU reference runs once at 64 tokens: a token's row does not
+// 3, as variant 5 groups them). The CPU reference runs once at 64 tokens: a token's row does not
 // depend on the others (ops/cpu/gemm.cpp), nor do its quantized bytes.
 struct VariantShape {
   int64_t N, K;
