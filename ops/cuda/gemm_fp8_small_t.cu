@@ -587,7 +587,8 @@ __global__ void __launch_bounds__(WsLayout<NT, kGroups>::kCtaThreads, WsLayout<N
     for (int i = 0; i < k.count; ++i) {
       const int s = i % kStages;
       mbar_wait(&full[s], i / kStages & 1);
-      const uint32_t weight = smem_address(stage(i)) + group * kRows * kBlockK, act = smem_address(stage(i)) + L::kActOffset;
+      const uint32_t act = smem_address(stage(i)) + L::kActOffset;
+      const uint32_t weight = smem_address(stage(i)) + group * kRows * kBlockK;
       auto release = [&] {
         __syncwarp();  // (every lane's scale reads of earlier blocks too)
         if (lane == 0) mbar_arrive(&empty[s]);
@@ -674,8 +675,10 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
   static const auto fn = [] {
     void* f = nullptr;
     cudaDriverEntryPointQueryResult found{};
-    LOCKSTEP_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found));
-    LOCKSTEP_CHECK(found == cudaDriverEntryPointSuccess && f, "fp8 small-T GEMM: the CUDA driver has no cuTensorMapEncodeTiled");
+    LOCKSTEP_CUDA_CHECK(
+        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found));
+    LOCKSTEP_CHECK(found == cudaDriverEntryPointSuccess && f,
+                   "fp8 small-T GEMM: the CUDA driver has no cuTensorMapEncodeTiled");
     return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
   }();
   return fn;
@@ -750,8 +753,8 @@ std::atomic<int>& variant_setting() {
     if (!env) return 0;
     char* end = nullptr;
     const long v = std::strtol(env, &end, 10);
-    LOCKSTEP_CHECK(*env && !*end && v >= 0 && v < kFp8SmallTVariants, "LOCKSTEP_SMALL_T_VARIANT: expected a variant 0 .. ",
-                   kFp8SmallTVariants - 1, ", got '", env, "'");
+    LOCKSTEP_CHECK(*env && !*end && v >= 0 && v < kFp8SmallTVariants,
+                   "LOCKSTEP_SMALL_T_VARIANT: expected a variant 0 .. ", kFp8SmallTVariants - 1, ", got '", env, "'");
     return int(v);
   }()};
   return setting;
