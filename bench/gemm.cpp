@@ -4,7 +4,7 @@
 // memory-bound kernels (FP8 quantization, AdamW) against a measured device-to-device copy. Every
 // cuBLASLt GEMM is timed twice: with the autotuned algorithm (the default) and with cuBLASLt's
 // first heuristic choice (what LOCKSTEP_GEMM_AUTOTUNE=0 selects).
-// Usage: bench_gemm [--json out.json] [--reps N] [--decode-only]
+// Usage: bench_gemm [--json out.json] [--reps N]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -19,7 +19,6 @@
 #include "core/cuda_check.h"
 #include "numerics/quantize.h"
 #include "ops/adamw.h"
-#include "ops/cuda/gemm_fp8_small_t.h"
 #include "ops/gemm.h"
 #include "ops/gemm_backends.h"
 
@@ -141,9 +140,8 @@ void bench_training(int64_t T) {
 
 // Decode shapes, L2 flushed before every timed call (a decode step reads each layer's weights
 // from HBM once): bf16 and fp8 on cuBLASLt (autotuned; heuristic's choice in the JSON), fp8 on the
-// small-T kernel (ops/cuda/gemm_fp8_small_t.cu; the variant selected, LOCKSTEP_SMALL_T_VARIANT or
-// 0) with its weight bytes per second, fp8 as dispatched (kFp8SmallTAuto: the faster of the two,
-// timed on the shape's first call) with its pick, and every variant of the small-T kernel.
+// small-T kernel (ops/cuda/gemm_fp8_small_t.cu) with its weight bytes per second, and fp8 as
+// dispatched (kFp8SmallTAuto: the faster of the two, timed on the shape's first call) with its pick.
 void bench_decode() {
   const size_t flush_bytes = size_t(512) << 20;
   void* flush = nullptr;
@@ -151,15 +149,8 @@ void bench_decode() {
   const std::function<void()> flush_l2 = [&] { LOCKSTEP_CUDA_CHECK(cudaMemsetAsync(flush, 0, flush_bytes)); };
   std::printf("\nDecode-shape FProp, L2 flushed: microseconds of bf16 and fp8 on cuBLASLt (autotuned), fp8 on the\n"
               "small-T kernel (its weight GB/s) and fp8 as dispatched (its pick); speedups of the dispatched fp8\n");
-  const int selected = cuda::gemm_fp8_small_t_set_variant(0);  // (read, and put back)
-  cuda::gemm_fp8_small_t_set_variant(selected);
-  std::printf("small-T kernel variants (µs in the v columns; small-T us: v%d):\n", selected);
-  for (int v = 0; v < cuda::kFp8SmallTVariants; ++v)
-    std::printf("  v%d: %s\n", v, cuda::gemm_fp8_small_t_variant_name(v));
-  std::printf("%-11s %-8s %4s | %8s %8s %10s %9s %-8s | %12s | %9s %9s |", "model", "linear", "T", "bf16 us",
+  std::printf("%-11s %-8s %4s | %8s %8s %10s %9s %-8s | %12s | %9s %9s\n", "model", "linear", "T", "bf16 us",
               "fp8 us", "small-T us", "auto us", "pick", "small-T GB/s", "bf16/auto", "fp8/auto");
-  for (int v = 0; v < cuda::kFp8SmallTVariants; ++v) std::printf("  v%d us", v);
-  std::printf("\n");
   const int previous = cuda::gemm_set_fp8_small_t(0);  // restored at the end
   for (const Linear& l : kLinears) {
     const int64_t N = l.n, K = l.k;
@@ -179,27 +170,16 @@ void bench_decode() {
       const double dispatched = time_ms([&] { gemm_fprop(y, qx, qw); }, flush_l2);
       const bool picked_small_t = cuda::gemm_fp8_uses_small_t(T, N, K, DType::bf16);
       const double gbs = double(N * K) / (small_t * 1e-3) / 1e9;
-      std::printf("%-11s %-8s %4ld | %8.1f %8.1f %10.1f %9.1f %-8s | %12.0f | %8.2fx %8.2fx |", l.model, l.name,
+      std::printf("%-11s %-8s %4ld | %8.1f %8.1f %10.1f %9.1f %-8s | %12.0f | %8.2fx %8.2fx\n", l.model, l.name,
                   long(T), bf16.tuned * 1e3, fp8.tuned * 1e3, small_t * 1e3, dispatched * 1e3,
                   picked_small_t ? "small-T" : "cuBLASLt", gbs, bf16.tuned / dispatched, fp8.tuned / dispatched);
-      cuda::gemm_set_fp8_small_t(64);
-      std::string variants_json;
-      for (int v = 0; v < cuda::kFp8SmallTVariants; ++v) {
-        cuda::gemm_fp8_small_t_set_variant(v);
-        const double ms = time_ms([&] { gemm_fprop(y, qx, qw); }, flush_l2);
-        std::printf(" %6.1f", ms * 1e3);
-        variants_json += (v ? ", " : "") + std::to_string(ms);
-      }
-      cuda::gemm_fp8_small_t_set_variant(selected);
-      std::printf("\n");
       add_json("{\"kind\": \"decode\", \"model\": \"" + std::string(l.model) + "\", \"linear\": \"" + l.name +
                "\", \"T\": " + std::to_string(T) + ", \"N\": " + std::to_string(N) + ", \"K\": " + std::to_string(K) +
                ", \"bf16_ms\": " + std::to_string(bf16.tuned) + ", \"fp8_ms\": " + std::to_string(fp8.tuned) +
                ", \"fp8_small_t_ms\": " + std::to_string(small_t) + ", \"fp8_auto_ms\": " +
                std::to_string(dispatched) + ", \"fp8_auto_pick\": \"" + (picked_small_t ? "small_t" : "cublaslt") +
                "\", \"bf16_ms_heuristic\": " + std::to_string(bf16.heuristic) + ", \"fp8_ms_heuristic\": " +
-               std::to_string(fp8.heuristic) + ", \"fp8_small_t_variant\": " + std::to_string(selected) +
-               ", \"fp8_small_t_variants_ms\": [" + variants_json + "]}");
+               std::to_string(fp8.heuristic) + "}");
     }
   }
   cuda::gemm_set_fp8_small_t(previous);
@@ -264,15 +244,12 @@ void bench_memory_bound() {
 
 int main(int argc, char** argv) {
   std::string json_path;
-  bool decode_only = false;  // the decode table alone (the small-T kernel's variants)
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--json" && i + 1 < argc) json_path = argv[++i];
     else if (a == "--reps" && i + 1 < argc) g_reps = std::max(1, std::atoi(argv[++i]));
-    else if (a == "--decode-only") decode_only = true;
     else {
-      std::fprintf(stderr, "bench_gemm: unknown argument '%s'\nusage: bench_gemm [--json out.json] [--reps N] "
-                   "[--decode-only]\n", a.c_str());
+      std::fprintf(stderr, "bench_gemm: unknown argument '%s'\nusage: bench_gemm [--json out.json] [--reps N]\n", a.c_str());
       return 2;
     }
   }
@@ -284,9 +261,9 @@ int main(int argc, char** argv) {
     cudaDeviceProp prop;
     LOCKSTEP_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     std::printf("device: %s (%d SMs)\n", prop.name, prop.multiProcessorCount);
-    if (!decode_only) bench_memory_bound();
+    bench_memory_bound();
     bench_decode();
-    if (!decode_only) bench_training(8192);
+    bench_training(8192);
     if (!json_path.empty()) {
       std::ofstream(json_path) << "{\"device\": \"" << prop.name << "\", \"results\": [\n" << json_rows << "\n]}\n";
     }

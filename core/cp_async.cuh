@@ -19,13 +19,6 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool vali
                "r"(valid ? 16 : 0)
                : "memory");
 }
-// The same, asking L2 to fetch the whole 256-byte aligned segment around src (the next copy of a
-// stream that walks rows 128 bytes at a time then hits L2).
-__device__ __forceinline__ void cp_async16_l2_256(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(smem_address(dst)), "l"(src),
-               "r"(valid ? 16 : 0)
-               : "memory");
-}
 __device__ __forceinline__ void cp_async4(void* dst, const void* src, bool valid) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_address(dst)), "l"(src),
                "r"(valid ? 4 : 0)

@@ -10,10 +10,7 @@
 //
 // ops/cuda/gemm.cu dispatches to it, or to cuBLASLt, per shape (gemm_set_fp8_small_t in
 // ops/gemm_backends.h); arguments are checked there and by ops/gemm.cpp (K and M
-// multiples of 128, act and weight 16-byte aligned). Include only where LOCKSTEP_HAS_CUDA.
-//
-// The kernel comes in variants that schedule the copies differently (ops/cuda/gemm_fp8_small_t.cu
-// lists them) and give the same bits: tests and benches run each.
+// multiples of 128, act and weight 16-byte aligned). Include only from CUDA sources.
 #pragma once
 
 #include <cstdint>
@@ -27,13 +24,5 @@ constexpr int kFp8SmallTMaxTokens = 64;
 
 // out: bf16 or f32 [T, M], 16-byte aligned; 1 ≤ T ≤ kFp8SmallTMaxTokens.
 void gemm_fp8_small_t(Tensor& out, const Fp8Rows& act, const Fp8Blocks& weight);
-
-constexpr int kFp8SmallTVariants = 6;
-// Which variant gemm_fp8_small_t runs from now on, 0 .. kFp8SmallTVariants − 1 (for the whole
-// process); returns the previous one. Default: the environment's LOCKSTEP_SMALL_T_VARIANT (read
-// once), else 0.
-int gemm_fp8_small_t_set_variant(int variant);
-// A few words on the variant, for bench tables.
-const char* gemm_fp8_small_t_variant_name(int variant);
 
 }  // namespace lockstep::cuda

@@ -6,17 +6,12 @@
 #include <cstdio>
 #include <functional>
 #include <string>
-#include <vector>
 
 #include "core/cuda_graph.h"
 #include "core/error.h"
 #include "ops/gemm.h"
 #include "ops/gemm_backends.h"
 #include "tests/test_util.h"
-
-#if LOCKSTEP_HAS_CUDA
-#include "ops/cuda/gemm_fp8_small_t.h"
-#endif
 
 namespace lockstep {
 namespace {
@@ -49,23 +44,6 @@ int set_fp8_small_t(int tokens) {
   return cuda::gemm_set_fp8_small_t(tokens);
 #else
   (void)tokens;
-  return 0;
-#endif
-}
-
-int small_t_variants() {
-#if LOCKSTEP_HAS_CUDA
-  return cuda::kFp8SmallTVariants;
-#else
-  return 0;
-#endif
-}
-
-int set_small_t_variant(int variant) {
-#if LOCKSTEP_HAS_CUDA
-  return cuda::gemm_fp8_small_t_set_variant(variant);
-#else
-  (void)variant;
   return 0;
 #endif
 }
@@ -266,80 +244,6 @@ INSTANTIATE_TEST_SUITE_P(
                       GemmCase{1, 4096, 2048, DType::bf16, false}, GemmCase{kSmallTMax, 4096, 2048, DType::bf16, false},
                       GemmCase{17, 4096, 2048, DType::f32, false}),
     case_name);
-
-// Every variant of the small-T kernel (gemm_fp8_small_t_set_variant: they schedule the copies
-// differently, the arithmetic is the same) against the CPU reference, FProp at T = 1, 5, 16, 33, 64
-// (every token tile width, full and partial), bf16 and f32 output, the tolerances above; and bit for
-// bit against variant 0. Shapes: K of 1 block and 2 row blocks, 5 K blocks split unevenly over 3
-// row blocks, Qwen3-1.7B's qkv, o, gate_up, down and Qwen3-8B's o (row blocks not a multiple of
-// 3, as variant 5 groups them). The CPU reference runs once at 64 tokens: a token's row does not
-// depend on the others (ops/cpu/gemm.cpp), nor do its quantized bytes.
-struct VariantShape {
-  int64_t N, K;
-};
-
-class Fp8SmallTVariantsGpu : public ::testing::TestWithParam<VariantShape> {};
-
-// gemm_fp8_small_t_set_variant for the scope.
-class SmallTVariant {
- public:
-  SmallTVariant() {
-    if (cuda_device_available()) previous_ = set_small_t_variant(0);
-  }
-  ~SmallTVariant() {
-    if (cuda_device_available()) set_small_t_variant(previous_);
-  }
-  void set(int variant) { set_small_t_variant(variant); }
-
- private:
-  int previous_ = 0;
-};
-
-TEST_P(Fp8SmallTVariantsGpu, MatchCpuAndEachOther) {
-  LOCKSTEP_REQUIRE_GPU();
-  const auto [N, K] = GetParam();
-  const SmallTSettings settings;
-  SmallTVariant variant;
-  const Tensor x = random_tensor({kSmallTMax, K}, DType::bf16, 15, true);
-  Fp8Weight qw = Fp8Weight::empty(N, K, Device::cuda);
-  quantize_weight(qw, random_tensor({N, K}, DType::f32, 16).to(Device::cuda));
-  Fp8Rows qx_all = Fp8Rows::empty(kSmallTMax, K, Device::cuda);
-  quantize_rows(qx_all, x.to(Device::cuda));
-  const Fp8Rows cx = to_host(qx_all);
-  const Fp8Weight cw{to_host(qw.w), to_host(qw.wt)};
-  for (const DType out : {DType::bf16, DType::f32}) {
-    Tensor ref = poisoned({kSmallTMax, N}, out, Device::cpu);
-    gemm_fprop(ref, cx, cw);
-    const double tol = std::max(tolerance(out), kFp8F32Tol);
-    for (const int64_t T : {1, 5, 16, 33, 64}) {
-      Fp8Rows qx = Fp8Rows::empty(T, K, Device::cuda);
-      quantize_rows(qx, x.rows(0, T).to(Device::cuda));
-      const std::vector<double> expected = to_double(ref.rows(0, T));
-      Tensor first;
-      for (int v = 0; v < small_t_variants(); ++v) {
-        variant.set(v);
-        Tensor y = poisoned({T, N}, out, Device::cuda);
-        gemm_fprop(y, qx, qw);
-        const std::string what = "variant " + std::to_string(v) + ", T = " + std::to_string(T) + ", " +
-                                 std::string(dtype_name(out));
-        EXPECT_LE(worst_row_error(to_double(y), expected, N), tol) << what;
-        if (v == 0)
-          first = y;
-        else
-          EXPECT_TRUE(same_bytes(y, first)) << what << ": differs from variant 0";
-      }
-    }
-  }
-}
-
-INSTANTIATE_TEST_SUITE_P(Shapes, Fp8SmallTVariantsGpu,
-                         ::testing::Values(VariantShape{256, 128}, VariantShape{384, 640}, VariantShape{4096, 2048},
-                                           VariantShape{2048, 2048}, VariantShape{12288, 2048},
-                                           VariantShape{2048, 6144}, VariantShape{4096, 4096}),
-                         [](const ::testing::TestParamInfo<VariantShape>& info) {
-                           std::string name = "N";  // (appended to, as in shape_name)
-                           return name += std::to_string(info.param.N) + "_K" + std::to_string(info.param.K);
-                         });
 
 // A token's output does not depend on the batch around it (the rollout engine decodes the same
 // sequence at varying batch sizes): the first T rows of a 64-token FProp, bit for bit, at every
