@@ -218,15 +218,11 @@ struct OnlineSoftmax {
   float l[2] = {0.0f, 0.0f};
 
   // Turns the scores s (masked ones −inf) into probabilities 2^(x − m) in place and rescales o,
-  // the running Σ p·v, to the new maxima. Without `upper_rows` the caller says rows 8 .. 15 are
-  // padding (a decode tile's rows past its group of q heads): left as raw scores, their outputs
-  // never read.
+  // the running Σ p·v, to the new maxima.
   template <int kKeys, int kCols>
-  __device__ __forceinline__ void update(float (&s)[kKeys / 8][4], float (&o)[kCols / 8][4], float scale_log2,
-                                         bool upper_rows = true) {
+  __device__ __forceinline__ void update(float (&s)[kKeys / 8][4], float (&o)[kCols / 8][4], float scale_log2) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      if (r == 1 && !upper_rows) break;
       float mx = -INFINITY;
 #pragma unroll
       for (int nb = 0; nb < kKeys / 8; ++nb) mx = fmaxf(mx, fmaxf(s[nb][2 * r], s[nb][2 * r + 1]));
@@ -247,14 +243,10 @@ struct OnlineSoftmax {
           sum += x;
         }
       l[r] = fmaf(l[r], alpha, sum);
-      // Once a row's maximum is reached alpha is 2^0 = 1, and multiplying by it changes no bit:
-      // most tiles skip the rescale (a warp-uniform branch).
-      if (__any_sync(0xffffffffu, alpha != 1.0f)) {
 #pragma unroll
-        for (int nb = 0; nb < kCols / 8; ++nb) {
-          o[nb][2 * r] *= alpha;
-          o[nb][2 * r + 1] *= alpha;
-        }
+      for (int nb = 0; nb < kCols / 8; ++nb) {
+        o[nb][2 * r] *= alpha;
+        o[nb][2 * r + 1] *= alpha;
       }
     }
   }
@@ -614,13 +606,12 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm) decode_kernel(cons
     // This warp's 16 keys of the tile.
     float sc[2][4];
     multiply_transposed<D, 16>(sc, qa, sk + (j % kDecodeStages) * kTileRows * D, warp * 16);
-    if (j == tiles - 1)  // the keys past the partition's end: only in its last tile
 #pragma unroll
-      for (int nb = 0; nb < 2; ++nb)
+    for (int nb = 0; nb < 2; ++nb)
 #pragma unroll
-        for (int e = 0; e < 4; ++e)
-          if (p_begin + j * kTileRows + warp * 16 + nb * 8 + lane % 4 * 2 + e % 2 >= p_end) sc[nb][e] = -INFINITY;
-    softmax.update<16, D>(sc, o, a.scale_log2, a.group > 8);
+      for (int e = 0; e < 4; ++e)
+        if (p_begin + j * kTileRows + warp * 16 + nb * 8 + lane % 4 * 2 + e % 2 >= p_end) sc[nb][e] = -INFINITY;
+    softmax.update<16, D>(sc, o, a.scale_log2);
     uint32_t p[1][4];
     to_a_fragments<1>(p, sc);
     multiply_accumulate<kChunks, 1, D>(o, p, sv + (j % kDecodeStages) * kTileRows * D, warp * 16, 0);
