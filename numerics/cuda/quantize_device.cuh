@@ -23,6 +23,7 @@
 
 #include "core/cp_async.cuh"
 #include "core/cuda_check.h"
+#include "core/cuda_launch.h"
 #include "core/device.h"
 #include "numerics/quantize.h"
 #include "numerics/scale.h"
@@ -246,7 +247,7 @@ template <auto kKernel>
 unsigned persistent_grid(int threads, size_t smem, int64_t tiles) {
   static const int64_t resident = [threads, smem] {
     int per_sm = 0;
-    LOCKSTEP_CUDA_CHECK(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    allow_dynamic_smem<kKernel>(smem);
     LOCKSTEP_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kKernel, threads, smem));
     return int64_t(device_sm_count()) * std::max(per_sm, 1);
   }();

@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "core/cuda_check.h"
+#include "core/cuda_launch.h"
 #include "core/cuda_stream.h"
 #include "numerics/cuda/quantize_device.cuh"
 #include "ops/adamw_backends.h"
@@ -147,12 +148,7 @@ void adamw_step(Tensor& param, Tensor& m, Tensor& v, const Tensor& grad, const A
   const float* g = grad.data_as<float>();
   uint16_t* b = bf16 ? static_cast<uint16_t*>(bf16->data()) : nullptr;
   if (fp8) {
-    static const bool raised = [] {  // above the 48 KB a kernel gets without asking
-      LOCKSTEP_CUDA_CHECK(cudaFuncSetAttribute(adamw_fp8_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               int(kParkedBytes)));
-      return true;
-    }();
-    (void)raised;
+    allow_dynamic_smem<adamw_fp8_kernel>(kParkedBytes);
     const int64_t N = param.dim(0), K = param.dim(1);
     adamw_fp8_kernel<<<unsigned((N / kTile) * (K / kTile)), Frag::kThreads, kParkedBytes, current_stream()>>>(
         p, mp, vp, g, N, K, s, b, fp8_weight_out(*fp8), pow2);

@@ -51,6 +51,7 @@
 
 #include "core/cp_async.cuh"
 #include "core/cuda_check.h"
+#include "core/cuda_launch.h"
 #include "core/cuda_stream.h"
 #include "core/device.h"
 #include "ops/attention_backends.h"
@@ -931,7 +932,7 @@ T* data(const Tensor& t) {
 template <auto kKernel>
 int prepare(size_t smem) {
   static const int resident = [smem] {
-    LOCKSTEP_CUDA_CHECK(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    allow_dynamic_smem<kKernel>(smem);
     int per_sm = 0;
     LOCKSTEP_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kKernel, kThreads, smem));
     return device_sm_count() * std::max(per_sm, 1);
@@ -1094,20 +1095,10 @@ void attention_paged(Tensor& out, const Tensor& qkv, const Tensor& k_cache, cons
     // One-row sequences first: fwd_kernel, which takes the multi-row ones, also overwrites every
     // row with NaN when cu_seqlens_q is malformed, and must come last for that.
     if (a.S > 0) {
-      prepare<decode_kernel<D>>(kDecodeSmem<D>);
-      cudaLaunchAttribute cluster{};
-      cluster.id = cudaLaunchAttributeClusterDimension;
-      cluster.val.clusterDim.x = unsigned(d.max_parts);
-      cluster.val.clusterDim.y = 1;
-      cluster.val.clusterDim.z = 1;
-      cudaLaunchConfig_t config{};
-      config.gridDim = dim3(unsigned(d.max_parts), unsigned(a.kv_heads), unsigned(a.S));
-      config.blockDim = dim3(kThreads);
-      config.dynamicSmemBytes = kDecodeSmem<D>;
-      config.stream = current_stream();
-      config.attrs = &cluster;
-      config.numAttrs = 1;
-      LOCKSTEP_CUDA_CHECK(cudaLaunchKernelEx(&config, decode_kernel<D>, d));
+      allow_dynamic_smem<decode_kernel<D>>(kDecodeSmem<D>);
+      LaunchConfig(dim3(unsigned(d.max_parts), unsigned(a.kv_heads), unsigned(a.S)), dim3(kThreads),
+                   kDecodeSmem<D>, dim3(unsigned(d.max_parts), 1, 1))
+          .launch(decode_kernel<D>, d);
     }
     if (one_row_each) return;  // no multi-row sequence; decode_kernel NaNs misplaced rows itself
     // Persistent CTAs: how many rows belong to multi-row sequences is known only on the device.

@@ -37,6 +37,7 @@
 
 #include "core/cp_async.cuh"
 #include "core/cuda_check.h"
+#include "core/cuda_launch.h"
 #include "core/cuda_stream.h"
 #include "core/device.h"
 #include "ops/cuda/vector.cuh"
@@ -311,28 +312,14 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) small_t_kernel(const Arg
 template <int NT, class Out>
 auto prepared_kernel() {
   constexpr auto kernel = small_t_kernel<NT, Out>;
-  static const bool prepared = [] {
-    LOCKSTEP_CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Layout<NT>::kSmem));
-    return true;
-  }();
-  (void)prepared;
+  allow_dynamic_smem<kernel>(Layout<NT>::kSmem);
   return kernel;
 }
 
-cudaLaunchConfig_t launch_config(dim3 grid, int smem, cudaLaunchAttribute& cluster) {
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = grid.x;
-  cluster.val.clusterDim.y = 1;
-  cluster.val.clusterDim.z = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid;
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = size_t(smem);
-  config.stream = current_stream();
-  config.attrs = &cluster;
-  config.numAttrs = 1;
-  return config;
+// Grid (splits, row blocks) in clusters of (splits, 1, 1).
+LaunchConfig launch_config(int splits, int64_t row_blocks, int smem) {
+  return LaunchConfig(dim3(unsigned(splits), unsigned(row_blocks)), dim3(kThreads), size_t(smem),
+                      dim3(unsigned(splits), 1, 1));
 }
 
 // CTAs in clusters of `splits` that the GPU holds at once, for the 64-token kernel (every token
@@ -340,10 +327,9 @@ cudaLaunchConfig_t launch_config(dim3 grid, int smem, cudaLaunchAttribute& clust
 int resident_ctas(int splits) {
   static int cached[kMaxSplits + 1] = {};
   if (cached[splits] == 0) {
-    cudaLaunchAttribute cluster{};
-    const cudaLaunchConfig_t config = launch_config(dim3(unsigned(splits), 1), Layout<8>::kSmem, cluster);
+    const LaunchConfig launch = launch_config(splits, 1, Layout<8>::kSmem);
     int clusters = 0;
-    LOCKSTEP_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, prepared_kernel<8, uint16_t>(), &config));
+    LOCKSTEP_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, prepared_kernel<8, uint16_t>(), &launch.config));
     cached[splits] = clusters * splits;
   }
   return cached[splits];
@@ -364,10 +350,7 @@ int splits_for(int64_t M, int64_t K) {
 
 template <int NT, class Out>
 void launch(const Args& a, int splits) {
-  cudaLaunchAttribute cluster{};
-  const cudaLaunchConfig_t config =
-      launch_config(dim3(unsigned(splits), unsigned(a.M / kRows)), Layout<NT>::kSmem, cluster);
-  LOCKSTEP_CUDA_CHECK(cudaLaunchKernelEx(&config, prepared_kernel<NT, Out>(), a));
+  launch_config(splits, a.M / kRows, Layout<NT>::kSmem).launch(prepared_kernel<NT, Out>(), a);
 }
 
 template <class Out>

@@ -33,6 +33,7 @@
 #include <bit>
 
 #include "core/cuda_check.h"
+#include "core/cuda_launch.h"
 #include "core/cuda_stream.h"
 #include "numerics/cuda/quantize_device.cuh"
 #include "ops/cuda/vector.cuh"
@@ -254,25 +255,15 @@ void launch_rows(Tensor& x, const Tensor* residual, const Tensor& w, float eps, 
   const int64_t R = x.dim(0), C = x.dim(1);
   if (R == 0) return;
   const unsigned slices = kOut == RowsOut::rstd ? 1 : slices_of(R, C, residual != nullptr);
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(unsigned(R), slices);
-  config.blockDim = dim3(unsigned(row_threads(C)));
-  config.stream = current_stream();
-  cudaLaunchAttribute cluster{};  // a row's blocks, when a residual's sums are written back
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = 1;
-  cluster.val.clusterDim.y = slices;
-  cluster.val.clusterDim.z = 1;
-  if (residual && slices > 1) {
-    config.attrs = &cluster;
-    config.numAttrs = 1;
-  }
+  // A row's CTAs form a cluster when a residual's sums are written back.
+  const LaunchConfig launch(dim3(unsigned(R), slices), dim3(unsigned(row_threads(C))), 0,
+                            residual && slices > 1 ? std::optional(dim3(1, slices, 1)) : std::nullopt);
   const auto kernel = residual ? rmsnorm_rows_kernel<kOut, true> : rmsnorm_rows_kernel<kOut, false>;
-  LOCKSTEP_CUDA_CHECK(cudaLaunchKernelEx(
-      &config, kernel, static_cast<uint16_t*>(x.data()),
+  launch.launch(
+      kernel, static_cast<uint16_t*>(x.data()),
       residual ? static_cast<const uint16_t*>(residual->data()) : nullptr, w.data_as<float>(), R, C,
       eps, rstd.data_as<float>(), y, rows ? static_cast<uint8_t*>(rows->data.data()) : nullptr,
-      rows ? rows->scales.data_as<float>() : nullptr, pow2));
+      rows ? rows->scales.data_as<float>() : nullptr, pow2);
 }
 
 template <bool kColumnwise>
