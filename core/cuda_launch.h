@@ -51,7 +51,7 @@ struct LaunchConfig {
 
   // Launches kernel(args...) with this configuration, checked.
   template <class... Params, class... Args>
-  void launch(void (*kernel)(Params...), Args&&... args) const {
+  void run(void (*kernel)(Params...), Args&&... args) const {
     LOCKSTEP_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
   }
 };

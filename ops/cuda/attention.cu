@@ -1098,7 +1098,7 @@ void attention_paged(Tensor& out, const Tensor& qkv, const Tensor& k_cache, cons
       allow_dynamic_smem<decode_kernel<D>>(kDecodeSmem<D>);
       LaunchConfig(dim3(unsigned(d.max_parts), unsigned(a.kv_heads), unsigned(a.S)), dim3(kThreads),
                    kDecodeSmem<D>, dim3(unsigned(d.max_parts), 1, 1))
-          .launch(decode_kernel<D>, d);
+          .run(decode_kernel<D>, d);
     }
     if (one_row_each) return;  // no multi-row sequence; decode_kernel NaNs misplaced rows itself
     // Persistent CTAs: how many rows belong to multi-row sequences is known only on the device.

@@ -350,7 +350,7 @@ int splits_for(int64_t M, int64_t K) {
 
 template <int NT, class Out>
 void launch(const Args& a, int splits) {
-  launch_config(splits, a.M / kRows, Layout<NT>::kSmem).launch(prepared_kernel<NT, Out>(), a);
+  launch_config(splits, a.M / kRows, Layout<NT>::kSmem).run(prepared_kernel<NT, Out>(), a);
 }
 
 template <class Out>

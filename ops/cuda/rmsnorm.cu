@@ -259,7 +259,7 @@ void launch_rows(Tensor& x, const Tensor* residual, const Tensor& w, float eps, 
   const LaunchConfig launch(dim3(unsigned(R), slices), dim3(unsigned(row_threads(C))), 0,
                             residual && slices > 1 ? std::optional(dim3(1, slices, 1)) : std::nullopt);
   const auto kernel = residual ? rmsnorm_rows_kernel<kOut, true> : rmsnorm_rows_kernel<kOut, false>;
-  launch.launch(
+  launch.run(
       kernel, static_cast<uint16_t*>(x.data()),
       residual ? static_cast<const uint16_t*>(residual->data()) : nullptr, w.data_as<float>(), R, C,
       eps, rstd.data_as<float>(), y, rows ? static_cast<uint8_t*>(rows->data.data()) : nullptr,
