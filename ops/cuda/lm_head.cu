@@ -1,13 +1,12 @@
 // ops/cuda/lm_head.cu — the fused LM head on CUDA (ops/lm_head.h): the CPU reference's walk of the
 // vocabulary in kVocabChunk chunks, with cuBLASLt GEMMs (ops/gemm.h) and these kernels between.
 //
-// Forward, per chunk: gemm_fprop writes the chunk's fp32 logits [T, n] to scratch, and one CTA
-// per row folds them into the row's running (max, sum, shifted, z_target), kept in an fp32 [T, 4]
-// scratch from chunk to chunk; the last chunk's fold writes logprob, entropy and lse.
-// Backward, per chunk: the logits again (or the kept ones), one CTA per row turns them into bf16
-// dz/temperature, then
-// cuBLASLt adds dz·w_chunk into an fp32 dh (beta = 1 after the first chunk) and dzᵀ·h into dw's
-// rows of the chunk; a bf16 dh is rounded once at the end.
+// Forward, per chunk: gemm_fprop writes the chunk's fp32 logits [T, n] to scratch (or to the kept
+// logits), and one CTA per row folds them into the row's running (max, sum, shifted, z_target),
+// kept in an fp32 [T, 4] scratch from chunk to chunk; the last chunk's fold writes logprob, entropy
+// and lse. Backward, per chunk: the logits again (or the kept ones), one CTA per row turns them
+// into bf16 dz/temperature, then cuBLASLt adds dz·w_chunk into an fp32 dh (beta = 1 after the
+// first chunk) and dzᵀ·h into dw's rows of the chunk; a bf16 dh is rounded once at the end.
 //
 // A CTA of 256 threads holds a row's chunk (4096 fp32: four 16-byte loads per thread) in
 // registers, so each logit is read from memory once although the fold needs the chunk's max before
