@@ -2,7 +2,7 @@
 # GPU-machine run of carried binaries (.carry/bin, .carry/lib, .carry/data; see docs/benchmarks.md):
 # stages given as arguments, run in that order: info, tests, membound (the memory-bound kernels'
 # GPU tests, then bench_gemm), train_bench, train_bench_recompute, attn_bench, torch_bench,
-# compare_large, rollout_bench, hf_generate, default_job, large_grpo.
+# compare_large, rollout_bench, hf_generate, default_job, large_grpo, decode_profile.
 # Logs go to $OUT; each stage has its own time limit so one hang does not eat the session.
 set -u
 cd "$(dirname "$0")/.."  # the repository root
@@ -61,6 +61,12 @@ for stage in "$@"; do
           --rollout.prompts_per_step=16 --rollout.samples_per_prompt=8 --rollout.max_new_tokens=256 --run.eval_every=0 \
           --run.eval_problems=16 --optim.lr=1e-6 --run.out_dir=/tmp/large_$p >> $OUT/large_grpo.txt 2>&1
         mkdir -p $OUT/json; cp /tmp/large_$p/metrics.jsonl $OUT/json/large_grpo_$p.jsonl
+      done ;;
+    decode_profile)  # ncu kernel-time sums of eager batch-64 decode steps (4 layers, ~1K context)
+      for r in bf16 fp8; do
+        timeout 150 /usr/local/cuda/bin/ncu --cache-control none --clock-control none --metrics gpu__time_duration.sum \
+          --csv $B/bench_rollout --layers 4 --prompt 1024 --new 32 --batch 64 --recipes $r --graphs 0 \
+          --memory-fraction 0.2 2>$OUT/ncu_err_$r.txt | python3 scripts/ncu_kernel_sums.py > $OUT/decode_b64_${r}_kernels.txt
       done ;;
     compare_large) timeout 500 python3 scripts/compare_hf.py --large --bin $B/lockstep_model_check > $OUT/compare_large.txt 2>&1 ;;
   esac
