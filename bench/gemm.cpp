@@ -4,11 +4,15 @@
 // memory-bound kernels (FP8 quantization, AdamW) against a measured device-to-device copy. Every
 // cuBLASLt GEMM is timed twice: with the autotuned algorithm (the default) and with cuBLASLt's
 // first heuristic choice (what LOCKSTEP_GEMM_AUTOTUNE=0 selects).
-// Usage: bench_gemm [--json out.json] [--reps N]
+// Usage: bench_gemm [--json out.json] [--reps N] [--decode-only] [--small-t MODEL:LINEAR:T]
+//   --decode-only: the decode table alone.
+//   --small-t qwen3-8b:o:64: only the fp8 small-T kernel at that shape, --reps calls (L2 flushed
+//     before each) and their median — one kernel to put under a profiler (ncu).
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <iterator>
@@ -17,9 +21,11 @@
 
 #include "bench/gpu_timing.h"
 #include "core/cuda_check.h"
+#include "core/error.h"
 #include "numerics/quantize.h"
 #include "ops/adamw.h"
 #include "ops/gemm.h"
+#include "ops/cuda/gemm_fp8_small_t.h"
 #include "ops/gemm_backends.h"
 
 using namespace lockstep;
@@ -186,6 +192,48 @@ void bench_decode() {
   cudaFree(flush);
 }
 
+struct SmallTShape {
+  const Linear* linear = nullptr;
+  int64_t T = 0;
+};
+
+// "model:linear:T" (a kLinears entry, 1 ≤ T ≤ 64).
+SmallTShape parse_small_t(const std::string& spec) {
+  const size_t first = spec.find(':'), second = spec.find(':', first + 1);
+  SmallTShape shape;
+  if (second != std::string::npos) {
+    for (const Linear& l : kLinears)
+      if (spec.substr(0, first) == l.model && spec.substr(first + 1, second - first - 1) == l.name) shape.linear = &l;
+    shape.T = std::atoll(spec.c_str() + second + 1);
+  }
+  LOCKSTEP_CHECK(shape.linear && shape.T >= 1 && shape.T <= cuda::kFp8SmallTMaxTokens, "--small-t: ",
+                 "expected MODEL:LINEAR:T with a model and linear of the decode table and 1 <= T <= ",
+                 cuda::kFp8SmallTMaxTokens, ", got '", spec, "'");
+  return shape;
+}
+
+// --small-t: the small-T kernel alone at one decode shape.
+void bench_one_small_t(const SmallTShape& shape) {
+  const Linear* linear = shape.linear;
+  const int64_t T = shape.T;
+  const size_t flush_bytes = size_t(512) << 20;
+  void* flush = nullptr;
+  LOCKSTEP_CUDA_CHECK(cudaMalloc(&flush, flush_bytes));
+  Tensor w = random_device({linear->n, linear->k}, DType::bf16), x = random_device({T, linear->k}, DType::bf16);
+  Tensor y = Tensor::empty({T, linear->n}, DType::bf16, Device::cuda);
+  Fp8Weight qw = Fp8Weight::empty(linear->n, linear->k, Device::cuda);
+  Fp8Rows qx = Fp8Rows::empty(T, linear->k, Device::cuda);
+  quantize_weight(qw, w);
+  quantize_rows(qx, x);
+  const int previous = cuda::gemm_set_fp8_small_t(64);
+  const double ms = time_ms([&] { gemm_fprop(y, qx, qw); },
+                            [&] { LOCKSTEP_CUDA_CHECK(cudaMemsetAsync(flush, 0, flush_bytes)); });
+  cuda::gemm_set_fp8_small_t(previous);
+  std::printf("small-T %s %s T=%ld: %.1f us (median of %d, L2 flushed)\n", linear->model, linear->name, long(T),
+              ms * 1e3, g_reps);
+  cudaFree(flush);
+}
+
 // One memory-bound kernel's line: µs and % of copy for a single call (median, as timed since the
 // first runs) and back to back (launch latency hidden, as in a training step).
 void memory_bound_row(const std::string& name, double bytes, double copy_gbs, const std::function<void()>& fn) {
@@ -243,17 +291,22 @@ void bench_memory_bound() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string json_path;
+  std::string json_path, small_t;
+  bool decode_only = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--json" && i + 1 < argc) json_path = argv[++i];
     else if (a == "--reps" && i + 1 < argc) g_reps = std::max(1, std::atoi(argv[++i]));
+    else if (a == "--decode-only") decode_only = true;
+    else if (a == "--small-t" && i + 1 < argc) small_t = argv[++i];
     else {
-      std::fprintf(stderr, "bench_gemm: unknown argument '%s'\nusage: bench_gemm [--json out.json] [--reps N]\n", a.c_str());
+      std::fprintf(stderr, "bench_gemm: unknown argument '%s'\nusage: bench_gemm [--json out.json] [--reps N] "
+                   "[--decode-only] [--small-t MODEL:LINEAR:T]\n", a.c_str());
       return 2;
     }
   }
   try {
+    const SmallTShape one_shape = small_t.empty() ? SmallTShape{} : parse_small_t(small_t);
     if (!cuda_device_available()) {
       std::fprintf(stderr, "bench_gemm: no CUDA device\n");
       return 1;
@@ -261,9 +314,13 @@ int main(int argc, char** argv) {
     cudaDeviceProp prop;
     LOCKSTEP_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     std::printf("device: %s (%d SMs)\n", prop.name, prop.multiProcessorCount);
-    bench_memory_bound();
+    if (one_shape.linear) {
+      bench_one_small_t(one_shape);
+      return 0;
+    }
+    if (!decode_only) bench_memory_bound();
     bench_decode();
-    bench_training(8192);
+    if (!decode_only) bench_training(8192);
     if (!json_path.empty()) {
       std::ofstream(json_path) << "{\"device\": \"" << prop.name << "\", \"results\": [\n" << json_rows << "\n]}\n";
     }
