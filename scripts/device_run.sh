@@ -69,7 +69,7 @@ for stage in "$@"; do
           --csv $B/bench_rollout --layers 4 --prompt 1024 --new 32 --batch 64 --recipes $r --graphs 0 \
           --memory-fraction 0.2 2>$OUT/ncu_err_$r.txt | python3 scripts/ncu_kernel_sums.py > $OUT/decode_b64_${r}_kernels.txt
       done ;;
-    small_t_profile)  # ncu of the fp8 small-T GEMM alone: details and SASS stall hot spots
+    small_t_profile)  # ncu of the fp8 small-T GEMM alone and the decode attention: details, SASS stall hot spots
       for shape in qwen3-8b:o:1 qwen3-8b:o:64 qwen3-8b:down:64; do
         name=ncu_small_t_$(echo $shape | tr ':-' '__')
         timeout 150 /usr/local/cuda/bin/ncu --set full --import-source no -k regex:small_t_kernel --launch-skip 3 \
@@ -77,7 +77,14 @@ for stage in "$@"; do
         /usr/local/cuda/bin/ncu --import /tmp/$name.ncu-rep --page details > $OUT/${name}_details.txt 2>&1
         /usr/local/cuda/bin/ncu --import /tmp/$name.ncu-rep --page source --print-source sass --csv 2>&1 \
           | python3 scripts/ncu_sass_hotspots.py > $OUT/${name}_sass.txt 2>&1
-      done ;;
+      done
+      # the paged decode attention at batch 64, ~1K context (eager steps; a launch after the warm-up)
+      timeout 150 /usr/local/cuda/bin/ncu --set full --import-source no -k regex:decode_kernel --launch-skip 40 \
+        --launch-count 1 -f -o /tmp/ncu_decode_attention $B/bench_rollout --layers 2 --prompt 1024 --new 32 \
+        --batch 64 --recipes bf16 --graphs 0 --memory-fraction 0.2 > $OUT/ncu_decode_attention.log 2>&1
+      /usr/local/cuda/bin/ncu --import /tmp/ncu_decode_attention.ncu-rep --page details > $OUT/ncu_decode_attention_details.txt 2>&1
+      /usr/local/cuda/bin/ncu --import /tmp/ncu_decode_attention.ncu-rep --page source --print-source sass --csv 2>&1 \
+        | python3 scripts/ncu_sass_hotspots.py > $OUT/ncu_decode_attention_sass.txt 2>&1 ;;
     compare_large) timeout 500 python3 scripts/compare_hf.py --large --bin $B/lockstep_model_check > $OUT/compare_large.txt 2>&1 ;;
   esac
 done
