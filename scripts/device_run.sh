@@ -3,7 +3,7 @@
 # stages given as arguments, run in that order: info, tests, membound (the memory-bound kernels'
 # GPU tests, then bench_gemm), train_bench, train_bench_recompute, attn_bench, torch_bench,
 # compare_large, rollout_bench, hf_generate, default_job, large_grpo, decode_profile,
-# small_t_profile.
+# kernel_profile.
 # Logs go to $OUT; each stage has its own time limit so one hang does not eat the session.
 set -u
 cd "$(dirname "$0")/.."  # the repository root
@@ -69,7 +69,7 @@ for stage in "$@"; do
           --csv $B/bench_rollout --layers 4 --prompt 1024 --new 32 --batch 64 --recipes $r --graphs 0 \
           --memory-fraction 0.2 2>$OUT/ncu_err_$r.txt | python3 scripts/ncu_kernel_sums.py > $OUT/decode_b64_${r}_kernels.txt
       done ;;
-    small_t_profile)  # ncu of the fp8 small-T GEMM alone and the decode attention: details, SASS stall hot spots
+    kernel_profile)  # ncu of the fp8 small-T GEMM alone and the decode attention: details, SASS stall hot spots
       for shape in qwen3-8b:o:1 qwen3-8b:o:64 qwen3-8b:down:64; do
         name=ncu_small_t_$(echo $shape | tr ':-' '__')
         timeout 150 /usr/local/cuda/bin/ncu --set full --import-source no -k regex:small_t_kernel --launch-skip 3 \
