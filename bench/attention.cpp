@@ -31,13 +31,10 @@ using namespace lockstep;
 namespace {
 
 int g_reps = 20;
-void* g_flush = nullptr;
-constexpr size_t kFlushBytes = size_t(512) << 20;
-
-void flush_l2() { LOCKSTEP_CUDA_CHECK(cudaMemsetAsync(g_flush, 0, kFlushBytes)); }
+std::function<void()> g_flush_l2;  // main's bench::L2Flush
 
 // Median milliseconds of `reps` calls after 3 warm-ups, L2 flushed before each.
-double time_ms(const std::function<void()>& fn) { return bench::median_ms(fn, g_reps, flush_l2); }
+double time_ms(const std::function<void()>& fn) { return bench::median_ms(fn, g_reps, g_flush_l2); }
 
 Tensor random_bf16(Shape shape, uint64_t seed) {
   Tensor host = Tensor::empty(shape, DType::bf16);
@@ -177,12 +174,12 @@ int main(int argc, char** argv) {
     cudaDeviceProp prop;
     LOCKSTEP_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     std::printf("device: %s (%d SMs)\n", prop.name, prop.multiProcessorCount);
-    LOCKSTEP_CUDA_CHECK(cudaMalloc(&g_flush, kFlushBytes));
-    const double copy_gbs = bench::copy_bandwidth_gbs(g_reps, flush_l2);
+    const bench::L2Flush flush;
+    g_flush_l2 = flush.fn();
+    const double copy_gbs = bench::copy_bandwidth_gbs(g_reps, g_flush_l2);
     bench_decode(copy_gbs);
     bench_prefill_chunks();
     bench_training();
-    cudaFree(g_flush);
     if (!json_path.empty()) {
       std::ofstream(json_path) << "{\"device\": \"" << prop.name << "\", \"results\": [\n" << json_rows << "\n]}\n";
       std::printf("\nwrote %s\n", json_path.c_str());

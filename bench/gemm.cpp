@@ -149,10 +149,8 @@ void bench_training(int64_t T) {
 // small-T kernel (ops/cuda/gemm_fp8_small_t.cu) with its weight bytes per second, and fp8 as
 // dispatched (kFp8SmallTAuto: the faster of the two, timed on the shape's first call) with its pick.
 void bench_decode() {
-  const size_t flush_bytes = size_t(512) << 20;
-  void* flush = nullptr;
-  LOCKSTEP_CUDA_CHECK(cudaMalloc(&flush, flush_bytes));
-  const std::function<void()> flush_l2 = [&] { LOCKSTEP_CUDA_CHECK(cudaMemsetAsync(flush, 0, flush_bytes)); };
+  const bench::L2Flush flush;
+  const std::function<void()> flush_l2 = flush.fn();
   std::printf("\nDecode-shape FProp, L2 flushed: microseconds of bf16 and fp8 on cuBLASLt (autotuned), fp8 on the\n"
               "small-T kernel (its weight GB/s) and fp8 as dispatched (its pick); speedups of the dispatched fp8\n");
   std::printf("%-11s %-8s %4s | %8s %8s %10s %9s %-8s | %12s | %9s %9s\n", "model", "linear", "T", "bf16 us",
@@ -189,7 +187,6 @@ void bench_decode() {
     }
   }
   cuda::gemm_set_fp8_small_t(previous);
-  cudaFree(flush);
 }
 
 struct SmallTShape {
@@ -216,9 +213,7 @@ SmallTShape parse_small_t(const std::string& spec) {
 void bench_one_small_t(const SmallTShape& shape) {
   const Linear* linear = shape.linear;
   const int64_t T = shape.T;
-  const size_t flush_bytes = size_t(512) << 20;
-  void* flush = nullptr;
-  LOCKSTEP_CUDA_CHECK(cudaMalloc(&flush, flush_bytes));
+  const bench::L2Flush flush;
   Tensor w = random_device({linear->n, linear->k}, DType::bf16), x = random_device({T, linear->k}, DType::bf16);
   Tensor y = Tensor::empty({T, linear->n}, DType::bf16, Device::cuda);
   Fp8Weight qw = Fp8Weight::empty(linear->n, linear->k, Device::cuda);
@@ -226,12 +221,10 @@ void bench_one_small_t(const SmallTShape& shape) {
   quantize_weight(qw, w);
   quantize_rows(qx, x);
   const int previous = cuda::gemm_set_fp8_small_t(64);
-  const double ms = time_ms([&] { gemm_fprop(y, qx, qw); },
-                            [&] { LOCKSTEP_CUDA_CHECK(cudaMemsetAsync(flush, 0, flush_bytes)); });
+  const double ms = time_ms([&] { gemm_fprop(y, qx, qw); }, flush.fn());
   cuda::gemm_set_fp8_small_t(previous);
   std::printf("small-T %s %s T=%ld: %.1f us (median of %d, L2 flushed)\n", linear->model, linear->name, long(T),
               ms * 1e3, g_reps);
-  cudaFree(flush);
 }
 
 // One memory-bound kernel's line: µs and % of copy for a single call (median, as timed since the

@@ -56,6 +56,24 @@ inline double back_to_back_ms(const std::function<void()>& fn, int reps) {
   return ms / reps;
 }
 
+// A before_each for median_ms that evicts the L2 cache: a memset of a 512 MiB device buffer (far
+// more than any GPU's L2), so the timed call reads its operands from HBM, as a decode step reads
+// each layer's weights. Owns the buffer.
+class L2Flush {
+ public:
+  L2Flush() { LOCKSTEP_CUDA_CHECK(cudaMalloc(&buffer_, kBytes)); }
+  ~L2Flush() { cudaFree(buffer_); }
+  L2Flush(const L2Flush&) = delete;
+  L2Flush& operator=(const L2Flush&) = delete;
+  std::function<void()> fn() const {
+    return [buffer = buffer_] { LOCKSTEP_CUDA_CHECK(cudaMemsetAsync(buffer, 0, kBytes)); };
+  }
+
+ private:
+  static constexpr size_t kBytes = size_t(512) << 20;
+  void* buffer_ = nullptr;
+};
+
 // GB/s of a 1 GiB device-to-device copy, bytes read + written (timed as median_ms does).
 inline double copy_bandwidth_gbs(int reps, const std::function<void()>& before_each = {}) {
   const size_t bytes = size_t(1) << 30;
