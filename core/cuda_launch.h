@@ -1,6 +1,7 @@
-// core/cuda_launch.h — two launch chores every kernel with large shared memory or thread-block
-// clusters repeats: raising its dynamic shared memory limit (once per kernel), and a launch
-// configuration with a cluster shape. Include only from CUDA sources.
+// core/cuda_launch.h — launch chores that kernels with large shared memory, persistent grids or
+// thread-block clusters repeat: raising a kernel's dynamic shared memory limit (once per kernel),
+// its resident CTA count, and a launch configuration with a cluster shape. Include only from CUDA
+// sources.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -10,6 +11,7 @@
 
 #include "core/cuda_check.h"
 #include "core/cuda_stream.h"
+#include "core/device.h"
 
 namespace lockstep {
 
@@ -22,6 +24,21 @@ void allow_dynamic_smem(size_t smem) {
     return true;
   }();
   (void)raised;
+}
+
+// How many CTAs of kKernel (`threads` threads, `smem` bytes of dynamic shared memory, its limit
+// raised) the device holds at once: SMs × occupancy, at least one an SM; queried once per kernel
+// (one device per process, as everywhere in lockstep), so threads and smem must be the same at
+// every call. The grid of a persistent kernel.
+template <auto kKernel>
+int resident_blocks(int threads, size_t smem) {
+  static const int resident = [threads, smem] {
+    allow_dynamic_smem<kKernel>(smem);
+    int per_sm = 0;
+    LOCKSTEP_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kKernel, threads, smem));
+    return device_sm_count() * (per_sm > 0 ? per_sm : 1);
+  }();
+  return resident;
 }
 
 // A cudaLaunchKernelEx configuration on current_stream(): `grid` CTAs of `block` threads with

@@ -24,7 +24,6 @@
 #include "core/cp_async.cuh"
 #include "core/cuda_check.h"
 #include "core/cuda_launch.h"
-#include "core/device.h"
 #include "numerics/quantize.h"
 #include "numerics/scale.h"
 
@@ -241,17 +240,11 @@ __device__ __forceinline__ void for_each_tile(int64_t rows, int64_t cols, uint4*
   }
 }
 
-// Enough persistent blocks to fill the device (capped by the work): occupancy × SMs, queried once,
-// after raising the kernel's dynamic shared memory limit to `smem` (a constant of the kernel).
+// Enough persistent blocks to fill the device (core/cuda_launch.h), capped by the work; `smem` is a
+// constant of the kernel.
 template <auto kKernel>
 unsigned persistent_grid(int threads, size_t smem, int64_t tiles) {
-  static const int64_t resident = [threads, smem] {
-    int per_sm = 0;
-    allow_dynamic_smem<kKernel>(smem);
-    LOCKSTEP_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kKernel, threads, smem));
-    return int64_t(device_sm_count()) * std::max(per_sm, 1);
-  }();
-  return unsigned(std::min(tiles, resident));
+  return unsigned(std::min(tiles, int64_t(resident_blocks<kKernel>(threads, smem))));
 }
 
 // ---- Quantizing a tile ------------------------------------------------------------------------

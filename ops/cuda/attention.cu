@@ -642,6 +642,8 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm) decode_kernel(cons
   float* pm = po + kGroupRows * D;  // [16]
   float* pl = pm + kGroupRows;      // [16]
   int* pbad = reinterpret_cast<int*>(pl + kGroupRows);
+  static_assert((2 * kWarps * 16 + (D + 2) * kGroupRows + 1) * sizeof(float) <=
+                kDecodeStages * kTileRows * D * sizeof(uint16_t), "sm … pbad fit over the V buffers");
   __syncthreads();
   if (part < parts) {
     for (int i = threadIdx.x; i < a.group * kChunks; i += kThreads) {
@@ -927,19 +929,6 @@ T* data(const Tensor& t) {
   return static_cast<T*>(t.data());
 }
 
-// Made once per kernel: its dynamic shared memory limit raised to `smem` bytes; returns how many of
-// its CTAs the device holds at once. (One device per process, as everywhere in lockstep.)
-template <auto kKernel>
-int prepare(size_t smem) {
-  static const int resident = [smem] {
-    allow_dynamic_smem<kKernel>(smem);
-    int per_sm = 0;
-    LOCKSTEP_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kKernel, kThreads, smem));
-    return device_sm_count() * std::max(per_sm, 1);
-  }();
-  return resident;
-}
-
 template <class F>
 void with_head_dim(int64_t head_dim, F&& f) {
   // ops/attention.cpp admits 64 and 128 only.
@@ -985,7 +974,7 @@ void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, const Tensor
   const int items = to_int(tile_bound(a.T, a.S) * a.q_heads, "attention_forward: CTAs");
   with_head_dim(layout.head_dim, [&](auto d) {
     constexpr int D = decltype(d)::value;
-    prepare<fwd_kernel<D, false>>(kFwdSmem<D>);
+    allow_dynamic_smem<fwd_kernel<D, false>>(kFwdSmem<D>);
     fwd_kernel<D, false><<<items, kThreads, kFwdSmem<D>, current_stream()>>>(a);
     LOCKSTEP_CUDA_CHECK_LAUNCH();
   });
@@ -1020,7 +1009,7 @@ void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, con
     bwd_prep_kernel<D><<<blocks(rows * (D / 8), kBlock), kBlock, 0, current_stream()>>>(
         data<const uint16_t>(dout), data<const uint16_t>(out), data<float>(dsum), a.dq, rows);
     LOCKSTEP_CUDA_CHECK_LAUNCH();
-    prepare<bwd_kernel<D>>(kBwdSmem<D>);
+    allow_dynamic_smem<bwd_kernel<D>>(kBwdSmem<D>);
     bwd_kernel<D><<<items, kThreads, kBwdSmem<D>, current_stream()>>>(a);
     LOCKSTEP_CUDA_CHECK_LAUNCH();
     bwd_dq_kernel<D><<<blocks(rows * (D / 8), kBlock), kBlock, 0, current_stream()>>>(
@@ -1102,7 +1091,7 @@ void attention_paged(Tensor& out, const Tensor& qkv, const Tensor& k_cache, cons
     }
     if (one_row_each) return;  // no multi-row sequence; decode_kernel NaNs misplaced rows itself
     // Persistent CTAs: how many rows belong to multi-row sequences is known only on the device.
-    const int resident = prepare<fwd_kernel<D, true>>(kFwdSmem<D>);
+    const int resident = resident_blocks<fwd_kernel<D, true>>(kThreads, kFwdSmem<D>);
     fwd_kernel<D, true><<<std::min(items, resident), kThreads, kFwdSmem<D>, current_stream()>>>(a);
     LOCKSTEP_CUDA_CHECK_LAUNCH();
   });
