@@ -2,28 +2,33 @@
 // which is weight-bandwidth bound: the kernel streams the weight once, 16-byte copies, several K
 // blocks in flight per CTA, and sums each K block with wgmma on e4m3.
 //
-// Work: a CTA (4 warps, one warpgroup) owns one 128-row block of the weight (one row of 128×128
+// Work: a CTA (4 warps, one warpgroup) owns one 64-row block of the weight (half a row of 128×128
 // scale blocks, so the weight scale is one number per K block) and a contiguous range of its K
-// blocks. The K range is split `splits` ways (1, 2, 4 or 8, from the shape alone: enough CTAs for
-// the SMs); the CTAs of one row block form a thread-block cluster and add their fp32 partial tiles
+// blocks. The K range is split `splits` ways (1, 2 or 4, from the shape alone: enough CTAs for the
+// SMs); the CTAs of one row block form a thread-block cluster and add their fp32 partial tiles
 // through distributed shared memory in rank order (deterministic, no workspace, one kernel).
+// That reduction moves (splits − 1)·T·64·4 bytes a cluster, as much as the weight's bytes at 64
+// tokens with 8 splits of 128-row blocks (the layout until session 7): a kernel with no epilogue
+// at all was 17 µs a layer faster at Qwen3-8B's shapes and T = 64, and 64-row blocks split at
+// most 4 ways took 95 µs a layer where 128-row blocks split 8 ways took 100
+// (docs/benchmarks.md, decode shapes).
 //
-// Pipeline: each K block's weight tile (128 rows × 128 bytes), act tile (8·NT tokens × 128 bytes,
-// tokens ≥ T zero-filled) and scales go global → shared by cp.async, 3 or 4 stages deep: as many
+// Pipeline: each K block's weight tile (64 rows × 128 bytes), act tile (8·NT tokens × 128 bytes,
+// tokens ≥ T zero-filled) and scales go global → shared by cp.async, 4 to 8 stages deep: as many
 // as leave room for three CTAs an SM. (With two, clusters of 8 CTAs fit only 30 at once on an
 // H200, so the 32 clusters of a 4096-row weight ran in two waves — ncu, session 5.) The tiles are
 // rows of eight 16-byte chunks, 128-byte swizzled: chunk c of row r sits at c ^ r%8, tiles 1024-byte
 // aligned. That is the layout wgmma's SWIZZLE_128B K-major descriptors read, and it spreads the
 // copies over all 32 banks.
 //
-// Per K block, the kernel sums the block into a fresh fp32 partial tile (128 rows × 8·NT tokens),
+// Per K block, the kernel sums the block into a fresh fp32 partial tile (64 rows × 8·NT tokens),
 // which is then multiplied by sx[t]·sw and added to the accumulator: the CPU reference's order of
 // operations. Partials and accumulators have the D fragment layout of wgmma m64nN, f32 (PTX ISA):
-// lane l, g = l/4, q = l%4, element [m][n][e] is weight row 64m + 16·warp + g + 8·(e/2) and token
-// 8n + 2q + e%2 (the warpgroup owns two m64 tiles; warp w holds rows 16w .. 16w+15 of each).
+// lane l, g = l/4, q = l%4, element [n][e] is weight row 16·warp + g + 8·(e/2) and token
+// 8n + 2q + e%2 (warp w holds rows 16w .. 16w+15).
 //
-// wgmma: m64nNk32 e4m3 × e4m3 → f32, A = 64 weight rows, B = N = 8·NT tokens, both K-major in
-// shared memory (the only layout fp8 wgmma takes). A K block is 4 k32 steps a tile; step j starts
+// wgmma: m64nNk32 e4m3 × e4m3 → f32, A = the 64 weight rows, B = N = 8·NT tokens, both K-major in
+// shared memory (the only layout fp8 wgmma takes). A K block is 4 k32 steps; step j starts
 // 32 bytes into the swizzled rows (the hardware swizzles the address bits, hence the alignment), the
 // first step overwrites the partial (scale-d = 0). The copies are generic-proxy writes and wgmma
 // reads through the async proxy, so every thread fences (fence.proxy.async) between its copies
@@ -49,9 +54,9 @@ namespace {
 namespace cg = cooperative_groups;
 
 constexpr int kThreads = 128;         // 4 warps: one warpgroup
-constexpr int kRows = 128;            // weight rows of a CTA: one row of scale blocks
+constexpr int kRows = 64;             // weight rows of a CTA: one wgmma m64 tile
 constexpr int kBlockK = 128;          // bytes of a K block (e4m3): one swizzled row
-constexpr int kMaxSplits = 8;         // the portable cluster size
+constexpr int kMaxSplits = 4;         // CTAs a cluster (the reduction's traffic grows with it)
 constexpr int kCtasPerSm = 3;
 constexpr int kSwizzleAtom = 1024;    // 8 rows × 128 bytes: every tile starts on one
 
@@ -62,8 +67,8 @@ struct Layout {
   static constexpr int kActOffset = kRows * kBlockK;
   static constexpr int kStageBytes = kActOffset + kTokens * kBlockK;
   static constexpr int kScaleBytes = kTokens * 4 + 16;  // per stage: kTokens act scales, the weight scale
-  // Up to 4 stages, as many as kCtasPerSm CTAs an SM leave room for (228 KiB, 1 KiB reserved each).
-  static constexpr int kStages = std::min(4, (228 * 1024 / kCtasPerSm - 1024) / (kStageBytes + kScaleBytes));
+  // Up to 8 stages, as many as kCtasPerSm CTAs an SM leave room for (228 KiB, 1 KiB reserved each).
+  static constexpr int kStages = std::min(8, (228 * 1024 / kCtasPerSm - 1024) / (kStageBytes + kScaleBytes));
   // After the stages, the scales of every stage.
   static constexpr int kScalesOffset = kStages * kStageBytes;
   // After the main loop the shared memory holds the CTA's partial tile, token-major, rows padded to
@@ -135,13 +140,11 @@ __device__ __forceinline__ void wgmma_e4m3(float (&d)[NT][4], uint64_t a, uint64
 // Keeps the compiler from moving accesses to p across the wgmma fence / wait next to it: p's
 // registers belong to the tensor cores in between.
 template <int NT>
-__device__ __forceinline__ void pin_registers(float (&p)[2][NT][4]) {
+__device__ __forceinline__ void pin_registers(float (&p)[NT][4]) {
 #pragma unroll
-  for (int m = 0; m < 2; ++m)
+  for (int n = 0; n < NT; ++n)
 #pragma unroll
-    for (int n = 0; n < NT; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(p[m][n][e])::"memory");
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(p[n][e])::"memory");
 }
 
 // Cluster barriers: the first publishes this CTA's shared-memory writes to the cluster (release /
@@ -194,23 +197,21 @@ __device__ __forceinline__ void load_stage(uint8_t* tiles, uint8_t* scales, cons
   if (tid < L::kTokens)
     cp_async4(scales + tid * 4, tid < a.T ? cp.act_scale + kb * a.T : a.act_scales, tid < a.T);
   if (tid == 0)
-    cp_async4(scales + L::kTokens * 4, a.weight_scales + row0 / kRows * a.ld_weight_scales + kb, true);
+    cp_async4(scales + L::kTokens * 4, a.weight_scales + row0 / 128 * a.ld_weight_scales + kb, true);  // its 128-row block's
 }
 
-// p[m] = Σ over the K block in `tiles` of weight rows 64m .. 64m+63 × the tokens, with wgmma: 4 k32
-// steps a tile, both tiles' steps in flight together, then a wait for all of them (their shared
-// reads included, so the stage may be refilled after the next barrier).
+// p = Σ over the K block in `tiles` of the weight rows × the tokens, with wgmma: 4 k32 steps in
+// flight together, then a wait for all of them (their shared reads included, so the stage may be
+// refilled after the next barrier).
 template <int NT>
-__device__ __forceinline__ void partial_wgmma(const uint8_t* tiles, float (&p)[2][NT][4]) {
+__device__ __forceinline__ void partial_wgmma(const uint8_t* tiles, float (&p)[NT][4]) {
   using L = Layout<NT>;
   const uint32_t weight = smem_address(tiles), act = weight + L::kActOffset;
   pin_registers(p);  // the last block's reads of p come first
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
   for (int j = 0; j < kBlockK / 32; ++j)
-#pragma unroll
-    for (int m = 0; m < 2; ++m)
-      wgmma_e4m3<NT>(p[m], tile_descriptor(weight + 64 * kBlockK * m + 32 * j), tile_descriptor(act + 32 * j), j > 0);
+    wgmma_e4m3<NT>(p, tile_descriptor(weight + 32 * j), tile_descriptor(act + 32 * j), j > 0);
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
   asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
   pin_registers(p);
@@ -218,21 +219,18 @@ __device__ __forceinline__ void partial_wgmma(const uint8_t* tiles, float (&p)[2
 
 // acc += p · sx[t] · sw, the scales of the stage's K block.
 template <int NT>
-__device__ __forceinline__ void add_scaled(float (&acc)[2][NT][4], const float (&p)[2][NT][4],
+__device__ __forceinline__ void add_scaled(float (&acc)[NT][4], const float (&p)[NT][4],
                                            const uint8_t* scales, int q) {
   const float sw = *reinterpret_cast<const float*>(scales + Layout<NT>::kTokens * 4);
 #pragma unroll
   for (int n = 0; n < NT; ++n) {
     const float2 sx = *reinterpret_cast<const float2*>(scales + (8 * n + 2 * q) * 4);
     const float s0 = sx.x * sw, s1 = sx.y * sw;
-#pragma unroll
-    for (int m = 0; m < 2; ++m) {
-      float* a = acc[m][n];
-      a[0] = fmaf(p[m][n][0], s0, a[0]);
-      a[1] = fmaf(p[m][n][1], s1, a[1]);
-      a[2] = fmaf(p[m][n][2], s0, a[2]);
-      a[3] = fmaf(p[m][n][3], s1, a[3]);
-    }
+    float* a = acc[n];
+    a[0] = fmaf(p[n][0], s0, a[0]);
+    a[1] = fmaf(p[n][1], s1, a[1]);
+    a[2] = fmaf(p[n][2], s0, a[2]);
+    a[3] = fmaf(p[n][3], s1, a[3]);
   }
 }
 
@@ -241,7 +239,7 @@ __device__ __forceinline__ void store4(uint16_t* out, const float4& v) {
   *reinterpret_cast<uint2*>(out) = make_uint2(pack_bf16x2(v.x, v.y), pack_bf16x2(v.z, v.w));
 }
 
-// Grid (splits, M/128), clusters of (splits, 1, 1): blockIdx.x is the rank in the cluster.
+// Grid (splits, M/kRows), clusters of (splits, 1, 1): blockIdx.x is the rank in the cluster.
 template <int NT, class Out>
 __global__ void __launch_bounds__(kThreads, kCtasPerSm) small_t_kernel(const Args a) {
   using L = Layout<NT>;
@@ -258,7 +256,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) small_t_kernel(const Arg
   auto scales = [&](int i) { return smem + L::kScalesOffset + i % kStages * L::kScaleBytes; };
 
   const Copier cp = copier(a, row0);
-  float acc[2][NT][4] = {}, p[2][NT][4] = {};
+  float acc[NT][4] = {}, p[NT][4] = {};
 #pragma unroll
   for (int i = 0; i < kStages - 1; ++i) {
     if (i < count) load_stage<NT>(tiles(i), scales(i), cp, a, row0, kb0 + i);
@@ -279,16 +277,13 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) small_t_kernel(const Arg
 
   float* red = reinterpret_cast<float*>(smem);
 #pragma unroll
-  for (int m = 0; m < 2; ++m)
+  for (int n = 0; n < NT; ++n)
 #pragma unroll
-    for (int n = 0; n < NT; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        red[(8 * n + 2 * q + e % 2) * L::kRedStride + 64 * m + 16 * warp + g + e / 2 * 8] = acc[m][n][e];
+    for (int e = 0; e < 4; ++e) red[(8 * n + 2 * q + e % 2) * L::kRedStride + 16 * warp + g + e / 2 * 8] = acc[n][e];
   cluster_sync_publish();  // every partial tile of the cluster written
   const cg::cluster_group cluster = cg::this_cluster();
 
-  // This CTA's share of the output: rows [split, split + 1) · 128/splits of every token, summed
+  // This CTA's share of the output: rows [split, split + 1) · kRows/splits of every token, summed
   // over the cluster's partial tiles in rank order, 4 rows at a time. Every rank's load is issued
   // before the first add: one distributed-shared-memory latency per item, not one per rank.
   const int rows = kRows / splits, quads = rows / 4;
