@@ -54,6 +54,7 @@
 #include "core/cuda_launch.h"
 #include "core/cuda_stream.h"
 #include "core/device.h"
+#include "numerics/cuda/quantize_device.cuh"
 #include "ops/attention_backends.h"
 
 namespace lockstep::cuda {
@@ -76,6 +77,7 @@ constexpr int kDecodeCtasPerSm = 3;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 constexpr uint16_t kBf16NaN = 0x7fc0;
+constexpr uint8_t kE4M3NaN = 0x7f;  // what quantize_rows makes of a NaN (its scale: NaN too)
 
 // ---- primitives ------------------------------------------------------------------------------
 
@@ -491,6 +493,8 @@ __global__ void __launch_bounds__(kThreads) fwd_kernel(const FwdArgs a) {
 struct DecodeArgs {
   const uint16_t* qkv;
   uint16_t* out;
+  uint8_t* out_q;      // optional (D = 128): out's rowwise E4M3 copy, [T, out_width] ...
+  float* out_scales;   // ... and its scales, [q_heads, T] (a head is one 1×128 group)
   const uint16_t* k_cache;
   const uint16_t* v_cache;
   const int32_t* block_tables;
@@ -521,6 +525,15 @@ __device__ __forceinline__ int decode_row(const int32_t* cu, int s, int T, bool 
 
 constexpr int kMaxDecodeParts = 8;  // the portable cluster size
 
+// A NaN output row's E4M3 copy, as quantize_rows makes it (NaN codes, NaN scales): the `group`
+// heads from head h0 of row t.
+__device__ void store_nan_rows_fp8(const DecodeArgs& a, int t, int h0) {
+  if (!a.out_q) return;
+  uint8_t* q = a.out_q + int64_t(t) * a.out_width + int64_t(h0) * 128;
+  for (int i = threadIdx.x; i < a.group * 128; i += kThreads) q[i] = kE4M3NaN;
+  for (int i = threadIdx.x; i < a.group; i += kThreads) a.out_scales[int64_t(h0 + i) * a.T + t] = __int_as_float(0x7fc00000);
+}
+
 // grid (max_parts, kv_heads, S) in clusters of (max_parts, 1, 1): one sequence's partitions for one
 // kv head. A cluster leaves together or not at all: whether to is decided per sequence.
 template <int D>
@@ -538,14 +551,17 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm) decode_kernel(cons
     if (a.one_row_each && part == 0) {
       uint16_t* row = a.out + int64_t(s) * a.out_width + int64_t(g) * a.group * D;
       for (int i = threadIdx.x; i < a.group * D; i += kThreads) row[i] = kBf16NaN;
+      store_nan_rows_fp8(a, s, g * a.group);
     }
     return;
   }
   const int len = a.context_lens[s];
   uint16_t* out = a.out + int64_t(t) * a.out_width + int64_t(g) * a.group * D;
   if (len < 1 || len > a.max_blocks * a.block_size) {
-    if (part == 0)
+    if (part == 0) {
       for (int i = threadIdx.x; i < a.group * D; i += kThreads) out[i] = kBf16NaN;
+      store_nan_rows_fp8(a, t, g * a.group);
+    }
     return;
   }
   const int span = decode_span(len, a.max_parts), parts = (len + span - 1) / span;
@@ -670,32 +686,43 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm) decode_kernel(cons
   cluster.sync();  // every partition's result written (release / acquire)
   if (part == 0) {
     // o = Σ_p 2^(m_p − M) · Σ p·v_p / Σ_p 2^(m_p − M) · l_p over the partitions, in rank order; a bad
-    // block table in any partition makes the row NaN.
-    for (int i = threadIdx.x; i < a.group * kChunks; i += kThreads) {
-      const int r = i / kChunks, c = i % kChunks;
-      float m = -INFINITY;
-      bool any_bad = false;
-      for (int q = 0; q < parts; ++q) {
-        m = fmaxf(m, cluster.map_shared_rank(pm, q)[r]);
-        any_bad |= *cluster.map_shared_rank(pbad, q) != 0;
+    // block table in any partition makes the row NaN. Whole warps iterate (the E4M3 copy's amax is
+    // a half-warp shuffle: 16 lanes hold a head's 128 values when D = 128).
+    const int items = a.group * kChunks;
+    for (int i0 = 0; i0 < items; i0 += kThreads) {
+      const int i = i0 + threadIdx.x, r = i / kChunks, c = i % kChunks;
+      uint4 w = {};
+      if (i < items) {
+        float m = -INFINITY;
+        bool any_bad = false;
+        for (int q = 0; q < parts; ++q) {
+          m = fmaxf(m, cluster.map_shared_rank(pm, q)[r]);
+          any_bad |= *cluster.map_shared_rank(pbad, q) != 0;
+        }
+        float l = 0.0f, acc[8] = {};
+        for (int q = 0; q < parts; ++q) {
+          const float f = exp2_approx(cluster.map_shared_rank(pm, q)[r] - m);
+          l = fmaf(cluster.map_shared_rank(pl, q)[r], f, l);
+          const float4* x = reinterpret_cast<const float4*>(cluster.map_shared_rank(po, q) + r * D + c * 8);
+          const float4 x0 = x[0], x1 = x[1];
+          acc[0] = fmaf(x0.x, f, acc[0]), acc[1] = fmaf(x0.y, f, acc[1]), acc[2] = fmaf(x0.z, f, acc[2]);
+          acc[3] = fmaf(x0.w, f, acc[3]), acc[4] = fmaf(x1.x, f, acc[4]), acc[5] = fmaf(x1.y, f, acc[5]);
+          acc[6] = fmaf(x1.z, f, acc[6]), acc[7] = fmaf(x1.w, f, acc[7]);
+        }
+        const float inv = any_bad ? __int_as_float(0x7fc00000) : 1.0f / l;
+        w.x = pack_bf16(acc[0] * inv, acc[1] * inv);
+        w.y = pack_bf16(acc[2] * inv, acc[3] * inv);
+        w.z = pack_bf16(acc[4] * inv, acc[5] * inv);
+        w.w = pack_bf16(acc[6] * inv, acc[7] * inv);
+        *reinterpret_cast<uint4*>(out + r * D + c * 8) = w;
       }
-      float l = 0.0f, acc[8] = {};
-      for (int q = 0; q < parts; ++q) {
-        const float f = exp2_approx(cluster.map_shared_rank(pm, q)[r] - m);
-        l = fmaf(cluster.map_shared_rank(pl, q)[r], f, l);
-        const float4* x = reinterpret_cast<const float4*>(cluster.map_shared_rank(po, q) + r * D + c * 8);
-        const float4 x0 = x[0], x1 = x[1];
-        acc[0] = fmaf(x0.x, f, acc[0]), acc[1] = fmaf(x0.y, f, acc[1]), acc[2] = fmaf(x0.z, f, acc[2]);
-        acc[3] = fmaf(x0.w, f, acc[3]), acc[4] = fmaf(x1.x, f, acc[4]), acc[5] = fmaf(x1.y, f, acc[5]);
-        acc[6] = fmaf(x1.z, f, acc[6]), acc[7] = fmaf(x1.w, f, acc[7]);
+      if constexpr (D == 128) {
+        if (a.out_q) {
+          const int64_t head = int64_t(g) * a.group + r;
+          quant::quantize_vector_rows(w, i < items, a.out_q + int64_t(t) * a.out_width + head * D + c * 8,
+                               a.out_scales + head * a.T + t, false);
+        }
       }
-      const float inv = any_bad ? __int_as_float(0x7fc00000) : 1.0f / l;
-      uint4 w;
-      w.x = pack_bf16(acc[0] * inv, acc[1] * inv);
-      w.y = pack_bf16(acc[2] * inv, acc[3] * inv);
-      w.z = pack_bf16(acc[4] * inv, acc[5] * inv);
-      w.w = pack_bf16(acc[6] * inv, acc[7] * inv);
-      *reinterpret_cast<uint4*>(out + r * D + c * 8) = w;
     }
   }
   cluster.sync();  // no CTA leaves (freeing its shared memory) while the first still reads it
@@ -1031,7 +1058,8 @@ void kv_cache_write(Tensor& k_cache, Tensor& v_cache, const Tensor& qkv, const T
 
 void attention_paged(Tensor& out, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
                      const Tensor& block_tables, const Tensor& cu_seqlens_q,
-                     const Tensor& context_lens, const HeadLayout& layout, bool one_row_each) {
+                     const Tensor& context_lens, const HeadLayout& layout, bool one_row_each,
+                     Fp8Rows* out_rows) {
   if (qkv.dim(0) == 0) return;
   FwdArgs a = fwd_args(out, qkv, cu_seqlens_q, layout);
   a.k_cache = data<const uint16_t>(k_cache);
@@ -1065,6 +1093,12 @@ void attention_paged(Tensor& out, const Tensor& qkv, const Tensor& k_cache, cons
   d.out_width = a.out_width;
   d.scale_log2 = a.scale_log2;
   d.one_row_each = one_row_each;
+  if (out_rows) {
+    LOCKSTEP_CHECK(one_row_each && layout.head_dim == 128, "attention_paged: the fused E4M3 copy takes "
+                   "one_row_each and head_dim 128, got head_dim ", layout.head_dim);
+    d.out_q = data<uint8_t>(out_rows->data);
+    d.out_scales = data<float>(out_rows->scales);
+  }
   // Partitions per one-row sequence (a power of two, the cluster size): the most, up to
   // kMaxDecodeParts, with which S · kv_heads · partitions CTAs fill the GPU at most about 4 times
   // over (batch 1 at long contexts is bandwidth-bound only if many SMs stream K/V; more, shorter
