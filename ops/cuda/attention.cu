@@ -528,7 +528,6 @@ constexpr int kMaxDecodeParts = 8;  // the portable cluster size
 // A NaN output row's E4M3 copy, as quantize_rows makes it (NaN codes, NaN scales): the `group`
 // heads from head h0 of row t.
 __device__ void store_nan_rows_fp8(const DecodeArgs& a, int t, int h0) {
-  if (!a.out_q) return;
   uint8_t* q = a.out_q + int64_t(t) * a.out_width + int64_t(h0) * 128;
   for (int i = threadIdx.x; i < a.group * 128; i += kThreads) q[i] = kE4M3NaN;
   for (int i = threadIdx.x; i < a.group; i += kThreads) a.out_scales[int64_t(h0 + i) * a.T + t] = __int_as_float(0x7fc00000);
@@ -536,8 +535,11 @@ __device__ void store_nan_rows_fp8(const DecodeArgs& a, int t, int h0) {
 
 // grid (max_parts, kv_heads, S) in clusters of (max_parts, 1, 1): one sequence's partitions for one
 // kv head. A cluster leaves together or not at all: whether to is decided per sequence.
-template <int D>
+// kQuantize: also the E4M3 copy (a.out_q, a.out_scales; D = 128). A separate instantiation: the
+// copy's code in the bf16 kernel cost its main loop ~3% at batch 64 (session 7).
+template <int D, bool kQuantize>
 __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm) decode_kernel(const DecodeArgs a) {
+  static_assert(!kQuantize || D == 128, "the E4M3 copy takes a head as one 1×128 group");
   constexpr int kChunks = D / 8;
   extern __shared__ __align__(128) uint16_t smem[];
   uint16_t* sq = smem;                           // [16, D] the group's queries (rows ≥ group zero)
@@ -551,7 +553,7 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm) decode_kernel(cons
     if (a.one_row_each && part == 0) {
       uint16_t* row = a.out + int64_t(s) * a.out_width + int64_t(g) * a.group * D;
       for (int i = threadIdx.x; i < a.group * D; i += kThreads) row[i] = kBf16NaN;
-      store_nan_rows_fp8(a, s, g * a.group);
+      if constexpr (kQuantize) store_nan_rows_fp8(a, s, g * a.group);
     }
     return;
   }
@@ -560,7 +562,7 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm) decode_kernel(cons
   if (len < 1 || len > a.max_blocks * a.block_size) {
     if (part == 0) {
       for (int i = threadIdx.x; i < a.group * D; i += kThreads) out[i] = kBf16NaN;
-      store_nan_rows_fp8(a, t, g * a.group);
+      if constexpr (kQuantize) store_nan_rows_fp8(a, t, g * a.group);
     }
     return;
   }
@@ -686,42 +688,45 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm) decode_kernel(cons
   cluster.sync();  // every partition's result written (release / acquire)
   if (part == 0) {
     // o = Σ_p 2^(m_p − M) · Σ p·v_p / Σ_p 2^(m_p − M) · l_p over the partitions, in rank order; a bad
-    // block table in any partition makes the row NaN. Whole warps iterate (the E4M3 copy's amax is
-    // a half-warp shuffle: 16 lanes hold a head's 128 values when D = 128).
-    const int items = a.group * kChunks;
-    for (int i0 = 0; i0 < items; i0 += kThreads) {
-      const int i = i0 + threadIdx.x, r = i / kChunks, c = i % kChunks;
-      uint4 w = {};
-      if (i < items) {
-        float m = -INFINITY;
-        bool any_bad = false;
-        for (int q = 0; q < parts; ++q) {
-          m = fmaxf(m, cluster.map_shared_rank(pm, q)[r]);
-          any_bad |= *cluster.map_shared_rank(pbad, q) != 0;
-        }
-        float l = 0.0f, acc[8] = {};
-        for (int q = 0; q < parts; ++q) {
-          const float f = exp2_approx(cluster.map_shared_rank(pm, q)[r] - m);
-          l = fmaf(cluster.map_shared_rank(pl, q)[r], f, l);
-          const float4* x = reinterpret_cast<const float4*>(cluster.map_shared_rank(po, q) + r * D + c * 8);
-          const float4 x0 = x[0], x1 = x[1];
-          acc[0] = fmaf(x0.x, f, acc[0]), acc[1] = fmaf(x0.y, f, acc[1]), acc[2] = fmaf(x0.z, f, acc[2]);
-          acc[3] = fmaf(x0.w, f, acc[3]), acc[4] = fmaf(x1.x, f, acc[4]), acc[5] = fmaf(x1.y, f, acc[5]);
-          acc[6] = fmaf(x1.z, f, acc[6]), acc[7] = fmaf(x1.w, f, acc[7]);
-        }
-        const float inv = any_bad ? __int_as_float(0x7fc00000) : 1.0f / l;
-        w.x = pack_bf16(acc[0] * inv, acc[1] * inv);
-        w.y = pack_bf16(acc[2] * inv, acc[3] * inv);
-        w.z = pack_bf16(acc[4] * inv, acc[5] * inv);
-        w.w = pack_bf16(acc[6] * inv, acc[7] * inv);
-        *reinterpret_cast<uint4*>(out + r * D + c * 8) = w;
+    // block table in any partition makes the row NaN. Chunk c (8 values) of row r:
+    auto merged = [&](int r, int c) {
+      float m = -INFINITY;
+      bool any_bad = false;
+      for (int q = 0; q < parts; ++q) {
+        m = fmaxf(m, cluster.map_shared_rank(pm, q)[r]);
+        any_bad |= *cluster.map_shared_rank(pbad, q) != 0;
       }
-      if constexpr (D == 128) {
-        if (a.out_q) {
-          const int64_t head = int64_t(g) * a.group + r;
-          quant::quantize_vector_rows(w, i < items, a.out_q + int64_t(t) * a.out_width + head * D + c * 8,
-                               a.out_scales + head * a.T + t, false);
-        }
+      float l = 0.0f, acc[8] = {};
+      for (int q = 0; q < parts; ++q) {
+        const float f = exp2_approx(cluster.map_shared_rank(pm, q)[r] - m);
+        l = fmaf(cluster.map_shared_rank(pl, q)[r], f, l);
+        const float4* x = reinterpret_cast<const float4*>(cluster.map_shared_rank(po, q) + r * D + c * 8);
+        const float4 x0 = x[0], x1 = x[1];
+        acc[0] = fmaf(x0.x, f, acc[0]), acc[1] = fmaf(x0.y, f, acc[1]), acc[2] = fmaf(x0.z, f, acc[2]);
+        acc[3] = fmaf(x0.w, f, acc[3]), acc[4] = fmaf(x1.x, f, acc[4]), acc[5] = fmaf(x1.y, f, acc[5]);
+        acc[6] = fmaf(x1.z, f, acc[6]), acc[7] = fmaf(x1.w, f, acc[7]);
+      }
+      const float inv = any_bad ? __int_as_float(0x7fc00000) : 1.0f / l;
+      uint4 w;
+      w.x = pack_bf16(acc[0] * inv, acc[1] * inv);
+      w.y = pack_bf16(acc[2] * inv, acc[3] * inv);
+      w.z = pack_bf16(acc[4] * inv, acc[5] * inv);
+      w.w = pack_bf16(acc[6] * inv, acc[7] * inv);
+      *reinterpret_cast<uint4*>(out + r * D + c * 8) = w;
+      return w;
+    };
+    const int items = a.group * kChunks;
+    if constexpr (!kQuantize) {
+      for (int i = threadIdx.x; i < items; i += kThreads) merged(i / kChunks, i % kChunks);
+    } else {
+      // Whole warps iterate: the copy's amax is a half-warp shuffle (16 lanes hold a head's 128
+      // values), which every lane of the warp joins.
+      for (int i0 = 0; i0 < items; i0 += kThreads) {
+        const int i = i0 + threadIdx.x, r = i / kChunks, c = i % kChunks;
+        const uint4 w = i < items ? merged(r, c) : uint4{};
+        const int64_t head = int64_t(g) * a.group + r;
+        quant::quantize_vector_rows(w, i < items, a.out_q + int64_t(t) * a.out_width + head * D + c * 8,
+                                    a.out_scales + head * a.T + t, false);
       }
     }
   }
@@ -1118,10 +1123,16 @@ void attention_paged(Tensor& out, const Tensor& qkv, const Tensor& k_cache, cons
     // One-row sequences first: fwd_kernel, which takes the multi-row ones, also overwrites every
     // row with NaN when cu_seqlens_q is malformed, and must come last for that.
     if (a.S > 0) {
-      allow_dynamic_smem<decode_kernel<D>>(kDecodeSmem<D>);
-      LaunchConfig(dim3(unsigned(d.max_parts), unsigned(a.kv_heads), unsigned(a.S)), dim3(kThreads),
-                   kDecodeSmem<D>, dim3(unsigned(d.max_parts), 1, 1))
-          .run(decode_kernel<D>, d);
+      const LaunchConfig launch(dim3(unsigned(d.max_parts), unsigned(a.kv_heads), unsigned(a.S)), dim3(kThreads),
+                                kDecodeSmem<D>, dim3(unsigned(d.max_parts), 1, 1));
+      if constexpr (D == 128) {
+        if (out_rows) {
+          allow_dynamic_smem<decode_kernel<D, true>>(kDecodeSmem<D>);
+          return launch.run(decode_kernel<D, true>, d);  // one_row_each (checked above): nothing else runs
+        }
+      }
+      allow_dynamic_smem<decode_kernel<D, false>>(kDecodeSmem<D>);
+      launch.run(decode_kernel<D, false>, d);
     }
     if (one_row_each) return;  // no multi-row sequence; decode_kernel NaNs misplaced rows itself
     // Persistent CTAs: how many rows belong to multi-row sequences is known only on the device.
