@@ -179,19 +179,13 @@ void Transformer::layer_forward(size_t i, Tensor& x, Tensor& residual, const Ten
                      inv_freq_, p.q_norm, p.k_norm, layout_, eps_);
   else
     qkv_rope_forward(qkv, qk_rstd, qkv_raw, positions, inv_freq_, p.q_norm, p.k_norm, layout_, eps_);
-  // In fp8 inference the attention writes the o projection's E4M3 input itself (fused into the
-  // decode kernel's output pass: one launch fewer a layer); the same bytes as quantizing attn here.
   Tensor attn = empty_act(t, layout_.q_width());
-  LinearInput o_in;
-  const bool attention_quantizes = kv && recipe_ == Recipe::fp8;
-  if (attention_quantizes) o_in.rows = Fp8Rows::empty(t, layout_.q_width(), device());
-  attend(i, attn, attention_quantizes ? &o_in.rows : nullptr, qkv, save);
-  if (!attention_quantizes) o_in = linear_input(recipe_, attn, false);
+  attend(i, attn, qkv, save);
 
   // The attention output is kept for the attention backward anyway; in fp8 the o projection's
   // columnwise copy is remade from it there rather than stored.
   Tensor h = empty_act(t, hidden);
-  linear_forward(h, o_in, w.o, p.o_bias);
+  linear_forward(h, linear_input(recipe_, attn, false), w.o, p.o_bias);
 
   Tensor post_rstd = Tensor::empty({t}, DType::f32, device());
   LinearInput gate_up_in = normed_input(h, x, p.post_norm, post_rstd, train);
@@ -328,10 +322,9 @@ Tensor Transformer::trunk(const TrainBatch& batch, TrainActivations* saved) {
 
   Tensor x = empty_act(t, config_.hidden_size);
   embedding_forward(x, batch.tokens, embed_);
-  const Attend attend = [&](size_t, Tensor& out, Fp8Rows* out_rows, const Tensor& qkv, LayerActivations* save) {
+  const Attend attend = [&](size_t, Tensor& out, const Tensor& qkv, LayerActivations* save) {
     Tensor lse = Tensor::empty({qkv.dim(0), layout_.q_heads}, DType::f32, device());
     attention_forward(out, lse, qkv, batch.cu_seqlens, layout_);
-    if (out_rows) quantize_rows(*out_rows, out);
     if (save) save->lse = lse;
   };
   if (saved) saved->layers.resize(params_.layers.size());
@@ -424,9 +417,9 @@ Tensor Transformer::forward_infer(const InferBatch& batch, KvCache& cache) {
 
   Tensor x = empty_act(t, config_.hidden_size);
   embedding_forward(x, batch.tokens, embed_);
-  const Attend attend = [&](size_t i, Tensor& out, Fp8Rows* out_rows, const Tensor& qkv, LayerActivations*) {
+  const Attend attend = [&](size_t i, Tensor& out, const Tensor& qkv, LayerActivations*) {
     attention_paged(out, qkv, cache.k[i], cache.v[i], batch.block_tables, batch.cu_seqlens_q,
-                    batch.context_lens, layout_, batch.one_row_each, out_rows);
+                    batch.context_lens, layout_, batch.one_row_each);
   };
   const KvWrite kv{cache, batch.slots};
   Tensor residual;

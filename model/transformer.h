@@ -140,8 +140,7 @@ class Transformer {
   };
   struct LayerActivations;
   // The attention of a layer: the training one (packed sequences) or the paged inference one.
-  // out_rows, when given: out's rowwise E4M3 copy too (the o projection's fp8 input).
-  using Attend = std::function<void(size_t layer, Tensor& out, Fp8Rows* out_rows, const Tensor& qkv,
+  using Attend = std::function<void(size_t layer, Tensor& out, const Tensor& qkv,
                                     LayerActivations* save)>;
   // The inference path's KV cache and the new rows' slots: a layer's q/k/v op (ops/qkv_rope.h)
   // writes their k and v there before its attention.

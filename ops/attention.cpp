@@ -193,8 +193,7 @@ void kv_cache_write(Tensor& k_cache, Tensor& v_cache, const Tensor& qkv, const T
 
 void attention_paged(Tensor& out, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
                      const Tensor& block_tables, const Tensor& cu_seqlens_q,
-                     const Tensor& context_lens, const HeadLayout& layout, bool one_row_each,
-                     Fp8Rows* out_rows) {
+                     const Tensor& context_lens, const HeadLayout& layout, bool one_row_each) {
   const std::string op = "attention_paged";
   const int64_t T = check_qkv(op, qkv, layout);
   const Device device = qkv.device();
@@ -210,28 +209,14 @@ void attention_paged(Tensor& out, const Tensor& qkv, const Tensor& k_cache, cons
   check_act(out, "attention_paged: out", device, {T, layout.q_width()});
   LOCKSTEP_CHECK(!one_row_each || T == S, "attention_paged: one_row_each: expected one row per "
                  "sequence, got ", T, " rows for ", S, " sequences");
-  if (out_rows) {
-    const int64_t width = layout.q_width();
-    const Shape data_shape{T, width}, scales_shape{width / kQuantGroup, T};
-    LOCKSTEP_CHECK(width % kQuantGroup == 0 && out_rows->data.dtype() == DType::e4m3 &&
-                       out_rows->data.shape() == data_shape && out_rows->scales.dtype() == DType::f32 &&
-                       out_rows->scales.shape() == scales_shape && out_rows->data.device() == device &&
-                       out_rows->scales.device() == device,
-                   "attention_paged: out_rows: expected e4m3 [", T, ", ", width, "] with f32 scales [",
-                   width / kQuantGroup, ", ", T, "] on the ", device_name(device), ", got ",
-                   out_rows->data.describe(), " and ", out_rows->scales.describe());
-  }
   if (device == Device::cuda) {
 #if LOCKSTEP_HAS_CUDA
     check_cuda(op, layout, {{"out", &out}, {"qkv", &qkv}, {"k_cache", &k_cache}, {"v_cache", &v_cache}});
     // The decode kernel puts a kv head's q heads into the 16 rows of one MMA tile.
     LOCKSTEP_CHECK(layout.group() <= 16, op, ": the CUDA backend takes at most 16 q heads per kv head, got ",
                    layout.q_heads, " q heads over ", layout.kv_heads, " kv heads");
-    const bool fused = out_rows && one_row_each && layout.head_dim == kQuantGroup;
-    cuda::attention_paged(out, qkv, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens, layout,
-                          one_row_each, fused ? out_rows : nullptr);
-    if (out_rows && !fused) quantize_rows(*out_rows, out);
-    return;
+    return cuda::attention_paged(out, qkv, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens,
+                                 layout, one_row_each);
 #else
     LOCKSTEP_NO_CUDA_OP("attention_paged");
 #endif
@@ -263,7 +248,6 @@ void attention_paged(Tensor& out, const Tensor& qkv, const Tensor& k_cache, cons
   }
   cpu::attention_paged(out, qkv, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens,
                        layout);
-  if (out_rows) quantize_rows(*out_rows, out);
 }
 
 }  // namespace lockstep

@@ -28,10 +28,6 @@
 //   T = S, cu_seqlens_q = 0, 1, …, S; T = S is checked, and on the CPU the offsets). The result is
 //   the same; on CUDA only the one-row kernels run, and a sequence s whose offsets are not (s, s+1)
 //   makes row s NaN (instead of every row, as without the promise).
-//   out_rows (optional): also writes out's rowwise 1×128 E4M3 copy, the o projection's fp8 input:
-//   the bytes and scales of quantize_rows(out_rows, out) (fp32 scales), which is what the CPU
-//   runs; CUDA fuses it into the decode kernel's output pass under one_row_each with head_dim 128
-//   (a head is one group), and quantizes after the kernels otherwise.
 //
 // CUDA (ops/cuda/attention.cu): bf16 tensors, head_dim 64 or 128, paged at most 16 q heads per
 // kv head. Index values stay on the device and are not checked up front: a malformed cu_seqlens
@@ -43,7 +39,6 @@
 #pragma once
 
 #include "core/tensor.h"
-#include "numerics/quantize.h"
 #include "ops/head_layout.h"
 
 namespace lockstep {
@@ -65,6 +60,6 @@ void check_kv_cache_write(const Tensor& k_cache, const Tensor& v_cache, const Te
 void attention_paged(Tensor& out, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
                      const Tensor& block_tables, const Tensor& cu_seqlens_q,
                      const Tensor& context_lens, const HeadLayout& layout,
-                     bool one_row_each = false, Fp8Rows* out_rows = nullptr);
+                     bool one_row_each = false);
 
 }  // namespace lockstep

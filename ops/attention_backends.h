@@ -5,7 +5,6 @@
 #pragma once
 
 #include "core/tensor.h"
-#include "numerics/quantize.h"
 #include "ops/head_layout.h"
 
 namespace lockstep::cpu {
@@ -27,9 +26,7 @@ void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, con
                         const Tensor& lse, const Tensor& cu_seqlens, const HeadLayout& layout);
 void kv_cache_write(Tensor& k_cache, Tensor& v_cache, const Tensor& qkv, const Tensor& slots,
                     const HeadLayout& layout);
-// out_rows: the fused E4M3 copy of ops/attention.h, only with one_row_each and head_dim 128.
 void attention_paged(Tensor& out, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
                      const Tensor& block_tables, const Tensor& cu_seqlens_q,
-                     const Tensor& context_lens, const HeadLayout& layout, bool one_row_each,
-                     Fp8Rows* out_rows);
+                     const Tensor& context_lens, const HeadLayout& layout, bool one_row_each);
 }  // namespace lockstep::cuda

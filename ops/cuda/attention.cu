@@ -54,7 +54,6 @@
 #include "core/cuda_launch.h"
 #include "core/cuda_stream.h"
 #include "core/device.h"
-#include "numerics/cuda/quantize_device.cuh"
 #include "ops/attention_backends.h"
 
 namespace lockstep::cuda {
@@ -77,7 +76,6 @@ constexpr int kDecodeCtasPerSm = 3;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 constexpr uint16_t kBf16NaN = 0x7fc0;
-constexpr uint8_t kE4M3NaN = 0x7f;  // what quantize_rows makes of a NaN (its scale: NaN too)
 
 // ---- primitives ------------------------------------------------------------------------------
 
@@ -493,8 +491,6 @@ __global__ void __launch_bounds__(kThreads) fwd_kernel(const FwdArgs a) {
 struct DecodeArgs {
   const uint16_t* qkv;
   uint16_t* out;
-  uint8_t* out_q;      // optional (D = 128): out's rowwise E4M3 copy, [T, out_width] ...
-  float* out_scales;   // ... and its scales, [q_heads, T] (a head is one 1×128 group)
   const uint16_t* k_cache;
   const uint16_t* v_cache;
   const int32_t* block_tables;
@@ -525,21 +521,10 @@ __device__ __forceinline__ int decode_row(const int32_t* cu, int s, int T, bool 
 
 constexpr int kMaxDecodeParts = 8;  // the portable cluster size
 
-// A NaN output row's E4M3 copy, as quantize_rows makes it (NaN codes, NaN scales): the `group`
-// heads from head h0 of row t.
-__device__ void store_nan_rows_fp8(const DecodeArgs& a, int t, int h0) {
-  uint8_t* q = a.out_q + int64_t(t) * a.out_width + int64_t(h0) * 128;
-  for (int i = threadIdx.x; i < a.group * 128; i += kThreads) q[i] = kE4M3NaN;
-  for (int i = threadIdx.x; i < a.group; i += kThreads) a.out_scales[int64_t(h0 + i) * a.T + t] = __int_as_float(0x7fc00000);
-}
-
 // grid (max_parts, kv_heads, S) in clusters of (max_parts, 1, 1): one sequence's partitions for one
 // kv head. A cluster leaves together or not at all: whether to is decided per sequence.
-// kQuantize: also the E4M3 copy (a.out_q, a.out_scales; D = 128). A separate instantiation: the
-// copy's code in the bf16 kernel cost its main loop ~3% at batch 64 (session 7).
-template <int D, bool kQuantize>
+template <int D>
 __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm) decode_kernel(const DecodeArgs a) {
-  static_assert(!kQuantize || D == 128, "the E4M3 copy takes a head as one 1×128 group");
   constexpr int kChunks = D / 8;
   extern __shared__ __align__(128) uint16_t smem[];
   uint16_t* sq = smem;                           // [16, D] the group's queries (rows ≥ group zero)
@@ -553,17 +538,14 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm) decode_kernel(cons
     if (a.one_row_each && part == 0) {
       uint16_t* row = a.out + int64_t(s) * a.out_width + int64_t(g) * a.group * D;
       for (int i = threadIdx.x; i < a.group * D; i += kThreads) row[i] = kBf16NaN;
-      if constexpr (kQuantize) store_nan_rows_fp8(a, s, g * a.group);
     }
     return;
   }
   const int len = a.context_lens[s];
   uint16_t* out = a.out + int64_t(t) * a.out_width + int64_t(g) * a.group * D;
   if (len < 1 || len > a.max_blocks * a.block_size) {
-    if (part == 0) {
+    if (part == 0)
       for (int i = threadIdx.x; i < a.group * D; i += kThreads) out[i] = kBf16NaN;
-      if constexpr (kQuantize) store_nan_rows_fp8(a, t, g * a.group);
-    }
     return;
   }
   const int span = decode_span(len, a.max_parts), parts = (len + span - 1) / span;
@@ -688,8 +670,9 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm) decode_kernel(cons
   cluster.sync();  // every partition's result written (release / acquire)
   if (part == 0) {
     // o = Σ_p 2^(m_p − M) · Σ p·v_p / Σ_p 2^(m_p − M) · l_p over the partitions, in rank order; a bad
-    // block table in any partition makes the row NaN. Chunk c (8 values) of row r:
-    auto merged = [&](int r, int c) {
+    // block table in any partition makes the row NaN.
+    for (int i = threadIdx.x; i < a.group * kChunks; i += kThreads) {
+      const int r = i / kChunks, c = i % kChunks;
       float m = -INFINITY;
       bool any_bad = false;
       for (int q = 0; q < parts; ++q) {
@@ -713,21 +696,6 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm) decode_kernel(cons
       w.z = pack_bf16(acc[4] * inv, acc[5] * inv);
       w.w = pack_bf16(acc[6] * inv, acc[7] * inv);
       *reinterpret_cast<uint4*>(out + r * D + c * 8) = w;
-      return w;
-    };
-    const int items = a.group * kChunks;
-    if constexpr (!kQuantize) {
-      for (int i = threadIdx.x; i < items; i += kThreads) merged(i / kChunks, i % kChunks);
-    } else {
-      // Whole warps iterate: the copy's amax is a half-warp shuffle (16 lanes hold a head's 128
-      // values), which every lane of the warp joins.
-      for (int i0 = 0; i0 < items; i0 += kThreads) {
-        const int i = i0 + threadIdx.x, r = i / kChunks, c = i % kChunks;
-        const uint4 w = i < items ? merged(r, c) : uint4{};
-        const int64_t head = int64_t(g) * a.group + r;
-        quant::quantize_vector_rows(w, i < items, a.out_q + int64_t(t) * a.out_width + head * D + c * 8,
-                                    a.out_scales + head * a.T + t, false);
-      }
     }
   }
   cluster.sync();  // no CTA leaves (freeing its shared memory) while the first still reads it
@@ -1063,8 +1031,7 @@ void kv_cache_write(Tensor& k_cache, Tensor& v_cache, const Tensor& qkv, const T
 
 void attention_paged(Tensor& out, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
                      const Tensor& block_tables, const Tensor& cu_seqlens_q,
-                     const Tensor& context_lens, const HeadLayout& layout, bool one_row_each,
-                     Fp8Rows* out_rows) {
+                     const Tensor& context_lens, const HeadLayout& layout, bool one_row_each) {
   if (qkv.dim(0) == 0) return;
   FwdArgs a = fwd_args(out, qkv, cu_seqlens_q, layout);
   a.k_cache = data<const uint16_t>(k_cache);
@@ -1098,12 +1065,6 @@ void attention_paged(Tensor& out, const Tensor& qkv, const Tensor& k_cache, cons
   d.out_width = a.out_width;
   d.scale_log2 = a.scale_log2;
   d.one_row_each = one_row_each;
-  if (out_rows) {
-    LOCKSTEP_CHECK(one_row_each && layout.head_dim == 128, "attention_paged: the fused E4M3 copy takes "
-                   "one_row_each and head_dim 128, got head_dim ", layout.head_dim);
-    d.out_q = data<uint8_t>(out_rows->data);
-    d.out_scales = data<float>(out_rows->scales);
-  }
   // Partitions per one-row sequence (a power of two, the cluster size): the most, up to
   // kMaxDecodeParts, with which S · kv_heads · partitions CTAs fill the GPU at most about 4 times
   // over (batch 1 at long contexts is bandwidth-bound only if many SMs stream K/V; more, shorter
@@ -1123,16 +1084,10 @@ void attention_paged(Tensor& out, const Tensor& qkv, const Tensor& k_cache, cons
     // One-row sequences first: fwd_kernel, which takes the multi-row ones, also overwrites every
     // row with NaN when cu_seqlens_q is malformed, and must come last for that.
     if (a.S > 0) {
-      const LaunchConfig launch(dim3(unsigned(d.max_parts), unsigned(a.kv_heads), unsigned(a.S)), dim3(kThreads),
-                                kDecodeSmem<D>, dim3(unsigned(d.max_parts), 1, 1));
-      if constexpr (D == 128) {
-        if (out_rows) {
-          allow_dynamic_smem<decode_kernel<D, true>>(kDecodeSmem<D>);
-          return launch.run(decode_kernel<D, true>, d);  // one_row_each (checked above): nothing else runs
-        }
-      }
-      allow_dynamic_smem<decode_kernel<D, false>>(kDecodeSmem<D>);
-      launch.run(decode_kernel<D, false>, d);
+      allow_dynamic_smem<decode_kernel<D>>(kDecodeSmem<D>);
+      LaunchConfig(dim3(unsigned(d.max_parts), unsigned(a.kv_heads), unsigned(a.S)), dim3(kThreads),
+                   kDecodeSmem<D>, dim3(unsigned(d.max_parts), 1, 1))
+          .run(decode_kernel<D>, d);
     }
     if (one_row_each) return;  // no multi-row sequence; decode_kernel NaNs misplaced rows itself
     // Persistent CTAs: how many rows belong to multi-row sequences is known only on the device.

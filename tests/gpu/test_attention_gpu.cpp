@@ -15,7 +15,6 @@
 #include <numeric>
 #include <random>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -274,29 +273,7 @@ struct PagedBatch {
                     layout, one_row_each);
     return out;
   }
-  // run_gpu's out and the E4M3 copy attention_paged writes with it (out_rows).
-  std::pair<Tensor, Fp8Rows> run_gpu_fp8(const HeadLayout& layout, bool one_row_each) const {
-    Tensor out = poisoned({rows(), layout.q_width()}, DType::bf16, Device::cuda);
-    Fp8Rows q = Fp8Rows::empty(rows(), layout.q_width(), Device::cuda);
-    attention_paged(out, qkv.to(Device::cuda), k_cache.to(Device::cuda), v_cache.to(Device::cuda),
-                    block_tables.to(Device::cuda), cu_q.to(Device::cuda), context_lens.to(Device::cuda),
-                    layout, one_row_each, &q);
-    return {out, q};
-  }
 };
-
-// attention_paged's E4M3 copy (fused into the decode kernel under one_row_each with head_dim 128,
-// quantize_rows after the kernels otherwise) is exactly quantize_rows of its bf16 output, NaN
-// rows included.
-void expect_fp8_copy_of_out(const PagedBatch& batch, const HeadLayout& layout, bool one_row_each,
-                            const std::string& name) {
-  const auto [out, q] = batch.run_gpu_fp8(layout, one_row_each);
-  Fp8Rows ref = Fp8Rows::empty(batch.rows(), layout.q_width(), Device::cuda);
-  quantize_rows(ref, out);
-  EXPECT_TRUE(same_bytes(q.data, ref.data)) << name << ": bytes";
-  EXPECT_TRUE(same_bytes(q.scales, ref.scales)) << name << ": scales";
-  EXPECT_TRUE(same_bytes(out, batch.run_gpu(layout, one_row_each))) << name << ": out as without the copy";
-}
 
 struct PagedCase {
   std::string name;
@@ -357,27 +334,6 @@ TEST(PagedGpu, OneRowEachGivesTheSameBits) {
   const int64_t w = layout.q_width();
   EXPECT_TRUE(all_nan(Vec(out.begin() + w, out.end())));
   EXPECT_TRUE(all_finite(Vec(out.begin(), out.begin() + w)));
-}
-
-TEST(PagedGpu, E4M3CopyIsQuantizedOut) {
-  LOCKSTEP_REQUIRE_GPU();
-  for (const PagedCase& c : paged_cases()) {
-    const bool decode = std::all_of(c.seqs.begin(), c.seqs.end(), [](const PagedSequence& q) { return q.rows == 1; });
-    if (c.layout.head_dim != 128) continue;
-    const PagedBatch batch(c.seqs, c.block_size, c.layout, 14);
-    if (decode) expect_fp8_copy_of_out(batch, c.layout, true, c.name + " (fused)");
-    expect_fp8_copy_of_out(batch, c.layout, false, c.name);
-  }
-  // NaN rows: a misplaced row under the promise (rows 1, 2), a block id outside the cache (row 3).
-  const HeadLayout layout{16, 4, 128};
-  PagedBatch batch({{300, 1}, {40, 1}, {900, 1}, {500, 1}, {7, 1}}, 16, layout, 15);
-  batch.cu_q = i32_tensor({0, 1, 1, 3, 4, 5});
-  batch.block_tables.data_as<int32_t>()[3 * batch.block_tables.dim(1) + 2] = int32_t(batch.k_cache.dim(0));
-  expect_fp8_copy_of_out(batch, layout, true, "NaN rows");
-  const Vec out = to_double(batch.run_gpu(layout, true));
-  const int64_t w = layout.q_width();
-  EXPECT_TRUE(all_nan(Vec(out.begin() + w, out.begin() + 4 * w)));
-  EXPECT_TRUE(all_finite(Vec(out.begin() + 4 * w, out.end())));
 }
 
 TEST(KvCacheWriteGpu, SameBytesAsCpu) {

@@ -688,31 +688,6 @@ TEST(AttentionPaged, RowsAreBitIdenticalToTheTrainingForward) {
     }
 }
 
-// The optional E4M3 copy (the o projection's fp8 input) is quantize_rows of the output; a copy of
-// the wrong shape is an error naming it.
-TEST(AttentionPaged, E4M3CopyIsQuantizeRowsOfOut) {
-  const HeadLayout l{4, 2, 128};
-  const Tensor qkv = attention_input(3, l, DType::bf16, 62);
-  Tensor k_cache = poisoned({2, 2, l.kv_heads, l.head_dim}, DType::bf16),
-         v_cache = poisoned({2, 2, l.kv_heads, l.head_dim}, DType::bf16);
-  kv_cache_write(k_cache, v_cache, qkv, i32_tensor({2, 3, 0}), l);
-  const Tensor tables = i32_tensor({1, 0}).reshape({1, 2}), cu = i32_tensor({0, 1}), lens = i32_tensor({3});
-  const Tensor q = qkv.rows(2, 3);
-  Tensor out = poisoned({1, l.q_width()}, DType::bf16);
-  Fp8Rows copy = Fp8Rows::empty(1, l.q_width(), Device::cpu), ref = Fp8Rows::empty(1, l.q_width(), Device::cpu);
-  attention_paged(out, q, k_cache, v_cache, tables, cu, lens, l, true, &copy);
-  quantize_rows(ref, out);
-  EXPECT_TRUE(same_bytes(copy.data, ref.data));
-  EXPECT_TRUE(same_bytes(copy.scales, ref.scales));
-  Fp8Rows wide = Fp8Rows::empty(1, 2 * l.q_width(), Device::cpu);
-  try {
-    attention_paged(out, q, k_cache, v_cache, tables, cu, lens, l, true, &wide);
-    ADD_FAILURE() << "no error for an E4M3 copy of the wrong shape";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("out_rows"), std::string::npos) << e.what();
-  }
-}
-
 // ---- argument errors ---------------------------------------------------------------------------
 
 TEST(Attention, BadArguments) {
