@@ -15,8 +15,8 @@
 //
 // Pipeline: each K block's weight tile (64 rows × 128 bytes), act tile (8·NT tokens × 128 bytes,
 // tokens ≥ T zero-filled) and scales go global → shared by cp.async, 4 to 8 stages deep: as many
-// as leave room for three CTAs an SM. (With two, clusters of 8 CTAs fit only 30 at once on an
-// H200, so the 32 clusters of a 4096-row weight ran in two waves — ncu, session 5.) The tiles are
+// as leave room for three CTAs an SM. (With two, session 5's clusters of 8 CTAs fit only 30 at once
+// on an H200, so the 32 clusters of a 4096-row weight ran in two waves.) The tiles are
 // rows of eight 16-byte chunks, 128-byte swizzled: chunk c of row r sits at c ^ r%8, tiles 1024-byte
 // aligned. That is the layout wgmma's SWIZZLE_128B K-major descriptors read, and it spreads the
 // copies over all 32 banks.
@@ -196,8 +196,8 @@ __device__ __forceinline__ void load_stage(uint8_t* tiles, uint8_t* scales, cons
   }
   if (tid < L::kTokens)
     cp_async4(scales + tid * 4, tid < a.T ? cp.act_scale + kb * a.T : a.act_scales, tid < a.T);
-  if (tid == 0)
-    cp_async4(scales + L::kTokens * 4, a.weight_scales + row0 / 128 * a.ld_weight_scales + kb, true);  // its 128-row block's
+  if (tid == 0)  // the weight scale of the 128-row block holding the CTA's rows
+    cp_async4(scales + L::kTokens * 4, a.weight_scales + row0 / 128 * a.ld_weight_scales + kb, true);
 }
 
 // p = Σ over the K block in `tiles` of the weight rows × the tokens, with wgmma: 4 k32 steps in
