@@ -88,6 +88,12 @@ for stage in "$@"; do
     compare_large) timeout 500 python3 scripts/compare_hf.py --large --bin $B/lockstep_model_check > $OUT/compare_large.txt 2>&1 ;;
   esac
 done
-# At most 8 files come back: the JSON results travel as one archive.
-if [ -d $OUT/json ]; then tar czf $OUT/json.tar.gz -C $OUT json && rm -r $OUT/json; fi
+# At most 8 files come back: the JSON results travel as one archive, and when more than 8 files
+# would be left, everything but summary.txt and earlier archives travels in results-<pid>.tar.gz
+# (the rest would be lost; one archive per invocation of this script).
+if [ -d $OUT/json ]; then tar czf $OUT/json-$$.tar.gz -C $OUT json && rm -r $OUT/json; fi
+if [ "$(find $OUT -type f | wc -l)" -gt 8 ]; then
+  (cd $OUT && find . -type f ! -name summary.txt ! -name 'results-*.tar.gz' | sort > /tmp/device_run_files.txt \
+    && tar czf results-$$.tar.gz -T /tmp/device_run_files.txt && xargs rm < /tmp/device_run_files.txt)
+fi
 echo "=== end $(date +%T)"
