@@ -12,6 +12,12 @@ CUDNN_LIB=$(python3 -c "import nvidia.cudnn, os; print(os.path.join(list(nvidia.
 export LD_LIBRARY_PATH=$PWD/.carry/lib:/usr/local/cuda/lib64:$CUDNN_LIB:${LD_LIBRARY_PATH:-}
 B=.carry/bin
 info() { nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv; nvcc --version | tail -1; ls /usr/local/cuda/lib64 | grep -i cudnn | head -3; python3 -c "import torch, transformers; print(torch.__version__, transformers.__version__)"; }
+NCU=/usr/local/cuda/bin/ncu
+# ncu_reports NAME: the details page and the SASS stall hot spots of /tmp/NAME.ncu-rep, into $OUT.
+ncu_reports() {
+  $NCU --import /tmp/$1.ncu-rep --page details > $OUT/$1_details.txt 2>&1
+  $NCU --import /tmp/$1.ncu-rep --page source --print-source sass --csv 2>&1 | python3 scripts/ncu_sass_hotspots.py > $OUT/$1_sass.txt 2>&1
+}
 for stage in "$@"; do
   echo "=== $stage $(date +%T)"
   case $stage in
@@ -65,26 +71,22 @@ for stage in "$@"; do
       done ;;
     decode_profile)  # ncu kernel-time sums of eager batch-64 decode steps (4 layers, ~1K context)
       for r in bf16 fp8; do
-        timeout 150 /usr/local/cuda/bin/ncu --cache-control none --clock-control none --metrics gpu__time_duration.sum \
+        timeout 150 $NCU --cache-control none --clock-control none --metrics gpu__time_duration.sum \
           --csv $B/bench_rollout --layers 4 --prompt 1024 --new 32 --batch 64 --recipes $r --graphs 0 \
           --memory-fraction 0.2 2>$OUT/ncu_err_$r.txt | python3 scripts/ncu_kernel_sums.py > $OUT/decode_b64_${r}_kernels.txt
       done ;;
     kernel_profile)  # ncu of the fp8 small-T GEMM alone and the decode attention: details, SASS stall hot spots
       for shape in qwen3-8b:o:1 qwen3-8b:o:64 qwen3-8b:down:64; do
         name=ncu_small_t_$(echo $shape | tr ':-' '__')
-        timeout 150 /usr/local/cuda/bin/ncu --set full --import-source no -k regex:small_t_kernel --launch-skip 3 \
+        timeout 150 $NCU --set full --import-source no -k regex:small_t_kernel --launch-skip 3 \
           --launch-count 1 -f -o /tmp/$name $B/bench_gemm --small-t $shape --reps 5 > $OUT/$name.log 2>&1
-        /usr/local/cuda/bin/ncu --import /tmp/$name.ncu-rep --page details > $OUT/${name}_details.txt 2>&1
-        /usr/local/cuda/bin/ncu --import /tmp/$name.ncu-rep --page source --print-source sass --csv 2>&1 \
-          | python3 scripts/ncu_sass_hotspots.py > $OUT/${name}_sass.txt 2>&1
+        ncu_reports $name
       done
       # the paged decode attention at batch 64, ~1K context (eager steps; a launch after the warm-up)
-      timeout 150 /usr/local/cuda/bin/ncu --set full --import-source no -k regex:decode_kernel --launch-skip 40 \
+      timeout 150 $NCU --set full --import-source no -k regex:decode_kernel --launch-skip 40 \
         --launch-count 1 -f -o /tmp/ncu_decode_attention $B/bench_rollout --layers 2 --prompt 1024 --new 32 \
         --batch 64 --recipes bf16 --graphs 0 --memory-fraction 0.2 > $OUT/ncu_decode_attention.log 2>&1
-      /usr/local/cuda/bin/ncu --import /tmp/ncu_decode_attention.ncu-rep --page details > $OUT/ncu_decode_attention_details.txt 2>&1
-      /usr/local/cuda/bin/ncu --import /tmp/ncu_decode_attention.ncu-rep --page source --print-source sass --csv 2>&1 \
-        | python3 scripts/ncu_sass_hotspots.py > $OUT/ncu_decode_attention_sass.txt 2>&1 ;;
+      ncu_reports ncu_decode_attention ;;
     compare_large) timeout 500 python3 scripts/compare_hf.py --large --bin $B/lockstep_model_check > $OUT/compare_large.txt 2>&1 ;;
   esac
 done
