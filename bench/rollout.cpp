@@ -19,6 +19,8 @@
 //                   logits and the sampler's reads are left out).
 //   roofline        GB/step / copy GB/s / (ms/step): copy GB/s is a device-to-device copy measured
 //                   here (read + write bytes over time, as bench_gemm does).
+//   host us         host time between two decode-graph steps, when the GPU has nothing queued
+//                   (EngineStats::decode_host_seconds over the decode steps): part of ms/step.
 // Each (recipe, B) first runs a short generate of the same requests untimed (so every GEMM shape of
 // the timed runs is autotuned, and the decode steps' CUDA graphs captured, before them:
 // ops/cuda/gemm.cu, rollout/decode_graph.h), then the prefill run, then the short run again,
@@ -186,6 +188,7 @@ Run timed_generate(Engine& engine, const std::vector<GenerationRequest>& reqs) {
   run.stats.preemptions -= before.preemptions;
   run.stats.block_copies -= before.block_copies;
   run.stats.decode_steps -= before.decode_steps;
+  run.stats.decode_host_seconds -= before.decode_host_seconds;
   for (size_t r = 0; r < out.size(); ++r)
     LOCKSTEP_CHECK(int64_t(out[r][0].tokens.size()) == reqs[r].sampling.max_new_tokens,
                    "request ", r, " generated ", out[r][0].tokens.size(), " tokens, not ",
@@ -199,6 +202,7 @@ struct Row {
   int64_t batch = 0, new_tokens = 0, kv_cache_tokens = 0;
   std::string skipped;  // why, when it did not run
   double wall_s = 0, prefill_s = 0, tokens_per_s = 0, step_ms = 0, step_bytes = 0, roofline = 0;
+  double host_us = 0;  // a decode step's share of EngineStats::decode_host_seconds
   EngineStats stats;
 };
 
@@ -216,10 +220,11 @@ std::string json_row(const Row& r) {
                   "\"kv_cache_tokens\": %lld, \"wall_s\": %.4f, \"prefill_s\": %.4f, "
                   "\"tokens_per_s\": %.1f, \"decode_ms_per_step\": %.4f, "
                   "\"decode_bytes_per_step\": %.0f, \"roofline_fraction\": %.4f, "
+                  "\"host_us_per_step\": %.1f, "
                   "\"engine_steps\": %lld, \"decode_graph_steps\": %lld, \"preemptions\": %lld}",
                   r.recipe.c_str(), int(r.graphs), (long long)r.batch, (long long)r.new_tokens,
                   (long long)r.kv_cache_tokens, r.wall_s, r.prefill_s, r.tokens_per_s, r.step_ms,
-                  r.step_bytes, r.roofline, (long long)r.stats.steps,
+                  r.step_bytes, r.roofline, r.host_us, (long long)r.stats.steps,
                   (long long)r.stats.decode_steps, (long long)r.stats.preemptions);
   }
   return buf;
@@ -230,9 +235,9 @@ void print_row(const Row& r) {
     std::printf("%-6s %6d %5lld %5lld  skipped: %s\n", r.recipe.c_str(), int(r.graphs),
                 (long long)r.batch, (long long)r.new_tokens, r.skipped.c_str());
   } else {
-    std::printf("%-6s %6d %5lld %5lld %8.2f %9.2f %9.0f %8.2f %8.2f %8.1f%% %7lld %7lld\n",
+    std::printf("%-6s %6d %5lld %5lld %8.2f %9.2f %9.0f %8.2f %8.2f %8.1f%% %7.0f %7lld %7lld\n",
                 r.recipe.c_str(), int(r.graphs), (long long)r.batch, (long long)r.new_tokens, r.wall_s,
-                r.prefill_s, r.tokens_per_s, r.step_ms, r.step_bytes / 1e9, 100 * r.roofline,
+                r.prefill_s, r.tokens_per_s, r.step_ms, r.step_bytes / 1e9, 100 * r.roofline, r.host_us,
                 (long long)r.stats.steps, (long long)r.stats.preemptions);
   }
   std::fflush(stdout);
@@ -306,6 +311,8 @@ std::vector<Row> run_engine(const Options& o, Transformer& model, const std::str
         row.step_bytes = bytes;
         row.roofline = bytes / (copy_gbs * 1e9) / (row.step_ms * 1e-3);
         row.stats = run.stats;
+        if (run.stats.decode_steps > 1)
+          row.host_us = 1e6 * run.stats.decode_host_seconds / double(run.stats.decode_steps - 1);
       }
       row.skipped = why;
       print_row(row);
@@ -363,9 +370,9 @@ int main(int argc, char** argv) try {
               "tokens; device-to-device copy %.0f GB/s\n",
               prop.name, o.model.c_str(), (long long)c.num_hidden_layers,
               (long long)parameter_count(c), seconds_since(t0), (long long)o.prompt, copy_gbs);
-  std::printf("%-6s %6s %5s %5s %8s %9s %9s %8s %8s %9s %7s %7s\n", "recipe", "graphs", "batch",
-              "new", "wall s", "prefill s", "tokens/s", "ms/step", "GB/step", "roofline", "steps",
-              "preempt");
+  std::printf("%-6s %6s %5s %5s %8s %9s %9s %8s %8s %9s %7s %7s %7s\n", "recipe", "graphs", "batch",
+              "new", "wall s", "prefill s", "tokens/s", "ms/step", "GB/step", "roofline", "host us",
+              "steps", "preempt");
 
   std::vector<Row> all;
   std::string rows;

@@ -1,7 +1,11 @@
 // core/cuda_graph.cpp — the CUDA part compiles only with LOCKSTEP_HAS_CUDA.
 #include "core/cuda_graph.h"
 
+#include <cstdio>
+#include <cstdlib>
+#include <map>
 #include <utility>
+#include <vector>
 
 #include "core/error.h"
 
@@ -16,6 +20,26 @@ namespace lockstep {
 
 namespace {
 cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
+
+// LOCKSTEP_GRAPH_NODES=1: one line on stderr per captured graph, its nodes by type (a diagnosis of
+// what sits between the kernels of a graph).
+void print_node_types(cudaGraph_t graph) {
+  size_t count = 0;
+  LOCKSTEP_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &count));
+  std::vector<cudaGraphNode_t> nodes(count);
+  LOCKSTEP_CUDA_CHECK(cudaGraphGetNodes(graph, nodes.data(), &count));
+  std::map<int, int> by_type;
+  for (cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType type{};
+    LOCKSTEP_CUDA_CHECK(cudaGraphNodeGetType(node, &type));
+    ++by_type[int(type)];
+  }
+  size_t edges = 0;
+  LOCKSTEP_CUDA_CHECK(cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, &edges));
+  std::fprintf(stderr, "CUDA graph: %zu nodes, %zu edges; by cudaGraphNodeType:", count, edges);
+  for (const auto& [type, n] : by_type) std::fprintf(stderr, " %d:%d", type, n);
+  std::fprintf(stderr, "\n");
+}
 }  // namespace
 
 SideStream::SideStream() {
@@ -50,6 +74,7 @@ CudaGraph CudaGraph::capture(const SideStream& stream, const std::function<void(
     throw;
   }
   LOCKSTEP_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+  if (const char* env = std::getenv("LOCKSTEP_GRAPH_NODES"); env && *env == '1') print_node_types(graph);
   CudaGraph g;
   g.graph_ = graph;
   cudaGraphExec_t exec = nullptr;

@@ -135,6 +135,8 @@ DecodeGraph::Drawn DecodeGraph::run(std::span<const Row> rows, std::span<const i
   }
   for (int64_t i = count; i < bucket; ++i) stage_padding(i);
   std::copy(copies.begin(), copies.end(), host(kCopies));
+  const auto launch = std::chrono::steady_clock::now();
+  if (done_) host_seconds_ += std::chrono::duration<double>(launch - *done_).count();
   upload(bucket, width);
 
   if (copy_count > 0)
@@ -145,6 +147,7 @@ DecodeGraph::Drawn DecodeGraph::run(std::span<const Row> rows, std::span<const i
   device_copy_async(host(kOut), Device::cpu, device(kOut), Device::cuda,
                     size_t(2 * max_sequences_) * sizeof(int32_t));
   stream_synchronize();
+  done_ = std::chrono::steady_clock::now();
   return {{host(kOut), size_t(count)},
           {reinterpret_cast<const float*>(host(kOut) + max_sequences_), size_t(count)}};
 }

@@ -38,6 +38,7 @@
 // (as refresh_weights and the optimizer do), and the model and the cache must outlive this.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -78,6 +79,12 @@ class DecodeGraph {
   // (src, dst, src, dst, ...; at most one a row).
   Drawn run(std::span<const Row> rows, std::span<const int32_t> copies);
 
+  // Host time between consecutive decode steps, summed: from a step's draws reaching the host to
+  // the next step's launch (staging its inputs, and whatever the caller did in between), while the
+  // GPU has nothing queued. pause() says the next run() does not follow a decode step directly.
+  double host_seconds() const { return host_seconds_; }
+  void pause() { done_.reset(); }
+
  private:
   enum Part { kTokens, kPositions, kSlots, kCu, kContextLens, kLastRows, kSpecs, kCopies, kOut,
               kTable, kParts };
@@ -98,6 +105,8 @@ class DecodeGraph {
   Tensor device_;  // the static inputs and outputs
   std::optional<SideStream> stream_;  // with graphs: where they are captured
   std::vector<CudaGraph> graphs_;     // by bucket, once captured
+  std::optional<std::chrono::steady_clock::time_point> done_;  // the previous step's draws read back
+  double host_seconds_ = 0;
 };
 
 }  // namespace lockstep

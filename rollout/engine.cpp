@@ -224,6 +224,8 @@ std::vector<std::vector<GeneratedSample>> Engine::generate(
   }
 
   const int64_t vocab = model_.config().vocab_size;
+  if (decode_) decode_->pause();
+  const double host_seconds_before = decode_ ? decode_->host_seconds() : 0.0;
   while (!scheduler.idle()) {
     const StepPlan plan = scheduler.schedule();
     ++stats_.steps;
@@ -284,6 +286,7 @@ std::vector<std::vector<GeneratedSample>> Engine::generate(
       drawn = decode_->run(rows, copies);
       ++stats_.decode_steps;
     } else {
+      if (decode_) decode_->pause();
       eager = eager_step(model_, cache_, plan, scheduler, seqs, copies, specs);
       if (draws.empty()) continue;
       drawn = {{eager.data_as<int32_t>(), draws.size()},
@@ -314,6 +317,7 @@ std::vector<std::vector<GeneratedSample>> Engine::generate(
     }
   }
   stats_.preemptions += scheduler.preemptions();
+  if (decode_) stats_.decode_host_seconds += decode_->host_seconds() - host_seconds_before;
   return results;
 }
 

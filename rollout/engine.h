@@ -99,6 +99,9 @@ struct EngineStats {
   int64_t preemptions = 0;
   int64_t block_copies = 0;  // copy-on-write
   int64_t decode_steps = 0;  // of the steps: those run by the decode graph
+  // Host time between consecutive decode-graph steps, when the GPU has nothing queued (rollout/
+  // decode_graph.h's host_seconds).
+  double decode_host_seconds = 0;
 };
 
 class Engine {

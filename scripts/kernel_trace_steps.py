@@ -1,0 +1,61 @@
+#!/usr/bin/env python3
+# The decode steps of a kernel trace (bench/kernel_trace.cpp's CSV): a step is one replay of a CUDA
+# graph, its kernels until a graph node repeats (each replay runs the same nodes). Over the last --steps steps of the most common kernel
+# count (one batch bucket), prints the step's span on the GPU, the sum of its kernel durations and of
+# the idle gaps between consecutive kernels, then each kernel of a step in order with its mean
+# duration and the mean gap before it.
+# Usage: kernel_trace_steps.py trace.csv [--steps 32]
+import argparse, collections, csv, statistics
+
+parser = argparse.ArgumentParser()
+parser.add_argument("trace")
+parser.add_argument("--steps", type=int, default=32)
+args = parser.parse_args()
+
+with open(args.trace) as f:
+    rows = [r for r in csv.DictReader(f) if r["graph_node"] != "0"]
+rows.sort(key=lambda r: int(r["start_ns"]))
+steps, current, nodes = [], [], set()
+for r in rows:
+    if r["graph_node"] in nodes:
+        steps.append(current)
+        current, nodes = [], set()
+    current.append(r)
+    nodes.add(r["graph_node"])
+steps.append(current)
+if not rows:
+    raise SystemExit(f"{args.trace}: no kernel launched from a CUDA graph")
+count = collections.Counter(len(s) for s in steps).most_common(1)[0][0]
+steps = [s for s in steps if len(s) == count][-args.steps:]
+
+
+def ns(r, key):
+    return int(r[key + "_ns"])
+
+
+spans, busy, idle = [], [], []
+durations = [[] for _ in range(count)]
+gaps = [[] for _ in range(count)]
+for s in steps:
+    spans.append(ns(s[-1], "end") - ns(s[0], "start"))
+    busy.append(sum(ns(r, "end") - ns(r, "start") for r in s))
+    idle.append(spans[-1] - busy[-1])
+    for i, r in enumerate(s):
+        durations[i].append(ns(r, "end") - ns(r, "start"))
+        if i:
+            gaps[i].append(ns(r, "start") - ns(s[i - 1], "end"))
+mean = lambda v: statistics.mean(v) / 1e3 if v else 0.0
+print(f"{len(steps)} steps of {count} kernels: span {mean(spans):.1f} us, kernels {mean(busy):.1f} us, "
+      f"gaps {mean(idle):.1f} us ({100 * sum(idle) / sum(spans):.1f}% of the span)")
+print(f"{'#':>4} {'us':>8} {'gap us':>7}  kernel grid")
+for i, r in enumerate(steps[-1]):
+    grid = f"({r['grid_x']}, {r['grid_y']}, {r['grid_z']})"
+    print(f"{i:4d} {mean(durations[i]):8.2f} {mean(gaps[i]):7.2f}  {r['kernel'][:90]} {grid}")
+by_kernel = collections.defaultdict(lambda: [0.0, 0.0])
+for i, r in enumerate(steps[-1]):
+    name = r["kernel"].split("<")[0].replace("lockstep::cuda::", "")[:60]
+    by_kernel[name][0] += mean(durations[i])
+    by_kernel[name][1] += mean(gaps[i])
+print("\nper kernel name, a step: us (gap us before)")
+for name, (d, g) in sorted(by_kernel.items(), key=lambda x: -x[1][0]):
+    print(f"  {d:9.1f} ({g:6.1f})  {name}")
