@@ -18,22 +18,13 @@
 #include <algorithm>
 
 #include "../model/model_test_util.h"
+#include "../rollout/rollout_test_util.h"
 #include "../test_util.h"
 #include "core/dtypes.h"
 #include "rollout/engine.h"
 
 namespace lockstep::testing {
 namespace {
-
-std::vector<GenerationRequest> make_requests(const std::vector<int>& prompt_lengths,
-                                             const SamplingParams& sampling, uint64_t seed) {
-  std::vector<GenerationRequest> requests;
-  for (const std::vector<int32_t>& prompt : random_sequences(prompt_lengths, 1000, seed)) {
-    requests.push_back({prompt, sampling});
-    requests.back().sampling.seed = seed * 1000 + requests.size();
-  }
-  return requests;
-}
 
 // Relative L2 error of the engine's logprobs against the CPU training forward's over the same
 // sequences (prompt + generated tokens, at each request's temperature, 1 when greedy).
@@ -67,7 +58,7 @@ TEST(EngineGpu, GreedyTokensAreCpuArgmaxes) {
   SamplingParams greedy;
   greedy.temperature = 0;
   greedy.max_new_tokens = 12;
-  const auto requests = make_requests({5, 40, 17}, greedy, 1);
+  const auto requests = make_requests({5, 40, 17}, greedy, 1, gpu_tiny_config().vocab_size);
   Engine engine(gpu_model, {.num_blocks = 64, .block_size = 16});
   const auto results = engine.generate(requests);
 
@@ -101,7 +92,7 @@ TEST_P(EngineGpuRecipe, SampledLogprobsMatchTheCpuForward) {
   sampling.top_k = 50;
   sampling.top_p = 0.9f;
   sampling.max_new_tokens = 10;
-  auto requests = make_requests({7, 13, 22, 10}, sampling, 2);
+  auto requests = make_requests({7, 13, 22, 10}, sampling, 2, gpu_tiny_config().vocab_size);
   requests[1].sampling.temperature = 1.3f;
   requests[2].sampling.top_k = 0;
   Engine engine(gpu_model, {.num_blocks = 24, .block_size = 4, .max_step_tokens = 24});
@@ -148,7 +139,7 @@ std::vector<GenerationRequest> shrinking_requests() {
   sampling.temperature = 0.8f;
   sampling.top_k = 40;
   sampling.top_p = 0.95f;
-  auto requests = make_requests({6, 19, 3, 11, 30, 9, 14}, sampling, 4);
+  auto requests = make_requests({6, 19, 3, 11, 30, 9, 14}, sampling, 4, gpu_tiny_config().vocab_size);
   const int64_t lengths[] = {2, 5, 9, 14, 20, 24, 30};
   for (size_t r = 0; r < requests.size(); ++r) requests[r].sampling.max_new_tokens = lengths[r];
   requests[0].sampling.temperature = 0;
@@ -189,7 +180,7 @@ TEST_P(EngineGpuGraphs, ChangeNothingUnderPreemption) {
   sampling.n = 3;
   sampling.temperature = 1.1f;
   sampling.max_new_tokens = 12;
-  const auto requests = make_requests({7, 13, 22, 10}, sampling, 5);
+  const auto requests = make_requests({7, 13, 22, 10}, sampling, 5, gpu_tiny_config().vocab_size);
   const EngineOptions options{.num_blocks = 20, .block_size = 4, .max_step_tokens = 24};
   EngineOptions eager_options = options;
   eager_options.cuda_graphs = false;
@@ -216,7 +207,7 @@ TEST(EngineGpu, MemoryFractionSizesTheCache) {
   EXPECT_GE(device_memory_stats().in_use, before.in_use + size_t(engine.num_blocks() * block));
   SamplingParams sampling;
   sampling.max_new_tokens = 4;
-  EXPECT_EQ(engine.generate(make_requests({9}, sampling, 3))[0][0].tokens.size(), 4u);
+  EXPECT_EQ(engine.generate(make_requests({9}, sampling, 3, gpu_tiny_config().vocab_size))[0][0].tokens.size(), 4u);
 }
 
 }  // namespace

@@ -1,11 +1,27 @@
-// tests/rollout/rollout_test_util.h — Pearson's χ² test of drawn tokens against a distribution.
+// tests/rollout/rollout_test_util.h — what the CPU and GPU engine tests share: requests over random
+// prompts, and Pearson's χ² test of drawn tokens against a distribution.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 #include <vector>
 
+#include "rollout/engine.h"
+#include "tests/model/model_test_util.h"
+
 namespace lockstep::testing {
+
+// Requests over random prompts (token ids below `vocab`) of the given lengths, each with its own
+// sampling seed.
+inline std::vector<GenerationRequest> make_requests(const std::vector<int>& prompt_lengths,
+                                                    const SamplingParams& sampling, uint64_t seed, int64_t vocab) {
+  std::vector<GenerationRequest> requests;
+  for (const std::vector<int32_t>& prompt : random_sequences(prompt_lengths, vocab, seed)) {
+    requests.push_back({prompt, sampling});
+    requests.back().sampling.seed = seed * 1000 + requests.size();
+  }
+  return requests;
+}
 
 struct ChiSquare {
   double statistic = 0;

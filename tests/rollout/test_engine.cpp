@@ -20,6 +20,7 @@
 namespace lockstep {
 namespace {
 
+using testing::make_requests;
 using testing::pack;
 using testing::random_parameters;
 using testing::random_sequences;
@@ -37,17 +38,6 @@ ModelConfig engine_config() {
                                           .layers = 2,
                                           .vocab = 301,
                                           .tied = true});
-}
-
-// Requests over prompts of the given lengths, each with its own seed.
-std::vector<GenerationRequest> make_requests(const std::vector<int>& prompt_lengths,
-                                             const SamplingParams& sampling, uint64_t seed) {
-  std::vector<GenerationRequest> requests;
-  for (const std::vector<int32_t>& prompt : random_sequences(prompt_lengths, 301, seed)) {
-    requests.push_back({prompt, sampling});
-    requests.back().sampling.seed = seed * 1000 + requests.size();
-  }
-  return requests;
 }
 
 void expect_same(const Results& a, const Results& b) {
@@ -109,7 +99,7 @@ TEST_P(EngineRecipe, GreedyIsTheStepwiseArgmaxOfTheTrainingForward) {
   SamplingParams greedy;
   greedy.temperature = 0;
   greedy.max_new_tokens = 10;
-  const auto requests = make_requests({5, 9, 17}, greedy, 1);
+  const auto requests = make_requests({5, 9, 17}, greedy, 1, engine_config().vocab_size);
   Engine engine(model, {.num_blocks = 64, .block_size = 4});
   const Results results = engine.generate(requests);
 
@@ -140,7 +130,7 @@ TEST_P(EngineRecipe, SampledLogprobsEqualTheTrainingForwardBitForBit) {
   sampling.top_k = 40;
   sampling.top_p = 0.95f;
   sampling.max_new_tokens = 12;
-  auto requests = make_requests({7, 13, 4, 22, 10}, sampling, 2);
+  auto requests = make_requests({7, 13, 4, 22, 10}, sampling, 2, engine_config().vocab_size);
   requests[1].sampling.temperature = 1.3f;  // a second temperature in the same steps
   requests[3].sampling.top_k = 0;
   Engine engine(model, {.num_blocks = 14, .block_size = 4, .max_step_tokens = 16});
@@ -162,7 +152,7 @@ TEST(Engine, PreemptionChangesNoToken) {
   Transformer model(config, random_parameters(config, 23), Recipe::bf16);
   SamplingParams sampling;
   sampling.temperature = 1.0f;
-  auto requests = make_requests({3, 30, 8, 17, 5, 12, 25, 9, 14, 6, 21, 11}, sampling, 3);
+  auto requests = make_requests({3, 30, 8, 17, 5, 12, 25, 9, 14, 6, 21, 11}, sampling, 3, engine_config().vocab_size);
   for (size_t r = 0; r < requests.size(); ++r) {
     requests[r].sampling.max_new_tokens = 4 + int64_t(r % 5) * 2;
     requests[r].sampling.n = 1 + int64_t(r % 3);
@@ -191,7 +181,7 @@ TEST(Engine, PromptSharingChangesNoToken) {
   SamplingParams sampling;
   sampling.n = 4;
   sampling.max_new_tokens = 6;
-  const auto requests = make_requests({10, 8}, sampling, 4);
+  const auto requests = make_requests({10, 8}, sampling, 4, engine_config().vocab_size);
 
   Engine separate(model, {.num_blocks = 64, .block_size = 4, .share_prompts = false});
   const Results reference = separate.generate(requests);
@@ -215,7 +205,7 @@ TEST(Engine, ARequestAloneOrAmongOthersGivesTheSameSamples) {
   sampling.n = 2;
   sampling.top_p = 0.9f;
   sampling.max_new_tokens = 8;
-  const auto crowd = make_requests({6, 19, 11, 3, 15, 9, 12}, sampling, 5);
+  const auto crowd = make_requests({6, 19, 11, 3, 15, 9, 12}, sampling, 5, engine_config().vocab_size);
   Engine engine(model, {.num_blocks = 24, .block_size = 4, .max_step_tokens = 20});
   const Results together = engine.generate(crowd);
   for (size_t r : {0, 3, 6}) {
@@ -267,7 +257,7 @@ TEST(Engine, StopTokenIdsAndStopStringsSpanningTokens) {
   const Tokenizer tokenizer = test_tokenizer();
   SamplingParams sampling;
   sampling.max_new_tokens = 24;
-  const GenerationRequest base = make_requests({9}, sampling, 7)[0];
+  const GenerationRequest base = make_requests({9}, sampling, 7, engine_config().vocab_size)[0];
   Engine engine(model, {.num_blocks = 32, .block_size = 4}, &tokenizer);
   const GeneratedSample free_run = engine.generate({base})[0][0];
   ASSERT_EQ(free_run.tokens.size(), 24u);
@@ -342,7 +332,7 @@ TEST(Engine, RefusesBadRequestsNamingTheField) {
   Engine engine(model, {.num_blocks = 4, .block_size = 4});
   SamplingParams sampling;
   sampling.max_new_tokens = 4;
-  const GenerationRequest good = make_requests({5}, sampling, 8)[0];
+  const GenerationRequest good = make_requests({5}, sampling, 8, engine_config().vocab_size)[0];
   auto bad = [&](auto change, const std::string& part) {
     std::vector<GenerationRequest> requests = {good, good};
     change(requests[1]);
