@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 # The decode steps of a kernel trace (bench/kernel_trace.cpp's CSV): a step is one replay of a CUDA
-# graph, its kernels until a graph node repeats (each replay runs the same nodes). Over the last --steps steps of the most common kernel
-# count (one batch bucket), prints the step's span on the GPU, the sum of its kernel durations and of
-# the idle gaps between consecutive kernels, then each kernel of a step in order with its mean
-# duration and the mean gap before it.
+# graph, its kernels until a graph node repeats (each replay runs the same nodes). Over the last
+# --steps steps of the most common kernel count (one batch bucket), prints the step's span on the
+# GPU, the sum of its kernel durations and of the idle gaps between consecutive kernels, then each
+# kernel of a step in order with its mean duration and the mean gap before it.
 # Usage: kernel_trace_steps.py trace.csv [--steps 32]
 import argparse, collections, csv, statistics
 
@@ -14,6 +14,8 @@ args = parser.parse_args()
 
 with open(args.trace) as f:
     rows = [r for r in csv.DictReader(f) if r["graph_node"] != "0"]
+if not rows:
+    raise SystemExit(f"{args.trace}: no kernel launched from a CUDA graph")
 rows.sort(key=lambda r: int(r["start_ns"]))
 steps, current, nodes = [], [], set()
 for r in rows:
@@ -23,8 +25,6 @@ for r in rows:
     current.append(r)
     nodes.add(r["graph_node"])
 steps.append(current)
-if not rows:
-    raise SystemExit(f"{args.trace}: no kernel launched from a CUDA graph")
 count = collections.Counter(len(s) for s in steps).most_common(1)[0][0]
 steps = [s for s in steps if len(s) == count][-args.steps:]
 
