@@ -6,7 +6,7 @@
 //
 // Usage: LOCKSTEP_KERNEL_TRACE=trace.csv CUDA_INJECTION64_PATH=liblockstep_kernel_trace.so PROGRAM
 // CSV columns: start_ns, end_ns (GPU timestamps), stream, graph_node (0 outside graphs), grid x/y/z,
-// kernel (demangled, its parameter list dropped).
+// kernel (demangled, its parameter list and anonymous namespaces dropped).
 #include <cupti.h>
 #include <cxxabi.h>
 
@@ -66,8 +66,9 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
   std::free(buffer);
 }
 
+// At exit (where exit() may not be called again): a failed flush is reported, and what arrived is written.
 void write_trace() {
-  check(cuptiActivityFlushAll(1), "cuptiActivityFlushAll");
+  if (cuptiActivityFlushAll(1) != CUPTI_SUCCESS) std::fprintf(stderr, "kernel_trace: cuptiActivityFlushAll failed\n");
   const char* path = std::getenv("LOCKSTEP_KERNEL_TRACE");
   FILE* f = std::fopen(path ? path : "kernel_trace.csv", "w");
   if (!f) {
