@@ -4,10 +4,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <initializer_list>
 #include <random>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/device.h"
+#include "core/error.h"
 #include "core/tensor.h"
 
 namespace lockstep::testing {
@@ -80,6 +84,24 @@ inline bool same_bytes(const Tensor& a, const Tensor& b) {
   const Tensor ca = a.to(Device::cpu), cb = b.to(Device::cpu);
   return ca.shape() == cb.shape() && ca.dtype() == cb.dtype() &&
          std::memcmp(ca.data(), cb.data(), ca.nbytes()) == 0;
+}
+
+// Runs `fn`, expects a lockstep::Error whose message contains every one of `parts`.
+template <class Fn>
+void expect_error(Fn&& fn, std::initializer_list<std::string_view> parts) {
+  try {
+    fn();
+    ADD_FAILURE() << "no error; expected one containing '" << *parts.begin() << "'";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    for (std::string_view part : parts)
+      EXPECT_NE(message.find(part), std::string::npos) << "'" << part << "' not in: " << message;
+  }
+}
+
+template <class Fn>
+void expect_error(Fn&& fn, std::string_view part) {
+  expect_error(std::forward<Fn>(fn), {part});
 }
 
 }  // namespace lockstep::testing

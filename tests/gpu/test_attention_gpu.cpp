@@ -34,6 +34,7 @@ void PrintTo(const HeadLayout& l, std::ostream* os) { *os << layout_name(l); }
 
 namespace {
 
+using testing::expect_error;
 using testing::random_tensor;
 using testing::rel_error;
 using testing::same_bytes;
@@ -514,16 +515,6 @@ TEST(AttentionGpuBadIndices, KvCacheWriteSkipsSlotsOutsideTheCache) {
 }
 
 // ---- argument checks of the CUDA path --------------------------------------------------------
-
-template <class F>
-void expect_error(F&& f, const std::string& needle) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected one mentioning '" << needle << "'";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
 
 // Through attention_paged, which only these kernels serve (training attention may go to cuDNN).
 TEST(AttentionGpuArguments, UnsupportedShapesAndDtypes) {

@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <functional>
 #include <iterator>
 #include <random>
 #include <string>
@@ -25,6 +24,7 @@
 namespace lockstep {
 namespace {
 
+using testing::expect_error;
 using testing::random_tensor;
 using testing::rel_error;
 using testing::same_bytes;
@@ -60,15 +60,6 @@ Fp8Rows poisoned_rows(int64_t rows, int64_t cols, Device device, bool columnwise
   q.data.fill_bytes(0xFF);
   q.scales.fill_bytes(0xFF);
   return q;
-}
-
-void expect_error(const std::function<void()>& call, const std::string& needle) {
-  try {
-    call();
-    ADD_FAILURE() << "no error; expected one mentioning \"" << needle << "\"";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
 }
 
 std::string shape_name(int64_t rows, int64_t cols) {

@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "core/error.h"
+#include "tests/test_util.h"
 
 namespace lockstep::testing {
 
@@ -45,19 +46,6 @@ class TempDir {
 
 inline void write_bytes(const std::string& path, std::string_view bytes) {
   std::ofstream(path, std::ios::binary).write(bytes.data(), std::streamsize(bytes.size()));
-}
-
-// Runs `fn`, expects a lockstep::Error whose message contains every one of `parts`.
-template <class Fn>
-void expect_error(Fn&& fn, std::initializer_list<std::string_view> parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected a lockstep::Error containing '" << *parts.begin() << "'";
-  } catch (const Error& e) {
-    const std::string message = e.what();
-    for (std::string_view part : parts)
-      EXPECT_NE(message.find(part), std::string::npos) << "'" << part << "' not in: " << message;
-  }
 }
 
 }  // namespace lockstep::testing

@@ -3,7 +3,6 @@
 // arguments are checked with clear errors.
 #include <gtest/gtest.h>
 
-#include <functional>
 #include <string>
 
 #include "core/error.h"
@@ -15,17 +14,9 @@
 namespace lockstep {
 namespace {
 
+using testing::expect_error;
 using testing::random_tensor;
 using testing::same_bytes;
-
-void expect_error(const std::function<void()>& call, const std::string& needle) {
-  try {
-    call();
-    ADD_FAILURE() << "no error; expected one mentioning \"" << needle << "\"";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
 
 Tensor copy_of(const Tensor& t) { return t.to(Device::cpu); }
 

@@ -21,6 +21,7 @@
 namespace lockstep {
 namespace {
 
+using testing::expect_error;
 using testing::random_tensor;
 using testing::rel_error;
 using testing::same_bytes;
@@ -123,16 +124,6 @@ Vec pick(const Vec& v, const std::vector<size_t>& coords) {
 Vec concat(Vec a, const Vec& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
-}
-
-template <class F>
-void expect_error(F&& f, const std::string& needle) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected one mentioning '" << needle << "'";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
 }
 
 // ---- rope_inv_freq -----------------------------------------------------------------------------

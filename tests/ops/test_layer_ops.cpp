@@ -21,6 +21,7 @@
 namespace lockstep {
 namespace {
 
+using testing::expect_error;
 using testing::random_tensor;
 using testing::rel_error;
 using testing::same_bytes;
@@ -43,15 +44,6 @@ Tensor poisoned(const Shape& shape, DType dtype) {
   Tensor t = Tensor::empty(shape, dtype);
   t.fill_bytes(0xFF);
   return t;
-}
-
-void expect_error(const std::function<void()>& call, const std::string& needle) {
-  try {
-    call();
-    ADD_FAILURE() << "no error; expected one mentioning \"" << needle << "\"";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
 }
 
 void with_threads(int threads, const std::function<void()>& f) {

@@ -16,6 +16,7 @@
 namespace lockstep {
 namespace {
 
+using testing::expect_error;
 using testing::random_targets;
 using testing::random_values;
 using testing::rel_error;
@@ -332,15 +333,6 @@ TEST(LmHeadBackwardBf16, MatchesDoubleReference) {
 }
 
 // ---- errors ------------------------------------------------------------------------------------
-
-void expect_error(const std::function<void()>& fn, const std::string& needle) {
-  try {
-    fn();
-    ADD_FAILURE() << "no error; expected one containing '" << needle << "'";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
 
 TEST(LmHead, BadArgumentsAreClearErrors) {
   const int64_t T = 4, H = 16, V = 100;

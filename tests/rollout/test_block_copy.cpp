@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -15,6 +14,7 @@
 namespace lockstep {
 namespace {
 
+using testing::expect_error;
 using testing::random_tensor;
 
 Tensor pairs_tensor(const std::vector<int32_t>& flat) {
@@ -51,15 +51,6 @@ TEST(BlockCopy, IndependentCopiesStopAtTheFirstDependentPair) {
   EXPECT_EQ(independent_copies(writes_read), 1);
   const std::vector<int32_t> writes_twice = {1, 4, 2, 5, 3, 4};
   EXPECT_EQ(independent_copies(writes_twice), 2);
-}
-
-void expect_error(const std::function<void()>& f, const std::string& part) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected one mentioning '" << part << "'";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
-  }
 }
 
 TEST(BlockCopy, RefusesBadPairsAndTensors) {

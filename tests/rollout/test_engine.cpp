@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
 #include <string>
 
 #include "core/dtypes.h"
@@ -16,10 +15,12 @@
 #include "rollout/engine.h"
 #include "tests/model/model_test_util.h"
 #include "tests/rollout/rollout_test_util.h"
+#include "tests/test_util.h"
 
 namespace lockstep {
 namespace {
 
+using testing::expect_error;
 using testing::make_requests;
 using testing::pack;
 using testing::random_parameters;
@@ -315,15 +316,6 @@ TEST(Engine, StopTokenIdsAndStopStringsSpanningTokens) {
   const GeneratedSample s = engine.generate({in_prompt})[0][0];
   EXPECT_EQ(s.tokens, free_run.tokens);
   EXPECT_EQ(s.finish_reason, FinishReason::length);
-}
-
-void expect_error(const std::function<void()>& f, const std::string& part) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected one mentioning '" << part << "'";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
-  }
 }
 
 TEST(Engine, RefusesBadRequestsNamingTheField) {

@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
 #include <numeric>
 #include <random>
 #include <string>
@@ -18,11 +17,13 @@
 #include "ops/lm_head.h"
 #include "ops/sample.h"
 #include "tests/rollout/rollout_test_util.h"
+#include "tests/test_util.h"
 
 namespace lockstep {
 namespace {
 
 using testing::chi_square;
+using testing::expect_error;
 
 struct Drawn {
   std::vector<int32_t> tokens;
@@ -219,15 +220,6 @@ TEST(Sampler, MarksNaNAndNonFiniteRowsInsteadOfDrawing) {
       EXPECT_EQ(d.tokens[0], -1) << "temperature " << temperature;
       EXPECT_TRUE(std::isnan(d.logprobs[0])) << "temperature " << temperature;
     }
-}
-
-void expect_error(const std::function<void()>& f, const std::string& part) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected one mentioning '" << part << "'";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
-  }
 }
 
 TEST(Sampler, RefusesBadSpecsNamingTheField) {
