@@ -5,6 +5,7 @@
 // the kernels it measures. scripts/kernel_trace_steps.py sums it per decode step.
 //
 // Usage: LOCKSTEP_KERNEL_TRACE=trace.csv CUDA_INJECTION64_PATH=liblockstep_kernel_trace.so PROGRAM
+// (LOCKSTEP_KERNEL_TRACE unset: kernel_trace.csv in the working directory).
 // CSV columns: start_ns, end_ns (GPU timestamps), stream, graph_node (0 outside graphs), grid x/y/z,
 // kernel (demangled, its parameter list and anonymous namespaces dropped).
 #include <cupti.h>
@@ -69,10 +70,11 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
 // At exit (where exit() may not be called again): a failed flush is reported, and what arrived is written.
 void write_trace() {
   if (cuptiActivityFlushAll(1) != CUPTI_SUCCESS) std::fprintf(stderr, "kernel_trace: cuptiActivityFlushAll failed\n");
-  const char* path = std::getenv("LOCKSTEP_KERNEL_TRACE");
-  FILE* f = std::fopen(path ? path : "kernel_trace.csv", "w");
+  const char* env = std::getenv("LOCKSTEP_KERNEL_TRACE");
+  const char* path = env ? env : "kernel_trace.csv";
+  FILE* f = std::fopen(path, "w");
   if (!f) {
-    std::fprintf(stderr, "kernel_trace: cannot write %s\n", path ? path : "kernel_trace.csv");
+    std::fprintf(stderr, "kernel_trace: cannot write %s\n", path);
     return;
   }
   std::lock_guard lock(g_mutex);
@@ -85,8 +87,7 @@ void write_trace() {
                  r.stream, (unsigned long long)r.graph_node, r.grid[0], r.grid[1], r.grid[2], name.c_str());
   }
   std::fclose(f);
-  std::fprintf(stderr, "kernel_trace: %zu kernels written to %s\n", g_records.size(),
-               path ? path : "kernel_trace.csv");
+  std::fprintf(stderr, "kernel_trace: %zu kernels written to %s\n", g_records.size(), path);
 }
 
 }  // namespace

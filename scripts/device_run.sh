@@ -3,7 +3,7 @@
 # stages given as arguments, run in that order: info, tests, membound (the memory-bound kernels'
 # GPU tests, then bench_gemm), train_bench, train_bench_recompute, attn_bench, torch_bench,
 # compare_large, rollout_bench, hf_generate, default_job, large_grpo, decode_profile,
-# kernel_profile.
+# decode_trace, kernel_profile.
 # Logs go to $OUT; each stage has its own time limit so one hang does not eat the session.
 set -u
 cd "$(dirname "$0")/.."  # the repository root
