@@ -11,10 +11,12 @@
 #include "model/transformer.h"
 #include "ops/lm_head.h"
 #include "tests/model/model_test_util.h"
+#include "tests/test_util.h"
 
 namespace lockstep {
 namespace {
 
+using testing::expect_error;
 using testing::i32_tensor;
 using testing::pack;
 using testing::random_parameters;
@@ -171,14 +173,7 @@ TEST(Generation, RefusesLastRowsThatAreNotTheLastRows) {
   batch.block_tables = batch.block_tables.reshape({2, 1});
   EXPECT_EQ(model.forward_infer(batch, cache).dim(0), 2);
   batch.last_rows = i32_tensor({0, 2});
-  try {
-    model.forward_infer(batch, cache);
-    ADD_FAILURE() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("last_rows[0] = 0, but the sequence's last row is 1"),
-              std::string::npos)
-        << e.what();
-  }
+  expect_error([&] { model.forward_infer(batch, cache); }, "last_rows[0] = 0, but the sequence's last row is 1");
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -16,6 +16,7 @@
 namespace lockstep {
 namespace {
 
+using testing::expect_error;
 using testing::random_tensor;
 using testing::rel_error;
 using testing::to_double;
@@ -349,14 +350,6 @@ TEST(GemmFp8, NanCodeGivesNanRow) {
 }
 
 TEST(Gemm, BadArgumentsAreClearErrors) {
-  auto expect_error = [](const std::function<void()>& fn, const std::string& needle) {
-    try {
-      fn();
-      ADD_FAILURE() << "no error; expected one containing '" << needle << "'";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-    }
-  };
   Tensor x = random_tensor({4, 128}, DType::bf16, 1), w = random_tensor({256, 256}, DType::bf16, 2);
   Tensor y = Tensor::empty({4, 256}, DType::bf16);
   expect_error([&] { gemm_fprop(y, x, w); }, "inner dimensions differ");

@@ -9,9 +9,12 @@
 
 #include "core/error.h"
 #include "rl/train.h"
+#include "tests/test_util.h"
 
 namespace lockstep {
 namespace {
+
+using testing::expect_error;
 
 namespace fs = std::filesystem;
 
@@ -98,12 +101,7 @@ TEST(Train, GrpoImprovesHeldOutAccuracy) {
 TEST(Train, ResumeWithoutACheckpointIsAnError) {
   Config c = small_config(fresh_dir("no_checkpoint"));
   c.run.resume = true;
-  try {
-    run_train(c);
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("no checkpoint"), std::string::npos) << e.what();
-  }
+  expect_error([&] { run_train(c); }, "no checkpoint");
 }
 
 }  // namespace
