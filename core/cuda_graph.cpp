@@ -3,7 +3,6 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <map>
 #include <utility>
 #include <vector>
 
@@ -21,24 +20,24 @@ namespace lockstep {
 namespace {
 cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
 
-// LOCKSTEP_GRAPH_NODES=1: one line on stderr per captured graph, its nodes by type (a diagnosis of
-// what sits between the kernels of a graph).
-void print_node_types(cudaGraph_t graph) {
-  size_t count = 0;
-  LOCKSTEP_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &count));
-  std::vector<cudaGraphNode_t> nodes(count);
-  LOCKSTEP_CUDA_CHECK(cudaGraphGetNodes(graph, nodes.data(), &count));
-  std::map<int, int> by_type;
+// The nodes of `graph` by kind and its edges.
+CudaGraph::Summary summarize(cudaGraph_t graph) {
+  CudaGraph::Summary s;
+  LOCKSTEP_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &s.nodes));
+  std::vector<cudaGraphNode_t> nodes(s.nodes);
+  LOCKSTEP_CUDA_CHECK(cudaGraphGetNodes(graph, nodes.data(), &s.nodes));
   for (cudaGraphNode_t node : nodes) {
     cudaGraphNodeType type{};
     LOCKSTEP_CUDA_CHECK(cudaGraphNodeGetType(node, &type));
-    ++by_type[int(type)];
+    s.kernels += type == cudaGraphNodeTypeKernel;
+    s.memory_nodes += type == cudaGraphNodeTypeMemAlloc || type == cudaGraphNodeTypeMemFree;
   }
-  size_t edges = 0;
-  LOCKSTEP_CUDA_CHECK(cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, &edges));
-  std::fprintf(stderr, "CUDA graph: %zu nodes, %zu edges; by cudaGraphNodeType:", count, edges);
-  for (const auto& [type, n] : by_type) std::fprintf(stderr, " %d:%d", type, n);
-  std::fprintf(stderr, "\n");
+  LOCKSTEP_CUDA_CHECK(cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, &s.edges));
+  std::vector<cudaGraphNode_t> from(s.edges), to(s.edges);
+  std::vector<cudaGraphEdgeData> data(s.edges);
+  LOCKSTEP_CUDA_CHECK(cudaGraphGetEdges(graph, from.data(), to.data(), data.data(), &s.edges));
+  for (const cudaGraphEdgeData& e : data) s.programmatic_edges += e.type == cudaGraphDependencyTypeProgrammatic;
+  return s;
 }
 }  // namespace
 
@@ -74,13 +73,22 @@ CudaGraph CudaGraph::capture(const SideStream& stream, const std::function<void(
     throw;
   }
   LOCKSTEP_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
-  if (const char* env = std::getenv("LOCKSTEP_GRAPH_NODES"); env && *env == '1') print_node_types(graph);
   CudaGraph g;
   g.graph_ = graph;
+  if (const char* env = std::getenv("LOCKSTEP_GRAPH_NODES"); env && *env == '1') {
+    const Summary s = g.summary();
+    std::fprintf(stderr, "CUDA graph: %zu nodes (%zu kernels, %zu allocations and frees), %zu edges (%zu programmatic)\n",
+                 s.nodes, s.kernels, s.memory_nodes, s.edges, s.programmatic_edges);
+  }
   cudaGraphExec_t exec = nullptr;
   LOCKSTEP_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
   g.exec_ = exec;
   return g;
+}
+
+CudaGraph::Summary CudaGraph::summary() const {
+  LOCKSTEP_CHECK(graph_, "CudaGraph::summary: nothing was captured");
+  return summarize(static_cast<cudaGraph_t>(graph_));
 }
 
 void CudaGraph::launch() const {
@@ -109,7 +117,13 @@ void SideStream::synchronize() const {}
 CurrentStream::CurrentStream(const SideStream&) : previous_(nullptr) {}
 CurrentStream::~CurrentStream() = default;
 CudaGraph CudaGraph::capture(const SideStream&, const std::function<void()>&) { no_cuda(); }
+CudaGraph::Summary CudaGraph::summary() const {
+  LOCKSTEP_CHECK(graph_, "CudaGraph::summary: nothing was captured");
+  return summarize(static_cast<cudaGraph_t>(graph_));
+}
+
 void CudaGraph::launch() const { no_cuda(); }
+CudaGraph::Summary CudaGraph::summary() const { no_cuda(); }
 void CudaGraph::reset() {}
 
 #endif

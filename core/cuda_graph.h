@@ -12,7 +12,8 @@
 // thread that could synchronize (cudaMalloc, cudaMemcpy from pageable memory, a synchronize) fails
 // the capture instead of running. Tensors that `work` allocates become allocation nodes of the
 // graph (core/device.cpp's stream-ordered allocator under capture) at addresses fixed for the
-// graph's life; they must be freed before `work` returns. Memory allocated before may be read and
+// graph's life, or come from a graph arena if `work` opens an ArenaScope (core/graph_arena.h);
+// they must be freed before `work` returns. Memory allocated before may be read and
 // written by `work`, not freed.
 //
 // launch() queues the captured work on the current stream: the same kernels with the same arguments
@@ -21,6 +22,7 @@
 // overlap). Without CUDA, making a SideStream or capturing is an error.
 #pragma once
 
+#include <cstddef>
 #include <functional>
 
 namespace lockstep {
@@ -60,6 +62,13 @@ class CudaGraph {
 
   static CudaGraph capture(const SideStream& stream, const std::function<void()>& work);
   void launch() const;
+
+  // What was captured (LOCKSTEP_GRAPH_NODES=1 prints it at each capture, on stderr).
+  struct Summary {
+    size_t nodes = 0, kernels = 0, memory_nodes = 0;  // memory nodes: allocations and frees
+    size_t edges = 0, programmatic_edges = 0;         // programmatic: from an early start
+  };
+  Summary summary() const;
 
  private:
   void reset();

@@ -1,7 +1,7 @@
 // core/cuda_launch.h — launch chores that kernels with large shared memory, persistent grids or
 // thread-block clusters repeat: raising a kernel's dynamic shared memory limit (once per kernel),
-// its resident CTA count, and a launch configuration with a cluster shape. Include only from CUDA
-// sources.
+// its resident CTA count, and a launch configuration with a cluster shape or an early start.
+// Include only from CUDA sources.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -12,6 +12,7 @@
 #include "core/cuda_check.h"
 #include "core/cuda_stream.h"
 #include "core/device.h"
+#include "core/early_start.h"
 
 namespace lockstep {
 
@@ -44,27 +45,39 @@ int resident_blocks(int threads, size_t smem) {
 // A cudaLaunchKernelEx configuration on current_stream(): `grid` CTAs of `block` threads with
 // `smem` bytes of dynamic shared memory, in clusters of `cluster` CTAs when given (a kernel that
 // uses cluster barriers gets one even of a single CTA). Not copyable: the configuration points at
-// its own attribute.
+// its own attributes.
 struct LaunchConfig {
   cudaLaunchConfig_t config{};
-  cudaLaunchAttribute cluster_attr{};
+  cudaLaunchAttribute attrs[2]{};
 
   LaunchConfig(dim3 grid, dim3 block, size_t smem, std::optional<dim3> cluster = std::nullopt) {
     config.gridDim = grid;
     config.blockDim = block;
     config.dynamicSmemBytes = smem;
     config.stream = current_stream();
+    config.attrs = attrs;
     if (cluster) {
-      cluster_attr.id = cudaLaunchAttributeClusterDimension;
-      cluster_attr.val.clusterDim.x = cluster->x;
-      cluster_attr.val.clusterDim.y = cluster->y;
-      cluster_attr.val.clusterDim.z = cluster->z;
-      config.attrs = &cluster_attr;
-      config.numAttrs = 1;
+      cudaLaunchAttribute& a = attrs[config.numAttrs++];
+      a.id = cudaLaunchAttributeClusterDimension;
+      a.val.clusterDim.x = cluster->x;
+      a.val.clusterDim.y = cluster->y;
+      a.val.clusterDim.z = cluster->z;
     }
   }
   LaunchConfig(const LaunchConfig&) = delete;
   LaunchConfig& operator=(const LaunchConfig&) = delete;
+
+  // Inside an EarlyStartScope (core/early_start.h), a programmatic dependent launch: the kernel may
+  // start before the one queued before it has ended. For kernels that follow
+  // core/dependent_launch.cuh's rule only.
+  LaunchConfig& early_start_in_scope() {
+    if (early_start_enabled()) {
+      cudaLaunchAttribute& a = attrs[config.numAttrs++];
+      a.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      a.val.programmaticStreamSerializationAllowed = 1;
+    }
+    return *this;
+  }
 
   // Launches kernel(args...) with this configuration, checked.
   template <class... Params, class... Args>

@@ -6,6 +6,7 @@
 #include <new>
 
 #include "core/error.h"
+#include "core/graph_arena.h"
 
 #if LOCKSTEP_HAS_CUDA
 #include <cstdint>
@@ -22,7 +23,7 @@ namespace {
 // CUDA memory comes from the device's stream-ordered pool (cudaMallocAsync), told to keep what
 // is freed instead of returning it to the driver: after the first training step every tensor of a
 // step reuses pooled memory, so a steady-state step makes no cudaMalloc. The pool also counts the
-// bytes in use and their high-water mark (device_memory_stats).
+// bytes in use and their high-water mark (device_memory_stats; a graph arena's bytes are not in them).
 cudaMemPool_t memory_pool() {
   static cudaMemPool_t pool = [] {
     int device = 0;
@@ -74,6 +75,7 @@ void* device_alloc(Device d, size_t bytes) {
     return p;
   }
 #if LOCKSTEP_HAS_CUDA
+  if (GraphArena* arena = active_graph_arena()) return arena->allocate(bytes);
   void* p = nullptr;
   LOCKSTEP_CUDA_CHECK(cudaMallocFromPoolAsync(&p, bytes, memory_pool(), current_stream()));
   return p;
@@ -88,6 +90,7 @@ void device_free(Device d, void* p) {
 #if LOCKSTEP_HAS_CUDA
   // Not checked: runs in destructors, possibly during unwinding. Freed in the order of the current
   // stream: work queued before on this stream may still read p.
+  if (GraphArena* arena = active_graph_arena(); arena && arena->release(p)) return;
   cudaFreeAsync(p, current_stream());
 #endif
 }

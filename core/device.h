@@ -16,7 +16,8 @@ bool built_with_cuda();
 bool cuda_device_available();
 
 // CUDA memory is stream-ordered (allocated and freed in the order of the current stream,
-// core/cuda_stream.h) and pooled: see device.cpp.
+// core/cuda_stream.h) and pooled: see device.cpp; inside an ArenaScope it comes from that graph
+// arena (core/graph_arena.h).
 void* device_alloc(Device d, size_t bytes);
 void device_free(Device d, void* p);
 // Copies between any two places; synchronous with respect to the host.

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/device.h"
+#include "core/early_start.h"
 #include "core/error.h"
 
 namespace lockstep {
@@ -81,6 +82,7 @@ void DecodeGraph::forward(int64_t bucket) {
                          view(kSlots, {bucket}),           view(kCu, {bucket + 1}),
                          view(kContextLens, {bucket}),     view(kTable, {bucket, width_}),
                          view(kLastRows, {bucket}),        /*one_row_each=*/true};
+  const EarlyStartScope early;  // a decode step writes no weight
   const Tensor hidden = model_.forward_infer(batch, cache_);
   Tensor tokens = view(kOut, {bucket});
   Tensor logprobs = Tensor::view_of(device(kOut) + max_sequences_, {bucket}, DType::f32,
@@ -95,11 +97,24 @@ void DecodeGraph::capture() {
   const CurrentStream on(*stream_);
   upload(max_sequences_, 1);
   for (int64_t b : buckets_) forward(b);
-  try {
-    for (int64_t b : buckets_) graphs_.push_back(CudaGraph::capture(*stream_, [&] { forward(b); }));
-  } catch (...) {
-    graphs_.clear();  // all buckets or none
-    throw;
+  // The temporaries from an arena, doubled until every bucket's capture fits in it.
+  for (size_t bytes = size_t(32) << 20;; bytes *= 2) {
+    arena_.emplace(bytes);
+    try {
+      for (int64_t b : buckets_)
+        graphs_.push_back(CudaGraph::capture(*stream_, [&] {
+          const ArenaScope scope(*arena_);
+          forward(b);
+        }));
+      break;
+    } catch (const GraphArena::Full&) {
+      graphs_.clear();
+      arena_.reset();
+    } catch (...) {
+      graphs_.clear();  // all buckets or none
+      arena_.reset();
+      throw;
+    }
   }
   stream_->synchronize();  // the warm-up is done before the current stream goes on
 }

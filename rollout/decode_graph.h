@@ -30,10 +30,12 @@
 // stream's cuBLASLt workspace and scratch have their final sizes before any capture (ops/cuda/
 // gemm.cu: a plan first made during capture is not tuned, and a workspace that grew after a capture
 // would free memory that graph points to); then each bucket is captured. A step's temporaries
-// (activations, logits) are allocated by the captured work and freed before it ends: they become
-// the graph's allocation nodes (core/device.cpp's stream-ordered pool under capture), at fixed
-// addresses, their physical memory shared by the buckets' graphs (all launched into one stream).
-// Nothing allocated outside a graph is freed inside it, and nothing a graph allocates outlives it.
+// (activations, logits) are allocated by the captured work and freed before it ends, in a graph
+// arena that all the buckets' graphs share (core/graph_arena.h; they are launched into one stream),
+// doubled from 32 MB until every capture fits: the graphs hold kernel nodes only, so that the
+// step's kernels that start early (core/early_start.h: every decode step runs in an
+// EarlyStartScope) get programmatic edges. Nothing allocated outside a graph is freed inside it,
+// and nothing a graph allocates outlives it.
 // The graphs hold the model's weight and the cache's pointers: weights must be updated in place
 // (as refresh_weights and the optimizer do), and the model and the cache must outlive this.
 #pragma once
@@ -45,6 +47,7 @@
 #include <vector>
 
 #include "core/cuda_graph.h"
+#include "core/graph_arena.h"
 #include "core/tensor.h"
 #include "model/kv_cache.h"
 #include "model/transformer.h"
@@ -104,6 +107,7 @@ class DecodeGraph {
   Tensor host_;    // pinned: what each step uploads, then its draws
   Tensor device_;  // the static inputs and outputs
   std::optional<SideStream> stream_;  // with graphs: where they are captured
+  std::optional<GraphArena> arena_;   // the graphs' temporaries; outlives them
   std::vector<CudaGraph> graphs_;     // by bucket, once captured
   std::optional<std::chrono::steady_clock::time_point> done_;  // the previous step's draws read back
   double host_seconds_ = 0;

@@ -16,7 +16,9 @@
 #include <type_traits>
 
 #include "core/cuda_check.h"
+#include "core/cuda_launch.h"
 #include "core/cuda_stream.h"
+#include "core/dependent_launch.cuh"
 #include "numerics/cuda/quantize_device.cuh"
 #include "numerics/quantize_backends.h"
 #include "numerics/scale.h"
@@ -55,6 +57,8 @@ __global__ void __launch_bounds__(Bf16::kThreads, kColumnwise ? 2 : 3) quantize_
 __global__ void __launch_bounds__(kSmallThreads) quantize_rows_small_kernel(
     const uint16_t* __restrict__ x, int64_t T, int64_t K, uint8_t* __restrict__ q, float* __restrict__ s,
     bool pow2) {
+  wait_for_previous_kernel();  // launched with an early start in decode steps (core/early_start.h)
+  let_next_kernel_start();
   const int64_t i = int64_t(blockIdx.x) * kSmallThreads + threadIdx.x;
   const int64_t t = i / (K / 8), c = i % (K / 8) * 8;
   const bool valid = t < T;
@@ -148,7 +152,9 @@ void quantize_rows_and_columns(Fp8Rows* out, Fp8Rows* out_t, const Tensor& x, bo
   if (out && out_t) {
     launch_activation<true, true>(tiles, xp, T, K, q, s, qt, st, Tp, pow2);
   } else if (out && T <= kSmallT) {
-    quantize_rows_small_kernel<<<small_grid(T * K / 8), kSmallThreads, 0, current_stream()>>>(xp, T, K, q, s, pow2);
+    LaunchConfig(dim3(small_grid(T * K / 8)), dim3(kSmallThreads), 0)
+        .early_start_in_scope()
+        .run(quantize_rows_small_kernel, xp, T, K, q, s, pow2);
     LOCKSTEP_CUDA_CHECK_LAUNCH();
   } else if (out) {
     launch_activation<true, false>(tiles, xp, T, K, q, s, qt, st, Tp, pow2);

@@ -53,6 +53,7 @@
 #include "core/cuda_check.h"
 #include "core/cuda_launch.h"
 #include "core/cuda_stream.h"
+#include "core/dependent_launch.cuh"
 #include "core/device.h"
 #include "ops/attention_backends.h"
 
@@ -525,6 +526,8 @@ constexpr int kMaxDecodeParts = 8;  // the portable cluster size
 // kv head. A cluster leaves together or not at all: whether to is decided per sequence.
 template <int D>
 __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm) decode_kernel(const DecodeArgs a) {
+  wait_for_previous_kernel();  // launched with an early start in decode steps (core/early_start.h)
+  let_next_kernel_start();
   constexpr int kChunks = D / 8;
   extern __shared__ __align__(128) uint16_t smem[];
   uint16_t* sq = smem;                           // [16, D] the group's queries (rows ≥ group zero)
@@ -1087,6 +1090,7 @@ void attention_paged(Tensor& out, const Tensor& qkv, const Tensor& k_cache, cons
       allow_dynamic_smem<decode_kernel<D>>(kDecodeSmem<D>);
       LaunchConfig(dim3(unsigned(d.max_parts), unsigned(a.kv_heads), unsigned(a.S)), dim3(kThreads),
                    kDecodeSmem<D>, dim3(unsigned(d.max_parts), 1, 1))
+          .early_start_in_scope()
           .run(decode_kernel<D>, d);
     }
     if (one_row_each) return;  // no multi-row sequence; decode_kernel NaNs misplaced rows itself

@@ -44,6 +44,7 @@
 #include "core/cuda_check.h"
 #include "core/cuda_launch.h"
 #include "core/cuda_stream.h"
+#include "core/dependent_launch.cuh"
 #include "core/device.h"
 #include "ops/cuda/vector.cuh"
 
@@ -178,16 +179,23 @@ __device__ __forceinline__ Copier copier(const Args& a, int64_t row0) {
           chunk_offset(r, c), r};
 }
 
-// Issues the cp.async copies of K block kb into a stage's tiles and scales (one commit group,
-// committed by the caller).
+// Issues the cp.async copies of K block kb into a stage: load_weight the weight tile and its
+// scale, load_act the act tile and scales (one commit group together, committed by the caller).
+// Apart, because the weight may be read before the kernel that wrote the act has ended.
 template <int NT>
-__device__ __forceinline__ void load_stage(uint8_t* tiles, uint8_t* scales, const Copier& cp, const Args& a,
-                                           int64_t row0, int kb) {
-  using L = Layout<NT>;
-  const int tid = threadIdx.x;
+__device__ __forceinline__ void load_weight(uint8_t* tiles, uint8_t* scales, const Copier& cp, const Args& a,
+                                            int64_t row0, int kb) {
   const uint8_t* w = cp.weight + kb * kBlockK;
 #pragma unroll
   for (int j = 0; j < kRows / 16; ++j, w += cp.stride) cp_async16(tiles + cp.dst + j * 16 * kBlockK, w, true);
+  if (threadIdx.x == 0)  // the weight scale of the 128-row block holding the CTA's rows
+    cp_async4(scales + Layout<NT>::kTokens * 4, a.weight_scales + row0 / 128 * a.ld_weight_scales + kb, true);
+}
+
+template <int NT>
+__device__ __forceinline__ void load_act(uint8_t* tiles, uint8_t* scales, const Copier& cp, const Args& a, int kb) {
+  using L = Layout<NT>;
+  const int tid = threadIdx.x;
   const uint8_t* x = cp.act + kb * kBlockK;
 #pragma unroll
   for (int j = 0; j < (L::kTokens + 15) / 16; ++j, x += cp.stride) {
@@ -196,8 +204,6 @@ __device__ __forceinline__ void load_stage(uint8_t* tiles, uint8_t* scales, cons
   }
   if (tid < L::kTokens)
     cp_async4(scales + tid * 4, tid < a.T ? cp.act_scale + kb * a.T : a.act_scales, tid < a.T);
-  if (tid == 0)  // the weight scale of the 128-row block holding the CTA's rows
-    cp_async4(scales + L::kTokens * 4, a.weight_scales + row0 / 128 * a.ld_weight_scales + kb, true);
 }
 
 // p = Σ over the K block in `tiles` of the weight rows × the tokens, with wgmma: 4 k32 steps in
@@ -257,9 +263,15 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) small_t_kernel(const Arg
 
   const Copier cp = copier(a, row0);
   float acc[NT][4] = {}, p[NT][4] = {};
+  // Launched early (core/early_start.h), the kernel requests the first stages' weight tiles while
+  // the kernel before it (which writes the act) still runs.
+#pragma unroll
+  for (int i = 0; i < kStages - 1; ++i)
+    if (i < count) load_weight<NT>(tiles(i), scales(i), cp, a, row0, kb0 + i);
+  wait_for_previous_kernel();
 #pragma unroll
   for (int i = 0; i < kStages - 1; ++i) {
-    if (i < count) load_stage<NT>(tiles(i), scales(i), cp, a, row0, kb0 + i);
+    if (i < count) load_act<NT>(tiles(i), scales(i), cp, a, kb0 + i);
     cp_async_commit();
   }
   for (int i = 0; i < count; ++i) {
@@ -267,7 +279,10 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) small_t_kernel(const Arg
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     __syncthreads();               // ... everyone's; and everyone is done with block i - 1
     const int next = i + kStages - 1;  // into the stage block i - 1 used
-    if (next < count) load_stage<NT>(tiles(next), scales(next), cp, a, row0, kb0 + next);
+    if (next < count) {
+      load_weight<NT>(tiles(next), scales(next), cp, a, row0, kb0 + next);
+      load_act<NT>(tiles(next), scales(next), cp, a, kb0 + next);
+    }
     cp_async_commit();
     partial_wgmma<NT>(tiles(i), p);
     add_scaled<NT>(acc, p, scales(i), q);
@@ -345,7 +360,7 @@ int splits_for(int64_t M, int64_t K) {
 
 template <int NT, class Out>
 void launch(const Args& a, int splits) {
-  launch_config(splits, a.M / kRows, Layout<NT>::kSmem).run(prepared_kernel<NT, Out>(), a);
+  launch_config(splits, a.M / kRows, Layout<NT>::kSmem).early_start_in_scope().run(prepared_kernel<NT, Out>(), a);
 }
 
 template <class Out>

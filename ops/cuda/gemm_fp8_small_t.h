@@ -8,6 +8,10 @@
 // output never depends on the other tokens of the batch: the same bits at every T of 1 .. 64 (the
 // K split is a function of the shape alone, and each token's sum is the same whatever the tile).
 //
+// Inside an EarlyStartScope (core/early_start.h) it starts early and reads its first weight tiles
+// before waiting for the kernel before it: that kernel must not write the weight (the scope's
+// promise).
+//
 // ops/cuda/gemm.cu dispatches to it, or to cuBLASLt, per shape (gemm_set_fp8_small_t in
 // ops/gemm_backends.h); arguments are checked there and by ops/gemm.cpp (K and M
 // multiples of 128, act and weight 16-byte aligned). Include only from CUDA sources.

@@ -25,7 +25,9 @@
 #include <cstdint>
 
 #include "core/cuda_check.h"
+#include "core/cuda_launch.h"
 #include "core/cuda_stream.h"
+#include "core/dependent_launch.cuh"
 #include "ops/qkv_rope_backends.h"
 
 namespace lockstep::cuda {
@@ -232,6 +234,8 @@ __global__ void __launch_bounds__(kThreads) qkv_rope_forward_kernel(ForwardArgs 
 // the head's loads are issued before the table's sincos and overlap it.
 template <bool kNorm>
 __global__ void __launch_bounds__(kThreads) qkv_rope_forward_heads_kernel(ForwardArgs args) {
+  wait_for_previous_kernel();  // launched with an early start in decode steps (core/early_start.h)
+  let_next_kernel_start();
   __shared__ alignas(16) float cos_t[kMaxHeadDim / 2], sin_t[kMaxHeadDim / 2];
   const int64_t t = blockIdx.x;
   const int heads = args.q_heads + 2 * args.kv_heads;
@@ -426,7 +430,9 @@ void qkv_rope_forward(Tensor& out, Tensor& rstd, const Tensor& qkv, const Tensor
   if (T <= kSmallT) {
     const int64_t heads = layout.q_heads + 2 * layout.kv_heads, per_cta = kThreads / G;
     const auto kernel = norm ? qkv_rope_forward_heads_kernel<true> : qkv_rope_forward_heads_kernel<false>;
-    kernel<<<dim3(unsigned(T), unsigned((heads + per_cta - 1) / per_cta)), kThreads, 0, current_stream()>>>(args);
+    LaunchConfig(dim3(unsigned(T), unsigned((heads + per_cta - 1) / per_cta)), dim3(kThreads), 0)
+        .early_start_in_scope()
+        .run(kernel, args);
   } else {
     const auto kernel = norm ? qkv_rope_forward_kernel<true> : qkv_rope_forward_kernel<false>;
     kernel<<<unsigned(T), kThreads, 0, current_stream()>>>(args);

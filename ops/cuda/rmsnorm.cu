@@ -35,6 +35,7 @@
 #include "core/cuda_check.h"
 #include "core/cuda_launch.h"
 #include "core/cuda_stream.h"
+#include "core/dependent_launch.cuh"
 #include "numerics/cuda/quantize_device.cuh"
 #include "ops/cuda/vector.cuh"
 #include "ops/rmsnorm_backends.h"
@@ -96,6 +97,8 @@ __global__ void __launch_bounds__(kRowThreads) rmsnorm_rows_kernel(
     uint16_t* x, const uint16_t* __restrict__ residual, const float* __restrict__ w, int64_t R,
     int64_t C, float eps, float* __restrict__ rstd, uint16_t* __restrict__ y, uint8_t* __restrict__ q,
     float* __restrict__ s, bool pow2) {
+  wait_for_previous_kernel();  // launched with an early start in decode steps (core/early_start.h)
+  let_next_kernel_start();
   __shared__ float scratch[kRowThreads / 32];
   const int64_t r = blockIdx.x, vectors = C / kVec;
   uint16_t* xr = x + r * C;
@@ -256,8 +259,9 @@ void launch_rows(Tensor& x, const Tensor* residual, const Tensor& w, float eps, 
   if (R == 0) return;
   const unsigned slices = kOut == RowsOut::rstd ? 1 : slices_of(R, C, residual != nullptr);
   // A row's CTAs form a cluster when a residual's sums are written back.
-  const LaunchConfig launch(dim3(unsigned(R), slices), dim3(unsigned(row_threads(C))), 0,
-                            residual && slices > 1 ? std::optional(dim3(1, slices, 1)) : std::nullopt);
+  LaunchConfig launch(dim3(unsigned(R), slices), dim3(unsigned(row_threads(C))), 0,
+                      residual && slices > 1 ? std::optional(dim3(1, slices, 1)) : std::nullopt);
+  launch.early_start_in_scope();
   const auto kernel = residual ? rmsnorm_rows_kernel<kOut, true> : rmsnorm_rows_kernel<kOut, false>;
   launch.run(
       kernel, static_cast<uint16_t*>(x.data()),

@@ -16,7 +16,9 @@
 // writing a bf16 gate_up (4 bytes an output element) that both then read (4 + 4): 2 bytes read
 // each.
 #include "core/cuda_check.h"
+#include "core/cuda_launch.h"
 #include "core/cuda_stream.h"
+#include "core/dependent_launch.cuh"
 #include "numerics/cuda/quantize_device.cuh"
 #include "ops/cuda/vector.cuh"
 #include "ops/swiglu_backends.h"
@@ -149,6 +151,8 @@ __global__ void __launch_bounds__(Bf16::kThreads, 2) swiglu_quantize_kernel(
 __global__ void __launch_bounds__(quant::kSmallThreads) swiglu_quantize_rows_small_kernel(
     const uint16_t* __restrict__ gate_up, int64_t T, int64_t I, uint8_t* __restrict__ q,
     float* __restrict__ s, bool pow2) {
+  wait_for_previous_kernel();  // launched with an early start in decode steps (core/early_start.h)
+  let_next_kernel_start();
   const int64_t i = int64_t(blockIdx.x) * quant::kSmallThreads + threadIdx.x;
   const int64_t t = i / (I / kVec), c = i % (I / kVec) * kVec;
   const bool valid = t < T;
@@ -213,8 +217,10 @@ void launch_quantize(const Tensor& gate_up, Fp8Rows& rows, Fp8Rows* cols, bool p
   const int64_t tiles = Tp / quant::kTile * (I / quant::kTile);
   if (tiles == 0) return;
   if (!kColumnwise && T <= quant::kSmallT) {
-    swiglu_quantize_rows_small_kernel<<<quant::small_grid(T * I / kVec), quant::kSmallThreads, 0, current_stream()>>>(
-        bf16_data(gate_up), T, I, static_cast<uint8_t*>(rows.data.data()), rows.scales.data_as<float>(), pow2);
+    LaunchConfig(dim3(quant::small_grid(T * I / kVec)), dim3(quant::kSmallThreads), 0)
+        .early_start_in_scope()
+        .run(swiglu_quantize_rows_small_kernel, bf16_data(gate_up), T, I, static_cast<uint8_t*>(rows.data.data()),
+             rows.scales.data_as<float>(), pow2);
     LOCKSTEP_CUDA_CHECK_LAUNCH();
     return;
   }

@@ -1,0 +1,31 @@
+// core/early_start.h — where kernels may start before the kernel queued before them has ended
+// (programmatic dependent launch; CUDA-free, so host code can open the scope).
+//
+// Inside an EarlyStartScope, the kernels that support it are launched with
+// LaunchConfig::early_start (core/cuda_launch.h): each waits at its start for the kernel before to
+// end (core/dependent_launch.cuh) and lets the next one start, so a kernel's launch and its CTAs'
+// setup overlap the tail of the one before instead of following its end. The fp8 small-T GEMM also
+// requests its first weight tiles before that wait: the scope promises that its work writes no
+// weight. The decode steps of the rollout engine run in one (rollout/decode_graph.cpp). Outside
+// any scope every launch is an ordinary one.
+//
+// In a CUDA graph an early start becomes a programmatic edge only between two kernel nodes: the
+// graph must hold no allocation nodes between them (core/graph_arena.h).
+#pragma once
+
+namespace lockstep {
+
+class EarlyStartScope {
+ public:
+  EarlyStartScope();
+  ~EarlyStartScope();
+  EarlyStartScope(const EarlyStartScope&) = delete;
+  EarlyStartScope& operator=(const EarlyStartScope&) = delete;
+
+ private:
+  bool previous_;
+};
+
+bool early_start_enabled();  // on this thread
+
+}  // namespace lockstep
