@@ -269,6 +269,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) small_t_kernel(const Arg
   for (int i = 0; i < kStages - 1; ++i)
     if (i < count) load_weight<NT>(tiles(i), scales(i), cp, a, row0, kb0 + i);
   wait_for_previous_kernel();
+  let_next_kernel_start();  // its CTAs wait, resident, for this kernel's end instead of launching after it
 #pragma unroll
   for (int i = 0; i < kStages - 1; ++i) {
     if (i < count) load_act<NT>(tiles(i), scales(i), cp, a, kb0 + i);
