@@ -117,11 +117,6 @@ void SideStream::synchronize() const {}
 CurrentStream::CurrentStream(const SideStream&) : previous_(nullptr) {}
 CurrentStream::~CurrentStream() = default;
 CudaGraph CudaGraph::capture(const SideStream&, const std::function<void()>&) { no_cuda(); }
-CudaGraph::Summary CudaGraph::summary() const {
-  LOCKSTEP_CHECK(graph_, "CudaGraph::summary: nothing was captured");
-  return summarize(static_cast<cudaGraph_t>(graph_));
-}
-
 void CudaGraph::launch() const { no_cuda(); }
 CudaGraph::Summary CudaGraph::summary() const { no_cuda(); }
 void CudaGraph::reset() {}
