@@ -234,17 +234,20 @@ __global__ void __launch_bounds__(kThreads) qkv_rope_forward_kernel(ForwardArgs 
 // the head's loads are issued before the table's sincos and overlap it.
 template <bool kNorm>
 __global__ void __launch_bounds__(kThreads) qkv_rope_forward_heads_kernel(ForwardArgs args) {
-  wait_for_previous_kernel();  // launched with an early start in decode steps (core/early_start.h)
-  let_next_kernel_start();
   __shared__ alignas(16) float cos_t[kMaxHeadDim / 2], sin_t[kMaxHeadDim / 2];
   const int64_t t = blockIdx.x;
   const int heads = args.q_heads + 2 * args.kv_heads;
   const Group group(args.G, args.head_dim);
   const int h = int(blockIdx.y) * group.count + group.index;
   const int64_t col = (t * heads + h) * args.head_dim + 8 * group.j;
+  // Launched with an early start in decode steps (core/early_start.h): the token's sincos table
+  // (from its position, a step input no kernel of the step writes) is made while the kernel before
+  // still runs; its output, this kernel's input, is read after the wait.
+  rope_tables(args.positions, args.inv_freq, t, 1, args.head_dim / 2, cos_t, sin_t);
+  wait_for_previous_kernel();
+  let_next_kernel_start();
   uint4 ra, rb;
   load_head(args, col, h < heads && group.active, ra, rb);
-  rope_tables(args.positions, args.inv_freq, t, 1, args.head_dim / 2, cos_t, sin_t);
   __syncthreads();
   if (h < heads) forward_head<kNorm>(args, group, t, h, col, ra, rb, cos_t, sin_t);  // whole groups
 }

@@ -97,10 +97,17 @@ __global__ void __launch_bounds__(kRowThreads) rmsnorm_rows_kernel(
     uint16_t* x, const uint16_t* __restrict__ residual, const float* __restrict__ w, int64_t R,
     int64_t C, float eps, float* __restrict__ rstd, uint16_t* __restrict__ y, uint8_t* __restrict__ q,
     float* __restrict__ s, bool pow2) {
-  wait_for_previous_kernel();  // launched with an early start in decode steps (core/early_start.h)
-  let_next_kernel_start();
   __shared__ float scratch[kRowThreads / 32];
   const int64_t r = blockIdx.x, vectors = C / kVec;
+  const int64_t first = int64_t(blockIdx.y) * blockDim.x, stride = int64_t(gridDim.y) * blockDim.x;
+  // Launched with an early start in decode steps (core/early_start.h): the weight vectors this
+  // thread scales below are prefetched into L1 while the kernel before still runs (a step writes
+  // no weight); x and the residual are read after the wait.
+  if constexpr (kOut != RowsOut::rstd)
+    for (int64_t v = first + threadIdx.x; v < vectors; v += stride)
+      asm volatile("prefetch.global.L1 [%0];\n" ::"l"(w + v * kVec));
+  wait_for_previous_kernel();
+  let_next_kernel_start();
   uint16_t* xr = x + r * C;
   const uint16_t* res = kResidual ? residual + r * C : nullptr;
   float sum = 0;
@@ -118,7 +125,6 @@ __global__ void __launch_bounds__(kRowThreads) rmsnorm_rows_kernel(
   // has read above. With one block that is thread i itself; otherwise the cluster's barrier.
   if constexpr (kResidual && kOut != RowsOut::rstd)
     if (gridDim.y > 1) cooperative_groups::this_cluster().sync();
-  const int64_t first = int64_t(blockIdx.y) * blockDim.x, stride = int64_t(gridDim.y) * blockDim.x;
   if constexpr (kOut == RowsOut::y) {
     for (int64_t v = first + threadIdx.x; v < vectors; v += stride) {
       float a[kVec], wv[kVec];
