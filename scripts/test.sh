@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing, builds (CPU + CUDA when nvcc exists) and runs every
-# test. GPU tests (label `gpu`) report as skipped on a machine without a GPU.
+# test. GPU tests (label `gpu`) report as skipped on a machine without a GPU. Where nvcc exists it
+# also builds and tests without CUDA (in $build-cpu-only), since a CPU-only build must keep working
+# and its `#if !LOCKSTEP_HAS_CUDA` branches compile nowhere else.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -9,3 +11,8 @@ build=${BUILD_DIR:-build}
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release
 cmake --build "$build" -j "$(nproc)"
 ctest --test-dir "$build" --output-on-failure -j "$(nproc)" "$@"
+if command -v nvcc > /dev/null; then
+  cmake -S . -B "$build-cpu-only" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLOCKSTEP_CUDA=OFF
+  cmake --build "$build-cpu-only" -j "$(nproc)"
+  ctest --test-dir "$build-cpu-only" --output-on-failure -j "$(nproc)" "$@"
+fi
