@@ -2,12 +2,13 @@
 // (programmatic dependent launch; CUDA-free, so host code can open the scope).
 //
 // Inside an EarlyStartScope, the kernels that support it are launched with
-// LaunchConfig::early_start (core/cuda_launch.h): each waits at its start for the kernel before to
-// end (core/dependent_launch.cuh) and lets the next one start, so a kernel's launch and its CTAs'
-// setup overlap the tail of the one before instead of following its end. The fp8 small-T GEMM also
-// requests its first weight tiles before that wait: the scope promises that its work writes no
-// weight. The decode steps of the rollout engine run in one (rollout/decode_graph.cpp). Outside
-// any scope every launch is an ordinary one.
+// LaunchConfig::early_start_in_scope (core/cuda_launch.h): each waits near its start for the
+// kernel before to end (core/dependent_launch.cuh) and then lets the next one start, so a kernel's
+// launch and its CTAs' setup overlap the tail of the one before instead of following its end.
+// Before that wait some read what the scope promises its work never writes: the weights (the fp8
+// small-T GEMM requests its first weight tiles, RMSNorm prefetches its weight) and the inputs the
+// work was given before it began (RoPE reads the positions). The decode steps of the rollout engine
+// run in one (rollout/decode_graph.cpp). Outside any scope every launch is an ordinary one.
 //
 // In a CUDA graph an early start becomes a programmatic edge only between two kernel nodes: the
 // graph must hold no allocation nodes between them (core/graph_arena.h).

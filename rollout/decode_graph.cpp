@@ -84,7 +84,7 @@ void DecodeGraph::forward(int64_t bucket) {
                          view(kSlots, {bucket}),           view(kCu, {bucket + 1}),
                          view(kContextLens, {bucket}),     view(kTable, {bucket, width_}),
                          view(kLastRows, {bucket}),        /*one_row_each=*/true};
-  const EarlyStartScope early;  // a decode step writes no weight
+  const EarlyStartScope early;  // a decode step writes no weight, nor the inputs uploaded for it
   const Tensor hidden = model_.forward_infer(batch, cache_);
   Tensor tokens = view(kOut, {bucket});
   Tensor logprobs = Tensor::view_of(device(kOut) + max_sequences_, {bucket}, DType::f32,
