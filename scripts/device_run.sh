@@ -80,7 +80,7 @@ for stage in "$@"; do
       for r in fp8 bf16; do for b in 64 1; do
         LOCKSTEP_KERNEL_TRACE=/tmp/trace_${r}_$b.csv CUDA_INJECTION64_PATH=$PWD/.carry/lib/liblockstep_kernel_trace.so \
           timeout 120 $B/bench_rollout --prompt 1024 --new 64 --batch $b --recipes $r > /dev/null 2>> $OUT/decode_trace_err.txt
-        python3 scripts/kernel_trace_steps.py /tmp/trace_${r}_$b.csv > $OUT/decode_trace_${r}_b$b.txt 2>&1
+        python3 scripts/kernel_trace_steps.py /tmp/trace_${r}_$b.csv --period auto > $OUT/decode_trace_${r}_b$b.txt 2>&1
       done; done ;;
     kernel_profile)  # ncu of the fp8 small-T GEMM alone and the decode attention: details, SASS stall hot spots
       for shape in qwen3-8b:o:1 qwen3-8b:o:64 qwen3-8b:down:64; do

@@ -8,14 +8,15 @@
 # kernel starts before the one before it ends — negative gaps, durations that include its wait —
 # and only that last column adds up to the span.
 # --period P --first F: also the mean of that column at each position of a repeating run of P
-# kernels from kernel F on (a layer: e.g. --period 10 --first 1 for the fp8 decode step).
-# Usage: kernel_trace_steps.py trace.csv [--steps 32] [--period P --first F]
+# kernels from kernel F on (a layer: e.g. --period 10 --first 1 for the fp8 decode step);
+# --period auto finds the shortest run of kernel names that repeats at least 4 times in a row.
+# Usage: kernel_trace_steps.py trace.csv [--steps 32] [--period P|auto [--first F]]
 import argparse, collections, csv, statistics
 
 parser = argparse.ArgumentParser()
 parser.add_argument("trace")
 parser.add_argument("--steps", type=int, default=32)
-parser.add_argument("--period", type=int, default=0)
+parser.add_argument("--period", default="0")
 parser.add_argument("--first", type=int, default=0)
 args = parser.parse_args()
 
@@ -69,6 +70,26 @@ for i, r in enumerate(steps[-1]):
 print("\nper kernel name, a step: us (gap us before) [share of the span, us]")
 for name, (d, g, sh) in sorted(by_kernel.items(), key=lambda x: -x[1][0]):
     print(f"  {d:9.1f} ({g:6.1f}) [{sh:9.1f}]  {name}")
+
+
+def find_period(names, min_repeats=4):
+    """The shortest (period, first) whose names repeat min_repeats times in a row; None if none."""
+    for period in range(2, len(names) // min_repeats + 1):
+        for first in range(period):
+            if first + period * min_repeats > len(names):
+                break
+            if all(names[first + i] == names[first + i + period] for i in range(period * (min_repeats - 1))):
+                return period, first
+    return None
+
+
+if args.period == "auto":
+    found = find_period([r["kernel"] for r in steps[-1]])
+    if not found:
+        raise SystemExit("--period auto: no run of kernels repeats 4 times in a step")
+    args.period, args.first = found
+else:
+    args.period = int(args.period)
 if args.period > 0:
     repeats = (count - args.first) // args.period
     if repeats < 1:
