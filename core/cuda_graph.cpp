@@ -75,7 +75,7 @@ CudaGraph CudaGraph::capture(const SideStream& stream, const std::function<void(
   LOCKSTEP_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
   CudaGraph g;
   g.graph_ = graph;
-  if (const char* env = std::getenv("LOCKSTEP_GRAPH_NODES"); env && *env == '1') {
+  if (graph_diagnostics()) {
     const Summary s = g.summary();
     std::fprintf(stderr, "CUDA graph: %zu nodes (%zu kernels, %zu allocations and frees), %zu edges (%zu programmatic)\n",
                  s.nodes, s.kernels, s.memory_nodes, s.edges, s.programmatic_edges);
@@ -122,6 +122,11 @@ CudaGraph::Summary CudaGraph::summary() const { no_cuda(); }
 void CudaGraph::reset() {}
 
 #endif
+
+bool graph_diagnostics() {
+  const char* env = std::getenv("LOCKSTEP_GRAPH_NODES");
+  return env && *env == '1';
+}
 
 CudaGraph::CudaGraph(CudaGraph&& other) noexcept
     : graph_(std::exchange(other.graph_, nullptr)), exec_(std::exchange(other.exec_, nullptr)) {}

@@ -63,7 +63,7 @@ class CudaGraph {
   static CudaGraph capture(const SideStream& stream, const std::function<void()>& work);
   void launch() const;
 
-  // What was captured (LOCKSTEP_GRAPH_NODES=1 prints it at each capture, on stderr).
+  // What was captured (printed at each capture, on stderr, when graph_diagnostics() is on).
   struct Summary {
     size_t nodes = 0, kernels = 0, memory_nodes = 0;  // memory nodes: allocations and frees
     size_t edges = 0, programmatic_edges = 0;         // programmatic: from an early start
@@ -77,5 +77,9 @@ class CudaGraph {
                            // allocation nodes' addresses)
   void* exec_ = nullptr;   // a cudaGraphExec_t
 };
+
+// LOCKSTEP_GRAPH_NODES=1: the captures print what they hold (CudaGraph::Summary, and the decode
+// graphs their arena), on stderr.
+bool graph_diagnostics();
 
 }  // namespace lockstep

@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 
 #include "core/device.h"
@@ -118,7 +117,7 @@ void DecodeGraph::capture() {
       throw;
     }
   }
-  if (const char* env = std::getenv("LOCKSTEP_GRAPH_NODES"); env && *env == '1')
+  if (graph_diagnostics())
     std::fprintf(stderr, "decode graphs: %zu buckets, arena of %.1f MB (%.1f MB used at most)\n", graphs_.size(),
                  double(arena_->capacity()) / 1e6, double(arena_->high_water()) / 1e6);
   stream_->synchronize();  // the warm-up is done before the current stream goes on

@@ -11,14 +11,18 @@
 #include "core/error.h"
 #include "ops/gemm.h"
 #include "ops/gemm_backends.h"
+#include "tests/gpu/small_t_settings.h"
 #include "tests/test_util.h"
 
 namespace lockstep {
 namespace {
 
+using testing::kSmallTMax;
 using testing::random_tensor;
 using testing::rel_error;
 using testing::same_bytes;
+using testing::set_fp8_small_t;
+using testing::SmallTSettings;
 using testing::to_double;
 using testing::worst_row_error;
 
@@ -36,15 +40,6 @@ int set_algo_choice(int choice) {
 #else
   (void)choice;
   return -1;
-#endif
-}
-
-int set_fp8_small_t(int tokens) {
-#if LOCKSTEP_HAS_CUDA
-  return cuda::gemm_set_fp8_small_t(tokens);
-#else
-  (void)tokens;
-  return 0;
 #endif
 }
 
@@ -179,22 +174,6 @@ INSTANTIATE_TEST_SUITE_P(
 // ways (N=384, K=640; its DGrad: two ways), and Qwen3-1.7B's qkv (8 ways). The tolerances are the
 // cuBLASLt fp8 tests': bf16 rounding of the output for bf16; for f32, wgmma sums a K block with the
 // fp8 tensor cores' precision (cuBLASLt's, ≤ 1.7e-4), below 1e-3.
-constexpr int kSmallTMax = 64;  // the kernel's limit
-
-// gemm_set_fp8_small_t(tokens) (default: the small-T kernel for 1 .. 64 tokens) for the scope.
-class SmallTSettings {
- public:
-  explicit SmallTSettings(int tokens = kSmallTMax) {
-    if (cuda_device_available()) tokens_ = set_fp8_small_t(tokens);
-  }
-  ~SmallTSettings() {
-    if (cuda_device_available()) set_fp8_small_t(tokens_);
-  }
-
- private:
-  int tokens_ = 0;
-};
-
 Fp8Rows to_host(const Fp8Rows& q) { return Fp8Rows{q.data.to(Device::cpu), q.scales.to(Device::cpu)}; }
 Fp8Blocks to_host(const Fp8Blocks& q) { return Fp8Blocks{q.data.to(Device::cpu), q.scales.to(Device::cpu)}; }
 

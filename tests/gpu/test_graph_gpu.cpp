@@ -12,32 +12,21 @@
 #include "core/early_start.h"
 #include "core/graph_arena.h"
 #include "ops/gemm.h"
-#include "ops/gemm_backends.h"
+#include "tests/gpu/small_t_settings.h"
 #include "tests/test_util.h"
 
 namespace lockstep {
 namespace {
 
 using testing::random_tensor;
+using testing::SmallTSettings;
 using testing::to_double;
 using testing::worst_row_error;
 
 constexpr int64_t T = 16, K = 512, N1 = 768, N2 = 384;
 
-// The small-T kernel at every token count, for the scope (it is the GEMM that starts early).
-class ForceSmallT {
-#if LOCKSTEP_HAS_CUDA
- public:
-  ForceSmallT() : previous_(cuda::gemm_set_fp8_small_t(64)) {}
-  ~ForceSmallT() { cuda::gemm_set_fp8_small_t(previous_); }
-
- private:
-  int previous_;
-#endif
-};
-
-Fp8Weight random_weight(int64_t rows, int64_t cols, uint64_t seed, Device device) {
-  Fp8Weight w = Fp8Weight::empty(rows, cols, device);
+Fp8Weight random_weight(int64_t rows, int64_t cols, uint64_t seed) {
+  Fp8Weight w = Fp8Weight::empty(rows, cols, Device::cpu);
   quantize_weight(w, random_tensor({rows, cols}, DType::f32, seed));
   return w;
 }
@@ -65,8 +54,8 @@ class EarlyStartGpu : public ::testing::TestWithParam<bool> {};
 TEST_P(EarlyStartGpu, KernelsSeeWhatTheKernelBeforeWrote) {
   LOCKSTEP_REQUIRE_GPU();
   const bool graphs = GetParam();
-  const ForceSmallT small_t;
-  const Fp8Weight w1 = random_weight(N1, K, 1, Device::cpu), w2 = random_weight(N2, N1, 2, Device::cpu);
+  const SmallTSettings small_t;  // the small-T kernel at every token count: the GEMM that starts early
+  const Fp8Weight w1 = random_weight(N1, K, 1), w2 = random_weight(N2, N1, 2);
   const Fp8Weight g1 = to_device(w1), g2 = to_device(w2);
   const SideStream stream;
   const CurrentStream on(stream);
