@@ -119,7 +119,7 @@ void bench_decode(double copy_gbs) {
   std::printf("\nPaged decode (one row a sequence), %s heads, block size 16: GB/s of K and V read; device copy %.0f GB/s\n",
               m.name, copy_gbs);
   std::printf("%6s %8s | %9s %9s %8s\n", "batch", "context", "us", "GB/s", "of copy");
-  for (int64_t batch : {1, 8, 32, 128})
+  for (int64_t batch : {1, 8, 32, 64, 128})
     for (int64_t context : {1024, 4096, 16384, 65536}) {
       if (batch * context > (int64_t(1) << 21)) continue;  // 8 GiB of cache
       PagedSetup p(l, batch, context, 1, 16);

@@ -526,8 +526,6 @@ constexpr int kMaxDecodeParts = 8;  // the portable cluster size
 // kv head. A cluster leaves together or not at all: whether to is decided per sequence.
 template <int D>
 __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm) decode_kernel(const DecodeArgs a) {
-  wait_for_previous_kernel();  // launched with an early start in decode steps (core/early_start.h)
-  let_next_kernel_start();
   constexpr int kChunks = D / 8;
   extern __shared__ __align__(128) uint16_t smem[];
   uint16_t* sq = smem;                           // [16, D] the group's queries (rows ≥ group zero)
@@ -536,27 +534,17 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm) decode_kernel(cons
   const int part = blockIdx.x, g = blockIdx.y, s = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
+  // Until the early-start wait below, only the step's uploaded inputs are read (cu_seqlens, context
+  // lengths, block tables: core/early_start.h): the row, the partition and tile 0's cache blocks.
   const int t = decode_row(a.cu, s, a.T, a.one_row_each);
-  if (t < 0) {
-    if (a.one_row_each && part == 0) {
-      uint16_t* row = a.out + int64_t(s) * a.out_width + int64_t(g) * a.group * D;
-      for (int i = threadIdx.x; i < a.group * D; i += kThreads) row[i] = kBf16NaN;
-    }
-    return;
-  }
-  const int len = a.context_lens[s];
-  uint16_t* out = a.out + int64_t(t) * a.out_width + int64_t(g) * a.group * D;
-  if (len < 1 || len > a.max_blocks * a.block_size) {
-    if (part == 0)
-      for (int i = threadIdx.x; i < a.group * D; i += kThreads) out[i] = kBf16NaN;
-    return;
-  }
-  const int span = decode_span(len, a.max_parts), parts = (len + span - 1) / span;
+  const int context = t >= 0 ? a.context_lens[s] : 0;
+  const bool context_ok = context >= 1 && context <= a.max_blocks * a.block_size;
+  const int len = context_ok ? context : 0;  // no keys read for a row that ends up NaN
+  const int span = context_ok ? decode_span(len, a.max_parts) : kTileRows, parts = (len + span - 1) / span;
   // A CTA past the sequence's last partition reads no keys but stays for the cluster's barriers.
   const int p_begin = min(part * span, len), p_end = min(len, p_begin + span);
   const int tiles = (p_end - p_begin + kTileRows - 1) / kTileRows;
 
-  const uint16_t* q = a.qkv + int64_t(t) * a.qkv_width + int64_t(g) * a.group * D;
   const int32_t* table = a.block_tables + int64_t(s) * a.max_blocks;
   const int64_t ld = int64_t(a.kv_heads) * D;
   const uint16_t* k = a.k_cache + int64_t(g) * D;
@@ -576,6 +564,24 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm) decode_kernel(cons
       blocks[i] = j < tiles && p < p_end ? table[block_of(p)] : 0;
     }
   };
+  fetch_blocks(0);
+
+  wait_for_previous_kernel();  // launched with an early start in decode steps (core/early_start.h)
+  let_next_kernel_start();
+  if (t < 0) {
+    if (a.one_row_each && part == 0) {
+      uint16_t* row = a.out + int64_t(s) * a.out_width + int64_t(g) * a.group * D;
+      for (int i = threadIdx.x; i < a.group * D; i += kThreads) row[i] = kBf16NaN;
+    }
+    return;
+  }
+  uint16_t* out = a.out + int64_t(t) * a.out_width + int64_t(g) * a.group * D;
+  if (!context_ok) {
+    if (part == 0)
+      for (int i = threadIdx.x; i < a.group * D; i += kThreads) out[i] = kBf16NaN;
+    return;
+  }
+  const uint16_t* q = a.qkv + int64_t(t) * a.qkv_width + int64_t(g) * a.group * D;
   auto load_stage = [&](int j) {  // tile j's copies (zeros past p_end), then tile j + 1's blocks
     if (j < tiles) {
       uint16_t* k_tile = sk + (j % kDecodeStages) * kTileRows * D;
@@ -596,7 +602,6 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm) decode_kernel(cons
     fetch_blocks(j + 1);
   };
   load_tile<D, kGroupRows>(sq, q, [&](int r) { return r < a.group ? q + int64_t(r) * D : nullptr; });
-  fetch_blocks(0);
   for (int j = 0; j < kDecodeStages - 1; ++j) load_stage(j);
 
   float o[D / 8][4] = {};
@@ -673,21 +678,34 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm) decode_kernel(cons
   cluster.sync();  // every partition's result written (release / acquire)
   if (part == 0) {
     // o = Σ_p 2^(m_p − M) · Σ p·v_p / Σ_p 2^(m_p − M) · l_p over the partitions, in rank order; a bad
-    // block table in any partition makes the row NaN.
+    // block table in any partition makes the row NaN. The loops over the partitions are unrolled
+    // so that all their reads of the other CTAs' shared memory are in flight at once (one after
+    // the other, they were ~2 µs of a B = 1 step's attention).
     for (int i = threadIdx.x; i < a.group * kChunks; i += kThreads) {
       const int r = i / kChunks, c = i % kChunks;
-      float m = -INFINITY;
+      float mp[kMaxDecodeParts], lp[kMaxDecodeParts];
+      float4 xp[kMaxDecodeParts][2];
       bool any_bad = false;
-      for (int q = 0; q < parts; ++q) {
-        m = fmaxf(m, cluster.map_shared_rank(pm, q)[r]);
-        any_bad |= *cluster.map_shared_rank(pbad, q) != 0;
+#pragma unroll
+      for (int q = 0; q < kMaxDecodeParts; ++q) {
+        const bool in = q < parts;
+        mp[q] = in ? cluster.map_shared_rank(pm, q)[r] : -INFINITY;
+        lp[q] = in ? cluster.map_shared_rank(pl, q)[r] : 0.0f;
+        any_bad |= in && *cluster.map_shared_rank(pbad, q) != 0;
+        const float4* x = reinterpret_cast<const float4*>(cluster.map_shared_rank(po, in ? q : 0) + r * D + c * 8);
+        xp[q][0] = in ? x[0] : float4{};
+        xp[q][1] = in ? x[1] : float4{};
       }
+      float m = -INFINITY;
+#pragma unroll
+      for (int q = 0; q < kMaxDecodeParts; ++q) m = fmaxf(m, mp[q]);
       float l = 0.0f, acc[8] = {};
-      for (int q = 0; q < parts; ++q) {
-        const float f = exp2_approx(cluster.map_shared_rank(pm, q)[r] - m);
-        l = fmaf(cluster.map_shared_rank(pl, q)[r], f, l);
-        const float4* x = reinterpret_cast<const float4*>(cluster.map_shared_rank(po, q) + r * D + c * 8);
-        const float4 x0 = x[0], x1 = x[1];
+#pragma unroll
+      for (int q = 0; q < kMaxDecodeParts; ++q) {
+        if (q >= parts) break;
+        const float f = exp2_approx(mp[q] - m);
+        l = fmaf(lp[q], f, l);
+        const float4 x0 = xp[q][0], x1 = xp[q][1];
         acc[0] = fmaf(x0.x, f, acc[0]), acc[1] = fmaf(x0.y, f, acc[1]), acc[2] = fmaf(x0.z, f, acc[2]);
         acc[3] = fmaf(x0.w, f, acc[3]), acc[4] = fmaf(x1.x, f, acc[4]), acc[5] = fmaf(x1.y, f, acc[5]);
         acc[6] = fmaf(x1.z, f, acc[6]), acc[7] = fmaf(x1.w, f, acc[7]);
