@@ -288,6 +288,10 @@ std::vector<PagedCase> paged_cases() {
   std::vector<PagedSequence> many;
   std::mt19937 rng(7);
   for (int i = 0; i < 80; ++i) many.push_back({int32_t(1 + rng() % 600), 1});
+  // Batch 64 at ~1K contexts (the rollout benchmark's shape): more CTAs than the GPU holds at once,
+  // each context split over a cluster.
+  std::vector<PagedSequence> batch64;
+  for (int i = 0; i < 64; ++i) batch64.push_back({int32_t(700 + rng() % 700), 1});
   return {
       // Decode rows (long, short, one position), prefill chunks, a whole prompt, no rows.
       {"mixed_q32_kv8_d128_bs16", {32, 8, 128}, 16, {{5000, 1}, {1, 1}, {700, 1}, {300, 37}, {129, 129}, {2000, 0}, {65, 64}}},
@@ -297,6 +301,7 @@ std::vector<PagedCase> paged_cases() {
       // 16 q heads per kv head: the decode kernel's whole 16-row tile.
       {"mixed_q16_kv1_d64_bs32", {16, 1, 64}, 32, {{2500, 1}, {33, 1}, {100, 31}, {40, 40}}},
       {"many_decode_q16_kv8_d128_bs16", {16, 8, 128}, 16, many},
+      {"batch64_decode_q32_kv8_d128_bs16", {32, 8, 128}, 16, batch64},
       // A block size that is not a power of two (the decode kernel divides instead of shifting).
       {"decode_q32_kv8_d128_bs24", {32, 8, 128}, 24, {{3001, 1}, {50, 1}, {777, 1}, {24, 1}}},
   };
@@ -318,7 +323,8 @@ INSTANTIATE_TEST_SUITE_P(Batches, PagedGpu, ::testing::ValuesIn(paged_cases()),
                          [](const auto& info) { return info.param.name; });
 
 // A decode step told one_row_each (the multi-row kernel skipped) gives the bits of the general
-// call, at batch 1 (split context, merged in a cluster) and at 80 sequences (unsplit).
+// call, at batch 1 (split context, merged in a cluster), 64 (split in two) and 80 sequences
+// (unsplit).
 TEST(PagedGpu, OneRowEachGivesTheSameBits) {
   LOCKSTEP_REQUIRE_GPU();
   for (const PagedCase& c : paged_cases()) {
