@@ -679,8 +679,8 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm) decode_kernel(cons
   if (part == 0) {
     // o = Σ_p 2^(m_p − M) · Σ p·v_p / Σ_p 2^(m_p − M) · l_p over the partitions, in rank order; a bad
     // block table in any partition makes the row NaN. The loops over the partitions are unrolled
-    // so that all their reads of the other CTAs' shared memory are in flight at once (one after
-    // the other, they were ~2 µs of a B = 1 step's attention).
+    // so that all their reads of the other CTAs' shared memory are in flight at once, not one
+    // round trip after another.
     for (int i = threadIdx.x; i < a.group * kChunks; i += kThreads) {
       const int r = i / kChunks, c = i % kChunks;
       float mp[kMaxDecodeParts], lp[kMaxDecodeParts];
