@@ -323,8 +323,8 @@ INSTANTIATE_TEST_SUITE_P(Batches, PagedGpu, ::testing::ValuesIn(paged_cases()),
                          [](const auto& info) { return info.param.name; });
 
 // A decode step told one_row_each (the multi-row kernel skipped) gives the bits of the general
-// call, at batch 1 (split context, merged in a cluster), 64 (split in two) and 80 sequences
-// (unsplit).
+// call, at batch 1 (split context, merged in a cluster), 64 (split in two on an H100/H200) and
+// 80 sequences (unsplit).
 TEST(PagedGpu, OneRowEachGivesTheSameBits) {
   LOCKSTEP_REQUIRE_GPU();
   for (const PagedCase& c : paged_cases()) {
