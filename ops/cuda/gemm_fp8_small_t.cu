@@ -263,21 +263,23 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) small_t_kernel(const Arg
 
   const Copier cp = copier(a, row0);
   float acc[NT][4] = {}, p[NT][4] = {};
-  // Launched early (core/early_start.h), the kernel requests the first stages' weight tiles while
-  // the kernel before it (which writes the act) still runs — from 16 tokens on. At up to 8 tokens
-  // that kernel (RMSNorm, SwiGLU: one or a few rows) is latency-bound and these requests, the first
-  // stages of every CTA resident at once, delay its own reads: without them fp8 B = 1 decode is
-  // 1.4–3% faster (its norms 5.1 and 6.8 → 3.3 and 3.0 µs a layer, the GEMMs 1–4 µs slower), while
-  // B = 64 is 1% faster with them (H200, session 10).
-  constexpr bool kWeightsBeforeWait = NT > 1;
+  // Launched early (core/early_start.h), the kernel requests its first stages' weight tiles while
+  // the kernel before it (which writes the act) still runs: all of them from 16 tokens on, two at up
+  // to 8. There that kernel (RMSNorm, SwiGLU: one or a few rows) is latency-bound and the requests of
+  // every resident CTA queue ahead of its own reads: with all 7 stages the norms took 5.1 and 6.8 µs
+  // a layer instead of 3.3 and 3.0, with none the GEMMs lost what the norms won; two stages hide
+  // the GEMM's first DRAM round trip and little more. fp8 B = 1 decode, H200, session 11, one run:
+  // 334/335 tokens/s with two, 326/326 with none, 321/321 with all; another: one 334/332, two
+  // 335/333, three 335/335.
+  constexpr int kStagesBeforeWait = NT > 1 ? kStages - 1 : 2;
 #pragma unroll
-  for (int i = 0; i < kStages - 1; ++i)
-    if (kWeightsBeforeWait && i < count) load_weight<NT>(tiles(i), scales(i), cp, a, row0, kb0 + i);
+  for (int i = 0; i < kStagesBeforeWait; ++i)
+    if (i < count) load_weight<NT>(tiles(i), scales(i), cp, a, row0, kb0 + i);
   wait_for_previous_kernel();
   let_next_kernel_start();  // its CTAs wait, resident, for this kernel's end instead of launching after it
 #pragma unroll
   for (int i = 0; i < kStages - 1; ++i) {
-    if (!kWeightsBeforeWait && i < count) load_weight<NT>(tiles(i), scales(i), cp, a, row0, kb0 + i);
+    if (i >= kStagesBeforeWait && i < count) load_weight<NT>(tiles(i), scales(i), cp, a, row0, kb0 + i);
     if (i < count) load_act<NT>(tiles(i), scales(i), cp, a, kb0 + i);
     cp_async_commit();
   }
