@@ -179,13 +179,10 @@ void Transformer::layer_forward(size_t i, Tensor& x, Tensor& residual, const Ten
                      inv_freq_, p.q_norm, p.k_norm, layout_, eps_);
   else
     qkv_rope_forward(qkv, qk_rstd, qkv_raw, positions, inv_freq_, p.q_norm, p.k_norm, layout_, eps_);
-  Tensor attn = empty_act(t, layout_.q_width());
-  attend(i, attn, qkv, save);
-
-  // The attention output is kept for the attention backward anyway; in fp8 the o projection's
-  // columnwise copy is remade from it there rather than stored.
+  // The attention output is kept for the attention backward anyway (by attend); in fp8 the o
+  // projection's columnwise copy is remade from it there rather than stored.
   Tensor h = empty_act(t, hidden);
-  linear_forward(h, linear_input(recipe_, attn, false), w.o, p.o_bias);
+  linear_forward(h, attend(i, qkv, save), w.o, p.o_bias);
 
   Tensor post_rstd = Tensor::empty({t}, DType::f32, device());
   LinearInput gate_up_in = normed_input(h, x, p.post_norm, post_rstd, train);
@@ -199,7 +196,6 @@ void Transformer::layer_forward(size_t i, Tensor& x, Tensor& residual, const Ten
     save->x = x;
     save->input_rstd = input_rstd;
     save->qkv_raw = qkv_raw;
-    save->attn = attn;
     save->h = h;
     save->post_rstd = post_rstd;
     if (recompute_ && recipe_ == Recipe::fp8) {
@@ -322,10 +318,12 @@ Tensor Transformer::trunk(const TrainBatch& batch, TrainActivations* saved) {
 
   Tensor x = empty_act(t, config_.hidden_size);
   embedding_forward(x, batch.tokens, embed_);
-  const Attend attend = [&](size_t, Tensor& out, const Tensor& qkv, LayerActivations* save) {
+  const Attend attend = [&](size_t, const Tensor& qkv, LayerActivations* save) {
+    Tensor out = empty_act(qkv.dim(0), layout_.q_width());
     Tensor lse = Tensor::empty({qkv.dim(0), layout_.q_heads}, DType::f32, device());
     attention_forward(out, lse, qkv, batch.cu_seqlens, layout_);
-    if (save) save->lse = lse;
+    if (save) save->attn = out, save->lse = lse;
+    return linear_input(recipe_, out, false);
   };
   if (saved) saved->layers.resize(params_.layers.size());
   Tensor residual;
@@ -417,9 +415,18 @@ Tensor Transformer::forward_infer(const InferBatch& batch, KvCache& cache) {
 
   Tensor x = empty_act(t, config_.hidden_size);
   embedding_forward(x, batch.tokens, embed_);
-  const Attend attend = [&](size_t i, Tensor& out, const Tensor& qkv, LayerActivations*) {
+  const Attend attend = [&](size_t i, const Tensor& qkv, LayerActivations*) {
+    if (recipe_ == Recipe::fp8) {
+      LinearInput in;
+      in.rows = Fp8Rows::empty(qkv.dim(0), layout_.q_width(), device());
+      attention_paged_fp8(in.rows, qkv, cache.k[i], cache.v[i], batch.block_tables, batch.cu_seqlens_q,
+                          batch.context_lens, layout_, batch.one_row_each);
+      return in;
+    }
+    Tensor out = empty_act(qkv.dim(0), layout_.q_width());
     attention_paged(out, qkv, cache.k[i], cache.v[i], batch.block_tables, batch.cu_seqlens_q,
                     batch.context_lens, layout_, batch.one_row_each);
+    return linear_input(recipe_, out, false);
   };
   const KvWrite kv{cache, batch.slots};
   Tensor residual;

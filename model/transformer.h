@@ -139,9 +139,10 @@ class Transformer {
     LinearWeight qkv, o, gate_up, down;
   };
   struct LayerActivations;
-  // The attention of a layer: the training one (packed sequences) or the paged inference one.
-  using Attend = std::function<void(size_t layer, Tensor& out, const Tensor& qkv,
-                                    LayerActivations* save)>;
+  // The attention of a layer, the training one (packed sequences) or the paged inference one:
+  // returns its output as the o projection's input (linear_input's; in an fp8 decode step the
+  // attention kernel quantizes it itself). The training one keeps the bf16 output in `save`.
+  using Attend = std::function<LinearInput(size_t layer, const Tensor& qkv, LayerActivations* save)>;
   // The inference path's KV cache and the new rows' slots: a layer's q/k/v op (ops/qkv_rope.h)
   // writes their k and v there before its attention.
   struct KvWrite {

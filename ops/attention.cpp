@@ -191,10 +191,12 @@ void kv_cache_write(Tensor& k_cache, Tensor& v_cache, const Tensor& qkv, const T
   cpu::kv_cache_write(k_cache, v_cache, qkv, slots, layout);
 }
 
-void attention_paged(Tensor& out, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
-                     const Tensor& block_tables, const Tensor& cu_seqlens_q,
-                     const Tensor& context_lens, const HeadLayout& layout, bool one_row_each) {
-  const std::string op = "attention_paged";
+namespace {
+
+// attention_paged's arguments but the output; returns T.
+int64_t check_paged(const std::string& op, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
+                    const Tensor& block_tables, const Tensor& cu_seqlens_q, const Tensor& context_lens,
+                    const HeadLayout& layout, bool one_row_each) {
   const int64_t T = check_qkv(op, qkv, layout);
   const Device device = qkv.device();
   check_caches(op, k_cache, v_cache, layout, device);
@@ -202,13 +204,25 @@ void attention_paged(Tensor& out, const Tensor& qkv, const Tensor& k_cache, cons
   LOCKSTEP_CHECK(check_cu_seqlens_shape(cu_seqlens_q, op + ": cu_seqlens_q", device) == S, op,
                  ": cu_seqlens_q: expected [S + 1] = [", S + 1,
                  "] offsets (S from context_lens), got ", cu_seqlens_q.describe());
-  check_tensor(block_tables, "attention_paged: block_tables", DType::i32, device);
-  LOCKSTEP_CHECK(block_tables.rank() == 2 && block_tables.dim(0) == S,
-                 "attention_paged: block_tables: expected [S = ", S, ", max_blocks], got ",
-                 block_tables.describe());
+  check_tensor(block_tables, (op + ": block_tables").c_str(), DType::i32, device);
+  LOCKSTEP_CHECK(block_tables.rank() == 2 && block_tables.dim(0) == S, op,
+                 ": block_tables: expected [S = ", S, ", max_blocks], got ", block_tables.describe());
+  LOCKSTEP_CHECK(!one_row_each || T == S, op, ": one_row_each: expected one row per sequence, got ", T,
+                 " rows for ", S, " sequences");
+  return T;
+}
+
+}  // namespace
+
+void attention_paged(Tensor& out, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
+                     const Tensor& block_tables, const Tensor& cu_seqlens_q,
+                     const Tensor& context_lens, const HeadLayout& layout, bool one_row_each) {
+  const std::string op = "attention_paged";
+  const int64_t T = check_paged(op, qkv, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens, layout,
+                                one_row_each);
+  const Device device = qkv.device();
+  const int64_t S = context_lens.dim(0);
   check_act(out, "attention_paged: out", device, {T, layout.q_width()});
-  LOCKSTEP_CHECK(!one_row_each || T == S, "attention_paged: one_row_each: expected one row per "
-                 "sequence, got ", T, " rows for ", S, " sequences");
   if (device == Device::cuda) {
 #if LOCKSTEP_HAS_CUDA
     check_cuda(op, layout, {{"out", &out}, {"qkv", &qkv}, {"k_cache", &k_cache}, {"v_cache", &v_cache}});
@@ -248,6 +262,28 @@ void attention_paged(Tensor& out, const Tensor& qkv, const Tensor& k_cache, cons
   }
   cpu::attention_paged(out, qkv, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens,
                        layout);
+}
+
+void attention_paged_fp8(Fp8Rows& out, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
+                         const Tensor& block_tables, const Tensor& cu_seqlens_q, const Tensor& context_lens,
+                         const HeadLayout& layout, bool one_row_each, ScaleFormat format) {
+  const std::string op = "attention_paged_fp8";
+  const int64_t T = check_paged(op, qkv, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens, layout,
+                                one_row_each);
+  check_fp8_rows(out, "attention_paged_fp8: out", T, layout.q_width(), qkv.device());
+#if LOCKSTEP_HAS_CUDA
+  if (qkv.device() == Device::cuda && one_row_each &&
+      cuda::decode_quantizes_output(T, layout, block_tables.dim(1) * k_cache.dim(1))) {
+    check_cuda(op, layout, {{"qkv", &qkv}, {"k_cache", &k_cache}, {"v_cache", &v_cache}});
+    LOCKSTEP_CHECK(layout.group() <= 16, op, ": the CUDA backend takes at most 16 q heads per kv head, got ",
+                   layout.q_heads, " q heads over ", layout.kv_heads, " kv heads");
+    return cuda::attention_paged_fp8(out, qkv, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens,
+                                     layout, format == ScaleFormat::pow2);
+  }
+#endif
+  Tensor attn = Tensor::empty({T, layout.q_width()}, qkv.dtype(), qkv.device());
+  attention_paged(attn, qkv, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens, layout, one_row_each);
+  quantize_rows(out, attn, format);
 }
 
 }  // namespace lockstep

@@ -36,9 +36,19 @@
 // race). dQ's last bits vary from run to run (atomic adds). Paged rows of multi-row sequences are
 // bit-identical to the training forward's rows; one-row (decode) sequences take the split-context
 // kernel and agree to rounding.
+//
+// attention_paged_fp8: attention_paged's output quantized rowwise (quantize_rows, `format`), the
+// o projection's input in the fp8 recipe. On CUDA, under one_row_each, with group · head_dim a
+// multiple of 256 (a kv head's q heads span whole 128-column groups, in whole warps: Qwen3 and
+// Llama 3 at head_dim 128) and a decode grid that fits on the GPU at once (small batches:
+// ops/cuda/attention.cu), the decode kernel writes the bytes and scales itself (the same bytes:
+// the same values through the same quantization), sparing a bf16 output and a quantize launch in
+// every layer of a decode step; otherwise, and on the CPU, it is attention_paged followed by
+// quantize_rows.
 #pragma once
 
 #include "core/tensor.h"
+#include "numerics/quantize.h"
 #include "ops/head_layout.h"
 
 namespace lockstep {
@@ -61,5 +71,10 @@ void attention_paged(Tensor& out, const Tensor& qkv, const Tensor& k_cache, cons
                      const Tensor& block_tables, const Tensor& cu_seqlens_q,
                      const Tensor& context_lens, const HeadLayout& layout,
                      bool one_row_each = false);
+
+void attention_paged_fp8(Fp8Rows& out, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
+                         const Tensor& block_tables, const Tensor& cu_seqlens_q, const Tensor& context_lens,
+                         const HeadLayout& layout, bool one_row_each = false,
+                         ScaleFormat format = ScaleFormat::fp32);
 
 }  // namespace lockstep

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "core/tensor.h"
+#include "numerics/quantize.h"
 #include "ops/head_layout.h"
 
 namespace lockstep::cpu {
@@ -29,4 +30,11 @@ void kv_cache_write(Tensor& k_cache, Tensor& v_cache, const Tensor& qkv, const T
 void attention_paged(Tensor& out, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
                      const Tensor& block_tables, const Tensor& cu_seqlens_q,
                      const Tensor& context_lens, const HeadLayout& layout, bool one_row_each);
+// Whether attention_paged_fp8's decode kernel quantizes its output itself (decode steps, one_row_each)
+// at this shape: group · head_dim a multiple of 256 and a grid that fits on the GPU at once
+// (otherwise attention_paged then quantize_rows is as fast or faster).
+bool decode_quantizes_output(int64_t sequences, const HeadLayout& layout, int64_t max_keys);
+void attention_paged_fp8(Fp8Rows& out, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
+                         const Tensor& block_tables, const Tensor& cu_seqlens_q, const Tensor& context_lens,
+                         const HeadLayout& layout, bool pow2);
 }  // namespace lockstep::cuda

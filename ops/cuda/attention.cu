@@ -55,6 +55,7 @@
 #include "core/cuda_stream.h"
 #include "core/dependent_launch.cuh"
 #include "core/device.h"
+#include "numerics/cuda/quantize_device.cuh"
 #include "ops/attention_backends.h"
 
 namespace lockstep::cuda {
@@ -522,10 +523,40 @@ __device__ __forceinline__ int decode_row(const int32_t* cu, int s, int T, bool 
 
 constexpr int kMaxDecodeParts = 8;  // the portable cluster size
 
+// decode_kernel<D, true>'s output: the rows quantized rowwise as quantize_rows does (e4m3 q
+// [T, out_width], scales s [out_width / 128, T], fp32 amax/448 or pow2), instead of a.out. A kernel
+// parameter of its own: DecodeArgs grown by these fields changed how the bf16 kernel compiles
+// (162 registers instead of 164, other SASS), which cost 1–2% at batch 64 (session 11).
+struct QuantizedOut {
+  uint8_t* q;
+  float* s;
+  bool pow2;
+};
+
+// Rowwise 1×128 quantization of 8 output values (bf16 bits in w) at column col of row t
+// (quant::quantize_vector_rows: the 16 lanes of a half-warp hold one group's 128 columns in order,
+// and every lane of the warp calls it).
+__device__ __forceinline__ void store_quantized(const DecodeArgs& a, const QuantizedOut& qo, int64_t t, int64_t col,
+                                                const uint4& w) {
+  quant::quantize_vector_rows(w, true, qo.q + t * a.out_width + col, qo.s + col / quant::kTile * a.T + t, qo.pow2);
+}
+
+// Row t's columns of kv head g (the group's q heads), quantized NaN: a malformed sequence's.
+template <int D>
+__device__ __forceinline__ void store_quantized_nan_row(const DecodeArgs& a, const QuantizedOut& qo, int64_t t,
+                                                        int g) {
+  const uint32_t nan2 = uint32_t(kBf16NaN) * 0x10001u;
+  for (int i = threadIdx.x; i < a.group * D / 8; i += kThreads)  // whole warps: group · D / 8 % 32 == 0
+    store_quantized(a, qo, t, int64_t(g) * a.group * D + i * 8, make_uint4(nan2, nan2, nan2, nan2));
+}
+
 // grid (max_parts, kv_heads, S) in clusters of (max_parts, 1, 1): one sequence's partitions for one
 // kv head. A cluster leaves together or not at all: whether to is decided per sequence.
-template <int D>
-__global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm) decode_kernel(const DecodeArgs a) {
+// kQuantized: the output goes to qo (decode_quantizes_output's steps; group · D / 8 a multiple of
+// 32, so that the output loops below run whole warps, as the quantization's shuffles need).
+template <int D, bool kQuantized>
+__global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm) decode_kernel(const DecodeArgs a,
+                                                                            const QuantizedOut qo) {
   constexpr int kChunks = D / 8;
   extern __shared__ __align__(128) uint16_t smem[];
   uint16_t* sq = smem;                           // [16, D] the group's queries (rows ≥ group zero)
@@ -595,15 +626,21 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm) decode_kernel(cons
   let_next_kernel_start();
   if (t < 0) {
     if (a.one_row_each && part == 0) {
-      uint16_t* row = a.out + int64_t(s) * a.out_width + int64_t(g) * a.group * D;
-      for (int i = threadIdx.x; i < a.group * D; i += kThreads) row[i] = kBf16NaN;
+      if constexpr (kQuantized) {
+        store_quantized_nan_row<D>(a, qo, s, g);
+      } else {
+        uint16_t* row = a.out + int64_t(s) * a.out_width + int64_t(g) * a.group * D;
+        for (int i = threadIdx.x; i < a.group * D; i += kThreads) row[i] = kBf16NaN;
+      }
     }
     return;
   }
-  uint16_t* out = a.out + int64_t(t) * a.out_width + int64_t(g) * a.group * D;
+  uint16_t* out = a.out + int64_t(t) * a.out_width + int64_t(g) * a.group * D;  // (unused if kQuantized)
   if (!context_ok) {
-    if (part == 0)
-      for (int i = threadIdx.x; i < a.group * D; i += kThreads) out[i] = kBf16NaN;
+    if (part == 0) {
+      if constexpr (kQuantized) store_quantized_nan_row<D>(a, qo, t, g);
+      else for (int i = threadIdx.x; i < a.group * D; i += kThreads) out[i] = kBf16NaN;
+    }
     return;
   }
   const uint16_t* q = a.qkv + int64_t(t) * a.qkv_width + int64_t(g) * a.group * D;
@@ -723,7 +760,8 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm) decode_kernel(cons
       w.y = pack_bf16(acc[2] * inv, acc[3] * inv);
       w.z = pack_bf16(acc[4] * inv, acc[5] * inv);
       w.w = pack_bf16(acc[6] * inv, acc[7] * inv);
-      *reinterpret_cast<uint4*>(out + r * D + c * 8) = w;
+      if constexpr (kQuantized) store_quantized(a, qo, t, int64_t(g) * a.group * D + i * 8, w);
+      else *reinterpret_cast<uint4*>(out + r * D + c * 8) = w;
     }
   }
   cluster.sync();  // no CTA leaves (freeing its shared memory) while the first still reads it
@@ -975,10 +1013,10 @@ unsigned blocks(int64_t threads, int per_block) { return unsigned((threads + per
 // partial tile per sequence.
 int64_t tile_bound(int64_t T, int64_t S) { return (T + kTileRows - 1) / kTileRows + S; }
 
-FwdArgs fwd_args(const Tensor& out, const Tensor& qkv, const Tensor& cu, const HeadLayout& layout) {
+FwdArgs fwd_args(uint16_t* out, const Tensor& qkv, const Tensor& cu, const HeadLayout& layout) {
   FwdArgs a{};
   a.qkv = data<const uint16_t>(qkv);
-  a.out = data<uint16_t>(out);
+  a.out = out;
   a.cu = data<const int32_t>(cu);
   a.S = to_int(cu.dim(0) - 1, "sequences");
   a.T = to_int(qkv.dim(0), "rows T");
@@ -996,7 +1034,7 @@ FwdArgs fwd_args(const Tensor& out, const Tensor& qkv, const Tensor& cu, const H
 void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, const Tensor& cu_seqlens,
                        const HeadLayout& layout) {
   if (qkv.dim(0) == 0) return;
-  FwdArgs a = fwd_args(out, qkv, cu_seqlens, layout);
+  FwdArgs a = fwd_args(data<uint16_t>(out), qkv, cu_seqlens, layout);
   a.lse = data<float>(lse);
   a.max_keys = a.T;
   const int items = to_int(tile_bound(a.T, a.S) * a.q_heads, "attention_forward: CTAs");
@@ -1057,9 +1095,27 @@ void kv_cache_write(Tensor& k_cache, Tensor& v_cache, const Tensor& qkv, const T
   LOCKSTEP_CUDA_CHECK_LAUNCH();
 }
 
-void attention_paged(Tensor& out, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
-                     const Tensor& block_tables, const Tensor& cu_seqlens_q,
-                     const Tensor& context_lens, const HeadLayout& layout, bool one_row_each) {
+namespace {
+
+// Partitions per one-row sequence (a power of two, the cluster size): the most, up to
+// kMaxDecodeParts, with which S · kv_heads · partitions CTAs fill the GPU at most about 4 times
+// over (batch 1 at long contexts is bandwidth-bound only if many SMs stream K/V; more, shorter
+// partitions only add waves of clusters), and no more than the longest possible context has
+// 64-key tiles. The kernel splits each context by its own length (decode_span), so short
+// contexts in a long-capacity table still spread out.
+int decode_parts(int64_t S, int64_t kv_heads, int64_t max_keys) {
+  const int64_t heads = S * kv_heads;
+  const int64_t want = (4 * int64_t(device_sm_count()) + heads - 1) / std::max<int64_t>(heads, 1);
+  const int64_t most = std::min<int64_t>({want, kMaxDecodeParts, (max_keys + kTileRows - 1) / kTileRows});
+  int parts = 1;
+  while (2 * parts <= most) parts *= 2;
+  return parts;
+}
+
+// attention_paged with its output in bf16 (out), or quantized (quantized: decode steps only).
+void paged(uint16_t* out, const QuantizedOut* quantized, const Tensor& qkv, const Tensor& k_cache,
+           const Tensor& v_cache, const Tensor& block_tables, const Tensor& cu_seqlens_q, const Tensor& context_lens,
+           const HeadLayout& layout, bool one_row_each) {
   if (qkv.dim(0) == 0) return;
   FwdArgs a = fwd_args(out, qkv, cu_seqlens_q, layout);
   a.k_cache = data<const uint16_t>(k_cache);
@@ -1093,17 +1149,7 @@ void attention_paged(Tensor& out, const Tensor& qkv, const Tensor& k_cache, cons
   d.out_width = a.out_width;
   d.scale_log2 = a.scale_log2;
   d.one_row_each = one_row_each;
-  // Partitions per one-row sequence (a power of two, the cluster size): the most, up to
-  // kMaxDecodeParts, with which S · kv_heads · partitions CTAs fill the GPU at most about 4 times
-  // over (batch 1 at long contexts is bandwidth-bound only if many SMs stream K/V; more, shorter
-  // partitions only add waves of clusters), and no more than the longest possible context has
-  // 64-key tiles. The kernel splits each context by its own length (decode_span), so short
-  // contexts in a long-capacity table still spread out.
-  const int64_t heads = int64_t(a.S) * a.kv_heads;
-  const int64_t want = (4 * int64_t(device_sm_count()) + heads - 1) / std::max<int64_t>(heads, 1);
-  const int64_t most = std::min<int64_t>({want, kMaxDecodeParts, (a.max_keys + kTileRows - 1) / kTileRows});
-  d.max_parts = 1;
-  while (2 * d.max_parts <= most) d.max_parts *= 2;
+  d.max_parts = decode_parts(a.S, a.kv_heads, a.max_keys);
   LOCKSTEP_CHECK(a.S <= 65535, "attention_paged: the CUDA decode kernel takes at most 65535 sequences, got ", a.S);
   const int items = to_int(tile_bound(a.T, a.S) * a.q_heads, "attention_paged: CTAs");
 
@@ -1112,11 +1158,13 @@ void attention_paged(Tensor& out, const Tensor& qkv, const Tensor& k_cache, cons
     // One-row sequences first: fwd_kernel, which takes the multi-row ones, also overwrites every
     // row with NaN when cu_seqlens_q is malformed, and must come last for that.
     if (a.S > 0) {
-      allow_dynamic_smem<decode_kernel<D>>(kDecodeSmem<D>);
+      constexpr auto bf16 = decode_kernel<D, false>, fp8 = decode_kernel<D, true>;
+      allow_dynamic_smem<bf16>(kDecodeSmem<D>);
+      allow_dynamic_smem<fp8>(kDecodeSmem<D>);
       LaunchConfig(dim3(unsigned(d.max_parts), unsigned(a.kv_heads), unsigned(a.S)), dim3(kThreads),
                    kDecodeSmem<D>, dim3(unsigned(d.max_parts), 1, 1))
           .early_start_in_scope()
-          .run(decode_kernel<D>, d);
+          .run(quantized ? fp8 : bf16, d, quantized ? *quantized : QuantizedOut{});
     }
     if (one_row_each) return;  // no multi-row sequence; decode_kernel NaNs misplaced rows itself
     // Persistent CTAs: how many rows belong to multi-row sequences is known only on the device.
@@ -1124,6 +1172,32 @@ void attention_paged(Tensor& out, const Tensor& qkv, const Tensor& k_cache, cons
     fwd_kernel<D, true><<<std::min(items, resident), kThreads, kFwdSmem<D>, current_stream()>>>(a);
     LOCKSTEP_CUDA_CHECK_LAUNCH();
   });
+}
+
+}  // namespace
+
+void attention_paged(Tensor& out, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
+                     const Tensor& block_tables, const Tensor& cu_seqlens_q,
+                     const Tensor& context_lens, const HeadLayout& layout, bool one_row_each) {
+  paged(data<uint16_t>(out), nullptr, qkv, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens, layout,
+        one_row_each);
+}
+
+// The quantized output spares the quantize launch after the attention (1.1 µs a layer at batch 1:
+// fp8 B = 1 decode 327 / 328 tokens/s against 325 / 326, H200, session 11); it is used where the
+// decode grid fits on the GPU at once: at batch 64 a first version made the kernel slower than
+// kernel + quantize (91.9 against 85.7 + 2.6 µs a layer).
+bool decode_quantizes_output(int64_t sequences, const HeadLayout& layout, int64_t max_keys) {
+  return layout.group() * layout.head_dim % 256 == 0 &&
+         sequences * layout.kv_heads * decode_parts(sequences, layout.kv_heads, max_keys) <=
+             kDecodeCtasPerSm * int64_t(device_sm_count());
+}
+
+void attention_paged_fp8(Fp8Rows& out, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
+                         const Tensor& block_tables, const Tensor& cu_seqlens_q, const Tensor& context_lens,
+                         const HeadLayout& layout, bool pow2) {
+  const QuantizedOut quantized{static_cast<uint8_t*>(out.data.data()), out.scales.data_as<float>(), pow2};
+  paged(nullptr, &quantized, qkv, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens, layout, true);
 }
 
 }  // namespace lockstep::cuda

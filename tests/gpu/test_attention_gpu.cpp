@@ -343,6 +343,37 @@ TEST(PagedGpu, OneRowEachGivesTheSameBits) {
   EXPECT_TRUE(all_finite(Vec(out.begin(), out.begin() + w)));
 }
 
+// attention_paged_fp8 gives the bytes and scales of attention_paged followed by quantize_rows, in
+// both scale formats: fused into the decode kernel for decode steps (one_row_each; with the NaN rows
+// of malformed offsets too), attention_paged + quantize_rows for the mixed batches.
+TEST(PagedGpu, Fp8OutputIsTheQuantizedOutput) {
+  LOCKSTEP_REQUIRE_GPU();
+  const auto check = [](const PagedBatch& batch, const HeadLayout& layout, bool one_row_each, const std::string& name) {
+    const Tensor expected_bf16 = batch.run_gpu(layout, one_row_each);
+    for (const ScaleFormat format : {ScaleFormat::fp32, ScaleFormat::pow2}) {
+      Fp8Rows expected = Fp8Rows::empty(batch.rows(), layout.q_width(), Device::cuda);
+      quantize_rows(expected, expected_bf16, format);
+      Fp8Rows got = Fp8Rows::empty(batch.rows(), layout.q_width(), Device::cuda);
+      attention_paged_fp8(got, batch.qkv.to(Device::cuda), batch.k_cache.to(Device::cuda),
+                          batch.v_cache.to(Device::cuda), batch.block_tables.to(Device::cuda),
+                          batch.cu_q.to(Device::cuda), batch.context_lens.to(Device::cuda), layout, one_row_each,
+                          format);
+      const std::string what = name + (format == ScaleFormat::pow2 ? " pow2" : " fp32");
+      EXPECT_TRUE(same_bytes(got.data, expected.data)) << what;
+      EXPECT_TRUE(same_bytes(got.scales, expected.scales)) << what;
+    }
+  };
+  for (const PagedCase& c : paged_cases()) {
+    const bool one_row_each =
+        std::all_of(c.seqs.begin(), c.seqs.end(), [](const PagedSequence& q) { return q.rows == 1; });
+    check(PagedBatch(c.seqs, c.block_size, c.layout, 14), c.layout, one_row_each, c.name);
+  }
+  const HeadLayout layout{16, 8, 128};
+  PagedBatch batch({{300, 1}, {40, 1}, {900, 1}}, 16, layout, 15);
+  batch.cu_q = i32_tensor({0, 1, 1, 3});
+  check(batch, layout, true, "malformed offsets");
+}
+
 TEST(KvCacheWriteGpu, SameBytesAsCpu) {
   LOCKSTEP_REQUIRE_GPU();
   for (const auto& [layout, bs] : std::vector<std::pair<HeadLayout, int64_t>>{{{16, 8, 128}, 16}, {{8, 2, 64}, 32}}) {

@@ -764,5 +764,24 @@ TEST(Attention, BadArguments) {
                "slots");
 }
 
+// attention_paged_fp8 checks its arguments as attention_paged does, naming itself, and its output's
+// shape (on the CPU it is attention_paged then quantize_rows; the CUDA kernel that quantizes
+// itself is compared with those in tests/gpu/test_attention_gpu.cpp).
+TEST(AttentionPaged, Fp8OutputBadArguments) {
+  const HeadLayout l{2, 1, 64};  // q_width 128: one quantization group
+  Tensor k_cache = random_tensor({2, 4, 1, 64}, DType::f32, 3), v_cache = random_tensor({2, 4, 1, 64}, DType::f32, 4);
+  const Tensor qkv = random_tensor({1, l.qkv_width()}, DType::f32, 5);
+  const Tensor tables = i32_tensor({1, 0}).reshape({1, 2}), cu = i32_tensor({0, 1}), lens = i32_tensor({6});
+  Fp8Rows out = Fp8Rows::empty(1, 128, Device::cpu);
+  attention_paged_fp8(out, qkv, k_cache, v_cache, tables, cu, lens, l, true);  // valid
+  Fp8Rows two_rows = Fp8Rows::empty(2, 128, Device::cpu);
+  expect_error([&] { attention_paged_fp8(two_rows, qkv, k_cache, v_cache, tables, cu, lens, l); },
+               "attention_paged_fp8: out");
+  expect_error([&] { attention_paged_fp8(out, qkv, k_cache, v_cache, i32_tensor({1, 2}).reshape({1, 2}), cu, lens, l); },
+               "block_tables: entry [0, 1] is 2");
+  expect_error([&] { attention_paged_fp8(out, qkv, k_cache, v_cache, tables, cu, i32_tensor({9}), l); },
+               "context_lens");
+}
+
 }  // namespace
 }  // namespace lockstep
