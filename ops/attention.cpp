@@ -212,6 +212,17 @@ int64_t check_paged(const std::string& op, const Tensor& qkv, const Tensor& k_ca
   return T;
 }
 
+#if LOCKSTEP_HAS_CUDA
+// check_cuda, and the paged CUDA kernels' limit: the decode kernel puts a kv head's q heads into
+// the 16 rows of one MMA tile.
+void check_paged_cuda(const std::string& op, const HeadLayout& layout,
+                      std::initializer_list<std::pair<const char*, const Tensor*>> acts) {
+  check_cuda(op, layout, acts);
+  LOCKSTEP_CHECK(layout.group() <= 16, op, ": the CUDA backend takes at most 16 q heads per kv head, got ",
+                 layout.q_heads, " q heads over ", layout.kv_heads, " kv heads");
+}
+#endif
+
 }  // namespace
 
 void attention_paged(Tensor& out, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
@@ -225,10 +236,7 @@ void attention_paged(Tensor& out, const Tensor& qkv, const Tensor& k_cache, cons
   check_act(out, "attention_paged: out", device, {T, layout.q_width()});
   if (device == Device::cuda) {
 #if LOCKSTEP_HAS_CUDA
-    check_cuda(op, layout, {{"out", &out}, {"qkv", &qkv}, {"k_cache", &k_cache}, {"v_cache", &v_cache}});
-    // The decode kernel puts a kv head's q heads into the 16 rows of one MMA tile.
-    LOCKSTEP_CHECK(layout.group() <= 16, op, ": the CUDA backend takes at most 16 q heads per kv head, got ",
-                   layout.q_heads, " q heads over ", layout.kv_heads, " kv heads");
+    check_paged_cuda(op, layout, {{"out", &out}, {"qkv", &qkv}, {"k_cache", &k_cache}, {"v_cache", &v_cache}});
     return cuda::attention_paged(out, qkv, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens,
                                  layout, one_row_each);
 #else
@@ -274,9 +282,7 @@ void attention_paged_fp8(Fp8Rows& out, const Tensor& qkv, const Tensor& k_cache,
 #if LOCKSTEP_HAS_CUDA
   if (qkv.device() == Device::cuda && one_row_each &&
       cuda::decode_quantizes_output(T, layout, block_tables.dim(1) * k_cache.dim(1))) {
-    check_cuda(op, layout, {{"qkv", &qkv}, {"k_cache", &k_cache}, {"v_cache", &v_cache}});
-    LOCKSTEP_CHECK(layout.group() <= 16, op, ": the CUDA backend takes at most 16 q heads per kv head, got ",
-                   layout.q_heads, " q heads over ", layout.kv_heads, " kv heads");
+    check_paged_cuda(op, layout, {{"qkv", &qkv}, {"k_cache", &k_cache}, {"v_cache", &v_cache}});
     return cuda::attention_paged_fp8(out, qkv, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens,
                                      layout, format == ScaleFormat::pow2);
   }
