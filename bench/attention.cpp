@@ -109,7 +109,7 @@ struct PagedSetup {
     out = Tensor::empty({batch * rows, l.q_width()}, DType::bf16, Device::cuda);
   }
   double run_ms(const HeadLayout& l) {
-    return time_ms([&] { attention_paged(out, qkv, k, v, tables, cu_q, lens, l); });
+    return time_ms([&] { attention_paged(out, qkv, {k, v}, tables, cu_q, lens, l); });
   }
 };
 

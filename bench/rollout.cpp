@@ -156,7 +156,7 @@ double decode_bytes(Transformer& model, int64_t batch, double context) {
     }
   }
   bytes += double(batch * c.hidden_size) * double(dtype_size(act));
-  return bytes + double(batch) * context * double(KvCache::block_bytes(c, act, 1));
+  return bytes + double(batch) * context * double(KvCache::block_bytes(c, model.kv_cache_dtype(), 1));
 }
 
 // `prompts.size()` requests of N new tokens, each its own sample stream.

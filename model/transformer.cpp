@@ -7,6 +7,7 @@
 #include "ops/attention.h"
 #include "ops/elementwise.h"
 #include "ops/embedding.h"
+#include "ops/kv_fp8.h"
 #include "ops/lm_head.h"
 #include "ops/qkv_rope.h"
 #include "ops/rmsnorm.h"
@@ -81,6 +82,7 @@ Transformer::Transformer(const ModelConfig& config, ModelParameters params, Reci
       layout_{config.num_attention_heads, config.num_key_value_heads, config.head_dim},
       eps_(float(config.rms_norm_eps)),
       trainable_(options.trainable),
+      fp8_kv_cache_(options.fp8_kv_cache),
       device_(params.embed.device()),
       params_(std::move(params)) {
   check_head_layout(layout_);
@@ -108,6 +110,7 @@ Transformer::Transformer(const ModelConfig& config, ModelParameters params, Reci
 }
 
 DType Transformer::activation_dtype() const { return lockstep::activation_dtype(recipe_); }
+DType Transformer::kv_cache_dtype() const { return fp8_kv_cache_ ? DType::e4m3 : activation_dtype(); }
 Device Transformer::device() const { return device_; }
 
 Tensor Transformer::empty_act(int64_t rows, int64_t cols) const {
@@ -174,11 +177,13 @@ void Transformer::layer_forward(size_t i, Tensor& x, Tensor& residual, const Ten
   Tensor qkv = empty_act(t, layout_.qkv_width()), qk_rstd;
   if (config_.qk_norm)
     qk_rstd = Tensor::empty({t, layout_.q_heads + layout_.kv_heads}, DType::f32, device());
-  if (kv)
-    qkv_rope_forward(qkv, qk_rstd, kv->cache.k[i], kv->cache.v[i], kv->slots, qkv_raw, positions,
-                     inv_freq_, p.q_norm, p.k_norm, layout_, eps_);
-  else
+  if (kv) {
+    qkv_rope_forward(qkv, qk_rstd, kv->cache.layers[i], kv->slots, qkv_raw, positions, inv_freq_, p.q_norm,
+                     p.k_norm, layout_, eps_);
+  } else {
     qkv_rope_forward(qkv, qk_rstd, qkv_raw, positions, inv_freq_, p.q_norm, p.k_norm, layout_, eps_);
+    if (fp8_kv_cache_) round_kv_to_fp8(qkv, layout_);  // what the rollout's cache holds
+  }
   // The attention output is kept for the attention backward anyway (by attend); in fp8 the o
   // projection's columnwise copy is remade from it there rather than stored.
   Tensor h = empty_act(t, hidden);
@@ -294,6 +299,7 @@ Tensor Transformer::layer_backward(size_t i, LayerActivations& s, const Tensor& 
   if (config_.qk_norm)
     qk_rstd = Tensor::empty({t, layout_.q_heads + layout_.kv_heads}, DType::f32, device());
   qkv_rope_forward(qkv, qk_rstd, s.qkv_raw, positions, inv_freq_, p.q_norm, p.k_norm, layout_, eps_);
+  if (fp8_kv_cache_) round_kv_to_fp8(qkv, layout_);  // the forward's k and v; gradients pass straight through
   Tensor dqkv = empty_act(t, layout_.qkv_width());
   attention_backward(dqkv, dattn, qkv, s.attn, s.lse, cu_seqlens, layout_);
   Tensor dqkv_raw = empty_act(t, layout_.qkv_width());
@@ -396,8 +402,12 @@ Tensor Transformer::forward_infer(const InferBatch& batch, KvCache& cache) {
   check_i32_vector(batch.tokens, "infer batch tokens");
   check_i32_vector(batch.cu_seqlens_q, "infer batch cu_seqlens_q");
   check_i32_vector(batch.last_rows, "infer batch last_rows");
-  LOCKSTEP_CHECK(cache.k.size() == params_.layers.size(), "KV cache has ", cache.k.size(),
+  LOCKSTEP_CHECK(cache.layers.size() == params_.layers.size(), "KV cache has ", cache.layers.size(),
                  " layers, the model ", params_.layers.size());
+  for (const PagedKv& layer : cache.layers)
+    LOCKSTEP_CHECK(layer.k.dtype() == kv_cache_dtype(), "KV cache in ", dtype_name(layer.k.dtype()),
+                   ", but this model's is ", dtype_name(kv_cache_dtype()), " (TransformerOptions::fp8_kv_cache: ",
+                   "the training forward rounds k and v as an e4m3 cache does)");
   const int64_t t = batch.tokens.dim(0), sequences = batch.last_rows.dim(0);
   LOCKSTEP_CHECK(batch.cu_seqlens_q.dim(0) == sequences + 1, "infer batch: cu_seqlens_q has ",
                  batch.cu_seqlens_q.dim(0), " entries, last_rows ", sequences,
@@ -419,12 +429,12 @@ Tensor Transformer::forward_infer(const InferBatch& batch, KvCache& cache) {
     if (recipe_ == Recipe::fp8) {
       LinearInput in;
       in.rows = Fp8Rows::empty(qkv.dim(0), layout_.q_width(), device());
-      attention_paged_fp8(in.rows, qkv, cache.k[i], cache.v[i], batch.block_tables, batch.cu_seqlens_q,
+      attention_paged_fp8(in.rows, qkv, cache.layers[i], batch.block_tables, batch.cu_seqlens_q,
                           batch.context_lens, layout_, batch.one_row_each);
       return in;
     }
     Tensor out = empty_act(qkv.dim(0), layout_.q_width());
-    attention_paged(out, qkv, cache.k[i], cache.v[i], batch.block_tables, batch.cu_seqlens_q,
+    attention_paged(out, qkv, cache.layers[i], batch.block_tables, batch.cu_seqlens_q,
                     batch.context_lens, layout_, batch.one_row_each);
     return linear_input(recipe_, out, false);
   };

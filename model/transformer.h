@@ -72,6 +72,11 @@ struct TransformerOptions {
   // released once their copies are made (fp8: and the Wᵀ blocks only the backward reads), so
   // params() keeps only the norms and biases, and refresh_weights() is an error.
   bool trainable = true;
+  // The paged KV cache in e4m3 (ops/kv_fp8.h: one power-of-two scale per token and kv head) instead
+  // of the activation dtype: half the bytes a decode step reads per context token. The training
+  // forward rounds its k and v to the same values (round_kv_to_fp8), so rollout and training still
+  // compute the same function (bit for bit on the CPU).
+  bool fp8_kv_cache = false;
 };
 
 class Transformer {
@@ -84,6 +89,8 @@ class Transformer {
   const ModelConfig& config() const { return config_; }
   Recipe recipe() const { return recipe_; }
   DType activation_dtype() const;
+  // The dtype of the KV cache forward_infer takes: e4m3 with fp8_kv_cache, else the activations'.
+  DType kv_cache_dtype() const;
   Device device() const;
   const HeadLayout& head_layout() const { return layout_; }
 
@@ -172,6 +179,7 @@ class Transformer {
   HeadLayout layout_;
   float eps_;
   bool trainable_;
+  bool fp8_kv_cache_;
   Device device_;
   bool recompute_ = false;
   ModelParameters params_, grads_;

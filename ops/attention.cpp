@@ -59,15 +59,26 @@ void check_cu_seqlens_values(const Tensor& cu, const std::string& what, int64_t 
   LOCKSTEP_CHECK(c[S] == T, what, ": must end at the number of rows T = ", T, ", got ", c[S]);
 }
 
-// k_cache and v_cache: [num_blocks, block_size, kv_heads, head_dim]; returns the slot count.
-int64_t check_caches(const std::string& op, const Tensor& k_cache, const Tensor& v_cache,
-                     const HeadLayout& layout, Device device) {
-  LOCKSTEP_CHECK(k_cache.defined(), op, ": k_cache: tensor is empty (not allocated)");
-  LOCKSTEP_CHECK(k_cache.rank() == 4, op, ": k_cache: expected [num_blocks, block_size, ",
-                 layout.kv_heads, ", ", layout.head_dim, "], got ", k_cache.describe());
-  const Shape shape{k_cache.dim(0), k_cache.dim(1), layout.kv_heads, layout.head_dim};
-  check_act(k_cache, (op + ": k_cache").c_str(), device, shape);
-  check_act(v_cache, (op + ": v_cache").c_str(), device, shape);
+// A PagedKv of the layout (ops/attention.h) on `device`; returns the slot count.
+int64_t check_caches(const std::string& op, const PagedKv& cache, const HeadLayout& layout, Device device) {
+  LOCKSTEP_CHECK(cache.k.defined(), op, ": k_cache: tensor is empty (not allocated)");
+  LOCKSTEP_CHECK(cache.k.rank() == 4, op, ": k_cache: expected [num_blocks, block_size, ", layout.kv_heads, ", ",
+                 layout.head_dim, "], got ", cache.k.describe());
+  const Shape shape{cache.k.dim(0), cache.k.dim(1), layout.kv_heads, layout.head_dim};
+  if (!cache.fp8()) {
+    check_act(cache.k, (op + ": k_cache").c_str(), device, shape);
+    check_act(cache.v, (op + ": v_cache").c_str(), device, shape);
+    return shape[0] * shape[1];
+  }
+  check_tensor(cache.k, (op + ": k_cache").c_str(), DType::e4m3, device);
+  check_shape(cache.k, (op + ": k_cache").c_str(), shape);
+  check_tensor(cache.v, (op + ": v_cache").c_str(), DType::e4m3, device);
+  check_shape(cache.v, (op + ": v_cache").c_str(), shape);
+  const Shape scales{shape[0], shape[1], shape[2]};
+  check_tensor(cache.k_scale, (op + ": k_scale (an e4m3 cache's scales)").c_str(), DType::f32, device);
+  check_shape(cache.k_scale, (op + ": k_scale").c_str(), scales);
+  check_tensor(cache.v_scale, (op + ": v_scale (an e4m3 cache's scales)").c_str(), DType::f32, device);
+  check_shape(cache.v_scale, (op + ": v_scale").c_str(), scales);
   return shape[0] * shape[1];
 }
 
@@ -82,6 +93,16 @@ int64_t check_caches(const std::string& op, const Tensor& k_cache, const Tensor&
     LOCKSTEP_CHECK(reinterpret_cast<uintptr_t>(t->data()) % 16 == 0, op, ": ", name,
                    ": CUDA tensors must be 16-byte aligned (a view that starts mid-row?)");
   }
+}
+
+// check_cuda with the cache: bf16 (checked as an activation) or e4m3 (16-byte aligned).
+[[maybe_unused]] void check_cuda_cache(const std::string& op, const PagedKv& cache, const HeadLayout& layout,
+                                       std::initializer_list<std::pair<const char*, const Tensor*>> acts) {
+  check_cuda(op, layout, acts);
+  if (!cache.fp8()) return check_cuda(op, layout, {{"k_cache", &cache.k}, {"v_cache", &cache.v}});
+  for (const Tensor* t : {&cache.k, &cache.v})
+    LOCKSTEP_CHECK(reinterpret_cast<uintptr_t>(t->data()) % 16 == 0, op,
+                   ": CUDA cache tensors must be 16-byte aligned (a view that starts mid-row?)");
 }
 
 }  // namespace
@@ -149,18 +170,18 @@ void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, con
   cpu::attention_backward(dqkv, dout, qkv, out, lse, cu_seqlens, layout);
 }
 
-void check_kv_cache_write(const Tensor& k_cache, const Tensor& v_cache, const Tensor& qkv,
-                          const Tensor& slots, const HeadLayout& layout) {
+void check_kv_cache_write(const PagedKv& cache, const Tensor& qkv, const Tensor& slots,
+                          const HeadLayout& layout) {
   const std::string op = "kv_cache_write";
   const int64_t T = check_qkv(op, qkv, layout);
   const Device device = qkv.device();
-  const int64_t capacity = check_caches(op, k_cache, v_cache, layout, device);
+  const int64_t capacity = check_caches(op, cache, layout, device);
   check_tensor(slots, "kv_cache_write: slots", DType::i32, device);
   check_shape(slots, "kv_cache_write: slots", {T});
   if (device == Device::cuda) {
     // Slot values are not checked here: a slot outside the cache is skipped, and two rows with
     // one slot race (the rollout's allocator hands out distinct slots).
-    check_cuda(op, layout, {{"k_cache", &k_cache}, {"v_cache", &v_cache}, {"qkv", &qkv}});
+    check_cuda_cache(op, cache, layout, {{"qkv", &qkv}});
     return;
   }
   // Two rows writing one slot would race: the cache would depend on the thread schedule.
@@ -178,28 +199,26 @@ void check_kv_cache_write(const Tensor& k_cache, const Tensor& v_cache, const Te
                    by_slot[i].first);
 }
 
-void kv_cache_write(Tensor& k_cache, Tensor& v_cache, const Tensor& qkv, const Tensor& slots,
-                    const HeadLayout& layout) {
-  check_kv_cache_write(k_cache, v_cache, qkv, slots, layout);
+void kv_cache_write(const PagedKv& cache, const Tensor& qkv, const Tensor& slots, const HeadLayout& layout) {
+  check_kv_cache_write(cache, qkv, slots, layout);
   if (qkv.is_cuda()) {
 #if LOCKSTEP_HAS_CUDA
-    return cuda::kv_cache_write(k_cache, v_cache, qkv, slots, layout);
+    return cuda::kv_cache_write(cache, qkv, slots, layout);
 #else
     LOCKSTEP_NO_CUDA_OP("kv_cache_write");
 #endif
   }
-  cpu::kv_cache_write(k_cache, v_cache, qkv, slots, layout);
+  cpu::kv_cache_write(cache, qkv, slots, layout);
 }
 
 namespace {
 
 // attention_paged's arguments but the output; returns T.
-int64_t check_paged(const std::string& op, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
-                    const Tensor& block_tables, const Tensor& cu_seqlens_q, const Tensor& context_lens,
+int64_t check_paged(const std::string& op, const Tensor& qkv, const PagedKv& cache, const Tensor& block_tables, const Tensor& cu_seqlens_q, const Tensor& context_lens,
                     const HeadLayout& layout, bool one_row_each) {
   const int64_t T = check_qkv(op, qkv, layout);
   const Device device = qkv.device();
-  check_caches(op, k_cache, v_cache, layout, device);
+  check_caches(op, cache, layout, device);
   const int64_t S = check_index_vector(context_lens, op + ": context_lens", device);
   LOCKSTEP_CHECK(check_cu_seqlens_shape(cu_seqlens_q, op + ": cu_seqlens_q", device) == S, op,
                  ": cu_seqlens_q: expected [S + 1] = [", S + 1,
@@ -215,9 +234,9 @@ int64_t check_paged(const std::string& op, const Tensor& qkv, const Tensor& k_ca
 #if LOCKSTEP_HAS_CUDA
 // check_cuda, and the paged CUDA kernels' limit: the decode kernel puts a kv head's q heads into
 // the 16 rows of one MMA tile.
-void check_paged_cuda(const std::string& op, const HeadLayout& layout,
+void check_paged_cuda(const std::string& op, const PagedKv& cache, const HeadLayout& layout,
                       std::initializer_list<std::pair<const char*, const Tensor*>> acts) {
-  check_cuda(op, layout, acts);
+  check_cuda_cache(op, cache, layout, acts);
   LOCKSTEP_CHECK(layout.group() <= 16, op, ": the CUDA backend takes at most 16 q heads per kv head, got ",
                  layout.q_heads, " q heads over ", layout.kv_heads, " kv heads");
 }
@@ -225,19 +244,19 @@ void check_paged_cuda(const std::string& op, const HeadLayout& layout,
 
 }  // namespace
 
-void attention_paged(Tensor& out, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
-                     const Tensor& block_tables, const Tensor& cu_seqlens_q,
-                     const Tensor& context_lens, const HeadLayout& layout, bool one_row_each) {
+void attention_paged(Tensor& out, const Tensor& qkv, const PagedKv& cache, const Tensor& block_tables,
+                     const Tensor& cu_seqlens_q, const Tensor& context_lens, const HeadLayout& layout,
+                     bool one_row_each) {
   const std::string op = "attention_paged";
-  const int64_t T = check_paged(op, qkv, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens, layout,
+  const int64_t T = check_paged(op, qkv, cache, block_tables, cu_seqlens_q, context_lens, layout,
                                 one_row_each);
   const Device device = qkv.device();
   const int64_t S = context_lens.dim(0);
   check_act(out, "attention_paged: out", device, {T, layout.q_width()});
   if (device == Device::cuda) {
 #if LOCKSTEP_HAS_CUDA
-    check_paged_cuda(op, layout, {{"out", &out}, {"qkv", &qkv}, {"k_cache", &k_cache}, {"v_cache", &v_cache}});
-    return cuda::attention_paged(out, qkv, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens,
+    check_paged_cuda(op, cache, layout, {{"out", &out}, {"qkv", &qkv}});
+    return cuda::attention_paged(out, qkv, cache, block_tables, cu_seqlens_q, context_lens,
                                  layout, one_row_each);
 #else
     LOCKSTEP_NO_CUDA_OP("attention_paged");
@@ -248,7 +267,7 @@ void attention_paged(Tensor& out, const Tensor& qkv, const Tensor& k_cache, cons
   const int32_t* cu = cu_seqlens_q.data_as<int32_t>();
   const int32_t* lens = context_lens.data_as<int32_t>();
   const int32_t* tables = block_tables.data_as<int32_t>();
-  const int64_t num_blocks = k_cache.dim(0), block_size = k_cache.dim(1);
+  const int64_t num_blocks = cache.k.dim(0), block_size = cache.k.dim(1);
   const int64_t max_blocks = block_tables.dim(1);
   for (int64_t s = 0; s < S; ++s) {
     const int64_t n_q = cu[s + 1] - cu[s], len = lens[s];
@@ -268,27 +287,26 @@ void attention_paged(Tensor& out, const Tensor& qkv, const Tensor& k_cache, cons
                      ", not a block of the cache (num_blocks = ", num_blocks, ")");
     }
   }
-  cpu::attention_paged(out, qkv, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens,
-                       layout);
+  cpu::attention_paged(out, qkv, cache, block_tables, cu_seqlens_q, context_lens, layout);
 }
 
-void attention_paged_fp8(Fp8Rows& out, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
-                         const Tensor& block_tables, const Tensor& cu_seqlens_q, const Tensor& context_lens,
-                         const HeadLayout& layout, bool one_row_each, ScaleFormat format) {
+void attention_paged_fp8(Fp8Rows& out, const Tensor& qkv, const PagedKv& cache, const Tensor& block_tables,
+                         const Tensor& cu_seqlens_q, const Tensor& context_lens, const HeadLayout& layout,
+                         bool one_row_each, ScaleFormat format) {
   const std::string op = "attention_paged_fp8";
-  const int64_t T = check_paged(op, qkv, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens, layout,
+  const int64_t T = check_paged(op, qkv, cache, block_tables, cu_seqlens_q, context_lens, layout,
                                 one_row_each);
   check_fp8_rows(out, "attention_paged_fp8: out", T, layout.q_width(), qkv.device());
 #if LOCKSTEP_HAS_CUDA
   if (qkv.device() == Device::cuda && one_row_each &&
-      cuda::decode_quantizes_output(T, layout, block_tables.dim(1) * k_cache.dim(1))) {
-    check_paged_cuda(op, layout, {{"qkv", &qkv}, {"k_cache", &k_cache}, {"v_cache", &v_cache}});
-    return cuda::attention_paged_fp8(out, qkv, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens,
+      cuda::decode_quantizes_output(T, layout, block_tables.dim(1) * cache.k.dim(1))) {
+    check_paged_cuda(op, cache, layout, {{"qkv", &qkv}});
+    return cuda::attention_paged_fp8(out, qkv, cache, block_tables, cu_seqlens_q, context_lens,
                                      layout, format == ScaleFormat::pow2);
   }
 #endif
   Tensor attn = Tensor::empty({T, layout.q_width()}, qkv.dtype(), qkv.device());
-  attention_paged(attn, qkv, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens, layout, one_row_each);
+  attention_paged(attn, qkv, cache, block_tables, cu_seqlens_q, context_lens, layout, one_row_each);
   quantize_rows(out, attn, format);
 }
 

@@ -15,10 +15,13 @@
 //   out:  f32/bf16 [T, q_width]       lse: f32 [T, q_heads] (saved for backward)
 //   dqkv: f32/bf16 [T, qkv_width]     (q, k and v parts all written)
 //
-// Inference over a paged KV cache (vLLM's layout):
-//   k_cache, v_cache: f32/bf16 [num_blocks, block_size, kv_heads, head_dim]
+// Inference over a paged KV cache (vLLM's layout), one layer of it a PagedKv:
+//   k, v: [num_blocks, block_size, kv_heads, head_dim] in the activations' dtype (f32/bf16), or in
+//   e4m3 with k_scale, v_scale f32 [num_blocks, block_size, kv_heads] (the fp8 KV cache,
+//   ops/kv_fp8.h: one power-of-two scale per token and kv head; a cached key or value is
+//   e4m3 · scale, which is the bf16 value round_kv_to_fp8 gives the training forward's k and v).
 //   a token's slot is block · block_size + offset; kv_cache_write copies the k and v heads of each
-//   row of qkv to slots[t] (i32 [T]).
+//   row of qkv to slots[t] (i32 [T]) — into an fp8 cache quantized by ops/kv_fp8.h's rule.
 //   attention_paged: sequence s owns query rows [cu_seqlens_q[s], cu_seqlens_q[s+1]) which are its
 //   last n_s positions: row i of s sits at position context_lens[s] − n_s + i and attends cache
 //   positions 0..that position (its own k/v must already be written). Position p of sequence s
@@ -29,7 +32,7 @@
 //   the same; on CUDA only the one-row kernels run, and a sequence s whose offsets are not (s, s+1)
 //   makes row s NaN (instead of every row, as without the promise).
 //
-// CUDA (ops/cuda/attention.cu): bf16 tensors, head_dim 64 or 128, paged at most 16 q heads per
+// CUDA (ops/cuda/attention.cu): bf16 tensors (caches bf16 or e4m3), head_dim 64 or 128, paged at most 16 q heads per
 // kv head. Index values stay on the device and are not checked up front: a malformed cu_seqlens
 // makes every output row NaN, a context length or block id out of range makes that sequence's
 // rows NaN, and kv_cache_write skips rows whose slot is outside the cache (two rows with one slot
@@ -53,28 +56,32 @@
 
 namespace lockstep {
 
+// One layer of a paged KV cache (above). The tensors are handles: a copy refers to the same memory.
+struct PagedKv {
+  Tensor k, v;
+  Tensor k_scale = Tensor(), v_scale = Tensor();  // the fp8 cache's scales; undefined otherwise
+  bool fp8() const { return k.dtype() == DType::e4m3; }
+};
+
 void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, const Tensor& cu_seqlens,
                        const HeadLayout& layout);
 
 void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
                         const Tensor& lse, const Tensor& cu_seqlens, const HeadLayout& layout);
 
-void kv_cache_write(Tensor& k_cache, Tensor& v_cache, const Tensor& qkv, const Tensor& slots,
-                    const HeadLayout& layout);
+void kv_cache_write(const PagedKv& cache, const Tensor& qkv, const Tensor& slots, const HeadLayout& layout);
 
 // kv_cache_write's argument checks alone (on the CPU with the slot values), for an op that writes
 // the cache as kv_cache_write does (ops/qkv_rope.h's inference form).
-void check_kv_cache_write(const Tensor& k_cache, const Tensor& v_cache, const Tensor& qkv,
-                          const Tensor& slots, const HeadLayout& layout);
+void check_kv_cache_write(const PagedKv& cache, const Tensor& qkv, const Tensor& slots,
+                          const HeadLayout& layout);
 
-void attention_paged(Tensor& out, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
-                     const Tensor& block_tables, const Tensor& cu_seqlens_q,
-                     const Tensor& context_lens, const HeadLayout& layout,
+void attention_paged(Tensor& out, const Tensor& qkv, const PagedKv& cache, const Tensor& block_tables,
+                     const Tensor& cu_seqlens_q, const Tensor& context_lens, const HeadLayout& layout,
                      bool one_row_each = false);
 
-void attention_paged_fp8(Fp8Rows& out, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
-                         const Tensor& block_tables, const Tensor& cu_seqlens_q, const Tensor& context_lens,
-                         const HeadLayout& layout, bool one_row_each = false,
-                         ScaleFormat format = ScaleFormat::fp32);
+void attention_paged_fp8(Fp8Rows& out, const Tensor& qkv, const PagedKv& cache, const Tensor& block_tables,
+                         const Tensor& cu_seqlens_q, const Tensor& context_lens, const HeadLayout& layout,
+                         bool one_row_each = false, ScaleFormat format = ScaleFormat::fp32);
 
 }  // namespace lockstep

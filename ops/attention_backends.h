@@ -6,6 +6,7 @@
 
 #include "core/tensor.h"
 #include "numerics/quantize.h"
+#include "ops/attention.h"
 #include "ops/head_layout.h"
 
 namespace lockstep::cpu {
@@ -13,11 +14,9 @@ void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, const Tensor
                        const HeadLayout& layout);
 void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
                         const Tensor& lse, const Tensor& cu_seqlens, const HeadLayout& layout);
-void kv_cache_write(Tensor& k_cache, Tensor& v_cache, const Tensor& qkv, const Tensor& slots,
-                    const HeadLayout& layout);
-void attention_paged(Tensor& out, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
-                     const Tensor& block_tables, const Tensor& cu_seqlens_q,
-                     const Tensor& context_lens, const HeadLayout& layout);
+void kv_cache_write(const PagedKv& cache, const Tensor& qkv, const Tensor& slots, const HeadLayout& layout);
+void attention_paged(Tensor& out, const Tensor& qkv, const PagedKv& cache, const Tensor& block_tables,
+                     const Tensor& cu_seqlens_q, const Tensor& context_lens, const HeadLayout& layout);
 }  // namespace lockstep::cpu
 
 namespace lockstep::cuda {
@@ -25,16 +24,14 @@ void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, const Tensor
                        const HeadLayout& layout);
 void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
                         const Tensor& lse, const Tensor& cu_seqlens, const HeadLayout& layout);
-void kv_cache_write(Tensor& k_cache, Tensor& v_cache, const Tensor& qkv, const Tensor& slots,
-                    const HeadLayout& layout);
-void attention_paged(Tensor& out, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
-                     const Tensor& block_tables, const Tensor& cu_seqlens_q,
-                     const Tensor& context_lens, const HeadLayout& layout, bool one_row_each);
+void kv_cache_write(const PagedKv& cache, const Tensor& qkv, const Tensor& slots, const HeadLayout& layout);
+void attention_paged(Tensor& out, const Tensor& qkv, const PagedKv& cache, const Tensor& block_tables,
+                     const Tensor& cu_seqlens_q, const Tensor& context_lens, const HeadLayout& layout,
+                     bool one_row_each);
 // Whether attention_paged_fp8's decode kernel quantizes its output itself (decode steps, one_row_each)
 // at this shape: group · head_dim a multiple of 256 and a grid that fits on the GPU at once
 // (otherwise attention_paged then quantize_rows is as fast or faster).
 bool decode_quantizes_output(int64_t sequences, const HeadLayout& layout, int64_t max_keys);
-void attention_paged_fp8(Fp8Rows& out, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
-                         const Tensor& block_tables, const Tensor& cu_seqlens_q, const Tensor& context_lens,
+void attention_paged_fp8(Fp8Rows& out, const Tensor& qkv, const PagedKv& cache, const Tensor& block_tables, const Tensor& cu_seqlens_q, const Tensor& context_lens,
                          const HeadLayout& layout, bool pow2);
 }  // namespace lockstep::cuda

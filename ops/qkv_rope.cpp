@@ -78,20 +78,19 @@ void qkv_rope_forward(Tensor& out, Tensor& rstd, const Tensor& qkv, const Tensor
   cpu::qkv_rope_forward(out, rstd, qkv, positions, inv_freq, q_norm, k_norm, layout, eps);
 }
 
-void qkv_rope_forward(Tensor& out, Tensor& rstd, Tensor& k_cache, Tensor& v_cache,
-                      const Tensor& slots, const Tensor& qkv, const Tensor& positions,
-                      const Tensor& inv_freq, const Tensor& q_norm, const Tensor& k_norm,
-                      const HeadLayout& layout, float eps) {
+void qkv_rope_forward(Tensor& out, Tensor& rstd, const PagedKv& cache, const Tensor& slots, const Tensor& qkv,
+                      const Tensor& positions, const Tensor& inv_freq, const Tensor& q_norm,
+                      const Tensor& k_norm, const HeadLayout& layout, float eps) {
   if (!qkv.is_cuda()) {  // the composition, which the CUDA kernel's bytes equal
     qkv_rope_forward(out, rstd, qkv, positions, inv_freq, q_norm, k_norm, layout, eps);
-    kv_cache_write(k_cache, v_cache, out, slots, layout);
+    kv_cache_write(cache, out, slots, layout);
     return;
   }
   check_forward(out, rstd, qkv, positions, inv_freq, q_norm, k_norm, layout);
-  check_kv_cache_write(k_cache, v_cache, out, slots, layout);
+  check_kv_cache_write(cache, out, slots, layout);
 #if LOCKSTEP_HAS_CUDA
-  const cuda::KvCacheOut cache{k_cache, v_cache, slots};
-  cuda::qkv_rope_forward(out, rstd, qkv, positions, inv_freq, q_norm, k_norm, layout, eps, &cache);
+  const cuda::KvCacheOut cache_out{cache, slots};
+  cuda::qkv_rope_forward(out, rstd, qkv, positions, inv_freq, q_norm, k_norm, layout, eps, &cache_out);
 #else
   LOCKSTEP_NO_CUDA_OP("qkv_rope_forward");
 #endif

@@ -22,16 +22,17 @@
 // dk_norm) NaN. Results match the CPU's up to the order of the sums and FMA contraction (a few
 // fp32 ulps before the one rounding to bf16).
 //
-// The inference form (with k_cache, v_cache, slots) also writes out's k and v heads into the paged
-// KV cache: the bytes of kv_cache_write(k_cache, v_cache, out, slots, layout) after the op
-// (ops/attention.h: its arguments, checks and skipping of slots outside the cache), on CUDA from
-// the op's own kernel.
+// The inference form (with a cache and slots) also writes out's k and v heads into the paged KV
+// cache: the bytes (and, into an fp8 cache, the scales) of kv_cache_write(cache, out, slots, layout)
+// after the op (ops/attention.h: its arguments, checks and skipping of slots outside the cache), on
+// CUDA from the op's own kernel.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 
 #include "core/tensor.h"
+#include "ops/attention.h"
 #include "ops/head_layout.h"
 
 namespace lockstep {
@@ -40,10 +41,9 @@ void qkv_rope_forward(Tensor& out, Tensor& rstd, const Tensor& qkv, const Tensor
                       const Tensor& inv_freq, const Tensor& q_norm, const Tensor& k_norm,
                       const HeadLayout& layout, float eps);
 
-void qkv_rope_forward(Tensor& out, Tensor& rstd, Tensor& k_cache, Tensor& v_cache,
-                      const Tensor& slots, const Tensor& qkv, const Tensor& positions,
-                      const Tensor& inv_freq, const Tensor& q_norm, const Tensor& k_norm,
-                      const HeadLayout& layout, float eps);
+void qkv_rope_forward(Tensor& out, Tensor& rstd, const PagedKv& cache, const Tensor& slots, const Tensor& qkv,
+                      const Tensor& positions, const Tensor& inv_freq, const Tensor& q_norm,
+                      const Tensor& k_norm, const HeadLayout& layout, float eps);
 
 void qkv_rope_backward(Tensor& dqkv, Tensor& dq_norm, Tensor& dk_norm, const Tensor& dout,
                        const Tensor& qkv, const Tensor& positions, const Tensor& inv_freq,

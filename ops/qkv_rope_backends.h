@@ -6,6 +6,7 @@
 #pragma once
 
 #include "core/tensor.h"
+#include "ops/attention.h"
 #include "ops/head_layout.h"
 
 namespace lockstep::cpu {
@@ -20,8 +21,7 @@ void qkv_rope_backward(Tensor& dqkv, Tensor& dq_norm, Tensor& dk_norm, const Ten
 
 namespace lockstep::cuda {
 struct KvCacheOut {
-  Tensor& k_cache;
-  Tensor& v_cache;
+  const PagedKv& cache;
   const Tensor& slots;
 };
 void qkv_rope_forward(Tensor& out, Tensor& rstd, const Tensor& qkv, const Tensor& positions,

@@ -44,7 +44,7 @@ EngineOptions checked(EngineOptions o, const Transformer& model) {
     LOCKSTEP_CHECK(model.device() == Device::cuda, "engine: memory_fraction sizes the KV cache ",
                    "from free GPU memory, and the model is on the CPU: set num_blocks");
     const int64_t block =
-        KvCache::block_bytes(model.config(), model.activation_dtype(), o.block_size);
+        KvCache::block_bytes(model.config(), model.kv_cache_dtype(), o.block_size);
     const size_t free = device_memory_stats().free;
     o.num_blocks = std::min(int64_t(o.memory_fraction * double(free) / double(block)),
                             INT32_MAX / o.block_size - 1);
@@ -167,7 +167,7 @@ Engine::Engine(Transformer& model, const EngineOptions& options, const Tokenizer
     : model_(model),
       options_(checked(options, model)),
       tokenizer_(tokenizer),
-      cache_(model.config(), model.activation_dtype(), options_.num_blocks + 1,
+      cache_(model.config(), model.kv_cache_dtype(), options_.num_blocks + 1,
              options_.block_size, model.device()) {
   if (model.device() != Device::cuda) return;
   // The decode graph's block tables reach the model's context, or the cache when it is smaller.

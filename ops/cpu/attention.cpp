@@ -15,6 +15,7 @@
 
 #include "ops/attention_backends.h"
 #include "ops/cpu/act.h"
+#include "ops/cpu/kv_fp8.h"
 
 namespace lockstep::cpu {
 
@@ -75,20 +76,17 @@ struct Context {
   int64_t d = 0, stride = 0;
   std::vector<float> kt, v;  // kt: [d, stride]; v: [n, d]
 
-  // offsets(p) -> {element offset of position p's k head in k_src, of its v head in v_src}.
-  template <class Offsets>
-  void load(const Tensor& k_src, const Tensor& v_src, int64_t n, int64_t head_dim,
-            Offsets offsets) {
+  // read(p, k, v) puts position p's key and value (d floats each) in k and v.
+  template <class Read>
+  void load(int64_t n, int64_t head_dim, Read read) {
     d = head_dim;
     stride = padded(n);
     kt.assign(size_t(d * stride), 0.0f);
     v.resize(size_t(n * d));
     std::vector<float> k(d);
     for (int64_t p = 0; p < n; ++p) {
-      const auto [k_offset, v_offset] = offsets(p);
-      read_f32(k_src, k_offset, d, k.data());
+      read(p, k.data(), &v[size_t(p * d)]);
       for (int64_t c = 0; c < d; ++c) kt[size_t(c * stride + p)] = k[size_t(c)];
-      read_f32(v_src, v_offset, d, &v[size_t(p * d)]);
     }
   }
 };
@@ -125,10 +123,25 @@ float softmax_scale(const HeadLayout& layout) {
 void load_packed(Context& ctx, const Tensor& qkv, int64_t t0, int64_t n, int64_t g,
                  const HeadLayout& layout) {
   const int64_t width = layout.qkv_width(), d = layout.head_dim;
-  ctx.load(qkv, qkv, n, d, [&](int64_t p) {
+  ctx.load(n, d, [&](int64_t p, float* k, float* v) {
     const int64_t row = (t0 + p) * width + g * d;
-    return std::pair{row + layout.k_offset(), row + layout.v_offset()};
+    read_f32(qkv, row + layout.k_offset(), d, k);
+    read_f32(qkv, row + layout.v_offset(), d, v);
   });
+}
+
+// Head g of a cache slot: read (bf16/f32), or dequantized (e4m3: ops/kv_fp8.h) in `dtype`, the
+// activations'.
+void read_cached(const PagedKv& cache, int64_t slot, int64_t g, int64_t d, DType dtype, float* k, float* v) {
+  const int64_t kv_heads = cache.k.dim(2), offset = (slot * kv_heads + g) * d;
+  if (!cache.fp8()) {
+    read_f32(cache.k, offset, d, k);
+    read_f32(cache.v, offset, d, v);
+    return;
+  }
+  const int64_t head = slot * kv_heads + g;
+  dequantize_kv_head(static_cast<const uint8_t*>(cache.k.data()) + offset, cache.k_scale.data_as<float>()[head], d, dtype, k);
+  dequantize_kv_head(static_cast<const uint8_t*>(cache.v.data()) + offset, cache.v_scale.data_as<float>()[head], d, dtype, v);
 }
 
 }  // namespace
@@ -231,31 +244,37 @@ void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, con
   }
 }
 
-void kv_cache_write(Tensor& k_cache, Tensor& v_cache, const Tensor& qkv, const Tensor& slots,
-                    const HeadLayout& layout) {
+void kv_cache_write(const PagedKv& cache, const Tensor& qkv, const Tensor& slots, const HeadLayout& layout) {
   const int64_t T = qkv.dim(0), kv_width = layout.kv_width(), width = layout.qkv_width();
+  const int64_t d = layout.head_dim;
   const int32_t* slot = slots.data_as<int32_t>();
 #pragma omp parallel
   {
     std::vector<float> x(kv_width);
 #pragma omp for schedule(static)
-    for (int64_t t = 0; t < T; ++t) {
-      read_f32(qkv, t * width + layout.k_offset(), kv_width, x.data());
-      write_f32(k_cache, slot[t] * kv_width, kv_width, x.data());
-      read_f32(qkv, t * width + layout.v_offset(), kv_width, x.data());
-      write_f32(v_cache, slot[t] * kv_width, kv_width, x.data());
-    }
+    for (int64_t t = 0; t < T; ++t)
+      for (int kv = 0; kv < 2; ++kv) {  // k, then v
+        Tensor dst = kv == 0 ? cache.k : cache.v;  // a handle: writes go to the cache
+        read_f32(qkv, t * width + (kv == 0 ? layout.k_offset() : layout.v_offset()), kv_width, x.data());
+        if (!cache.fp8()) {
+          write_f32(dst, slot[t] * kv_width, kv_width, x.data());
+          continue;
+        }
+        float* scales = (kv == 0 ? cache.k_scale : cache.v_scale).data_as<float>();
+        for (int64_t g = 0; g < layout.kv_heads; ++g)
+          scales[slot[t] * layout.kv_heads + g] =
+              quantize_kv_head(&x[size_t(g * d)], d, static_cast<uint8_t*>(dst.data()) + slot[t] * kv_width + g * d);
+      }
   }
 }
 
-void attention_paged(Tensor& out, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
-                     const Tensor& block_tables, const Tensor& cu_seqlens_q,
-                     const Tensor& context_lens, const HeadLayout& layout) {
+void attention_paged(Tensor& out, const Tensor& qkv, const PagedKv& cache, const Tensor& block_tables,
+                     const Tensor& cu_seqlens_q, const Tensor& context_lens, const HeadLayout& layout) {
   const int32_t* cu = cu_seqlens_q.data_as<int32_t>();
   const int32_t* lens = context_lens.data_as<int32_t>();
   const int32_t* tables = block_tables.data_as<int32_t>();
   const int64_t S = context_lens.dim(0), max_blocks = block_tables.dim(1);
-  const int64_t block_size = k_cache.dim(1), d = layout.head_dim, width = layout.qkv_width();
+  const int64_t block_size = cache.k.dim(1), d = layout.head_dim, width = layout.qkv_width();
   const int64_t tasks = S * layout.kv_heads, group = layout.group();
   const float scale = softmax_scale(layout);
 #pragma omp parallel
@@ -268,10 +287,9 @@ void attention_paged(Tensor& out, const Tensor& qkv, const Tensor& k_cache, cons
       const int64_t t0 = cu[seq], n_q = cu[seq + 1] - t0, len = lens[seq];
       if (n_q == 0) continue;
       const int32_t* table = tables + seq * max_blocks;
-      ctx.load(k_cache, v_cache, len, d, [&](int64_t p) {
+      ctx.load(len, d, [&](int64_t p, float* k, float* v) {
         const int64_t slot = int64_t(table[p / block_size]) * block_size + p % block_size;
-        const int64_t offset = (slot * layout.kv_heads + g) * d;
-        return std::pair{offset, offset};
+        read_cached(cache, slot, g, d, qkv.dtype(), k, v);
       });
       s.resize(size_t(ctx.stride));
       for (int64_t i = 0; i < n_q; ++i)

@@ -57,6 +57,7 @@
 #include "core/device.h"
 #include "numerics/cuda/quantize_device.cuh"
 #include "ops/attention_backends.h"
+#include "ops/cuda/kv_fp8.cuh"
 
 namespace lockstep::cuda {
 
@@ -378,10 +379,40 @@ __device__ __forceinline__ void load_keys(uint16_t* sk, uint16_t* sv, const uint
   }
 }
 
+// An e4m3 cache's scales (ops/attention.h: f32 [num_blocks, block_size, kv_heads]); a kernel
+// parameter of its own, so that the bf16 kernels' arguments stay as they were.
+struct CacheScales {
+  const float* k;
+  const float* v;
+};
+
+// load_keys from an e4m3 cache: keys p0 .. p0+63 dequantized (ops/kv_fp8.h: the bf16 values the
+// training forward holds) into the k and v tiles with plain loads and stores, not cp.async (prefill
+// chunks only, where this is not the time that matters); k and v point at the kv head's first byte
+// (its scales at ks[offset / D] and vs[offset / D] for a key row at element offset `offset`).
+template <int D, class Keys>
+__device__ __forceinline__ void load_keys_fp8(uint16_t* sk, uint16_t* sv, const uint8_t* k, const uint8_t* v,
+                                              const float* ks, const float* vs, const Keys& keys, int p0, bool& bad) {
+  constexpr int kChunks = D / 8;
+#pragma unroll
+  for (int j = 0; j < kTileRows * kChunks / kThreads; ++j) {
+    const int i = threadIdx.x + j * kThreads, r = i / kChunks, c = i % kChunks, p = p0 + r;
+    const int64_t offset = p < keys.count ? keys.offset(p, bad) : -1;
+    uint4 kx = make_uint4(0, 0, 0, 0), vx = kx;
+    if (offset >= 0) {
+      kx = kv_fp8::dequantize8(*reinterpret_cast<const uint2*>(k + offset + c * 8), ks[offset / D]);
+      vx = kv_fp8::dequantize8(*reinterpret_cast<const uint2*>(v + offset + c * 8), vs[offset / D]);
+    }
+    *reinterpret_cast<uint4*>(sk + swizzle<kChunks>(r, c)) = kx;
+    *reinterpret_cast<uint4*>(sv + swizzle<kChunks>(r, c)) = vx;
+  }
+}
+
 // One CTA per (64-row query tile, q head) item; on the paged path a CTA loops over items, since the
-// grid is sized without knowing how many rows belong to multi-row sequences.
-template <int D, bool kPaged>
-__global__ void __launch_bounds__(kThreads) fwd_kernel(const FwdArgs a) {
+// grid is sized without knowing how many rows belong to multi-row sequences. kFp8Cache: the paged
+// path's cache is e4m3 with scales cs.
+template <int D, bool kPaged, bool kFp8Cache = false>
+__global__ void __launch_bounds__(kThreads) fwd_kernel(const FwdArgs a, const CacheScales cs) {
   constexpr int kChunks = D / 8;
   extern __shared__ __align__(128) uint16_t smem[];
   uint16_t* sq = smem;                          // [64, D] queries, then the output tile
@@ -419,7 +450,13 @@ __global__ void __launch_bounds__(kThreads) fwd_kernel(const FwdArgs a) {
       const int q_first = q_pos0 + m0, q_last = q_pos0 + min(n, m0 + kTileRows) - 1;
       const int tiles = q_last / kTileRows + 1;
       auto load_stage = [&](int j) {
-        load_keys<D>(sk + (j % 2) * kTileRows * D, sv + (j % 2) * kTileRows * D, k, v, keys, j * kTileRows, bad);
+        if constexpr (kFp8Cache)
+          load_keys_fp8<D>(sk + (j % 2) * kTileRows * D, sv + (j % 2) * kTileRows * D,
+                           reinterpret_cast<const uint8_t*>(a.k_cache) + int64_t(g) * D,
+                           reinterpret_cast<const uint8_t*>(a.v_cache) + int64_t(g) * D, cs.k + g, cs.v + g, keys,
+                           j * kTileRows, bad);
+        else
+          load_keys<D>(sk + (j % 2) * kTileRows * D, sv + (j % 2) * kTileRows * D, k, v, keys, j * kTileRows, bad);
       };
       load_tile<D, kTileRows>(sq, q, [&](int r) {
         return m0 + r < n ? q + int64_t(m0 + r) * a.qkv_width : nullptr;
@@ -550,20 +587,64 @@ __device__ __forceinline__ void store_quantized_nan_row(const DecodeArgs& a, con
     store_quantized(a, qo, t, int64_t(g) * a.group * D + i * 8, make_uint4(nan2, nan2, nan2, nan2));
 }
 
+// This warp's 16 rows of a staged e4m3 K or V tile ([64, D] bytes, rows in order) as bf16, unscaled,
+// into its [16, D] tile (swizzled as the MMA loads expect).
+template <int D>
+__device__ __forceinline__ void convert_rows(uint16_t* tile, const uint8_t* staged, int warp) {
+  constexpr int kChunks8 = D / 16;  // 16-byte chunks of an e4m3 row
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int n = 0; n < 16 * kChunks8 / 32; ++n) {
+    const int i = lane + 32 * n, r = i / kChunks8, c = i % kChunks8;
+    const uint4 b = *reinterpret_cast<const uint4*>(staged + (warp * 16 + r) * D + c * 16);
+    const uint2 x0 = kv_fp8::e4m3x4_to_bf16x4(b.x), x1 = kv_fp8::e4m3x4_to_bf16x4(b.y);
+    const uint2 x2 = kv_fp8::e4m3x4_to_bf16x4(b.z), x3 = kv_fp8::e4m3x4_to_bf16x4(b.w);
+    *reinterpret_cast<uint4*>(tile + swizzle<D / 8>(r, 2 * c)) = make_uint4(x0.x, x0.y, x1.x, x1.y);
+    *reinterpret_cast<uint4*>(tile + swizzle<D / 8>(r, 2 * c + 1)) = make_uint4(x2.x, x2.y, x3.x, x3.y);
+  }
+}
+
+// The decode kernel's shared memory: the queries, then the K/V ring (bf16 tiles; or, from an e4m3
+// cache, the staged bytes and scales of each tile, then each warp's 16 rows of the current tile
+// converted to bf16), which the merge reuses (kMergeBytes from the ring's start).
+template <int D, bool kFp8Cache>
+struct DecodeSmem {
+  static constexpr int kQueries = kGroupRows * D * 2;
+  static constexpr int kTileBytes = kTileRows * D * (kFp8Cache ? 1 : 2);  // one K (or V) tile in the ring
+  static constexpr int kStageBytes = 2 * kTileBytes + (kFp8Cache ? 2 * kTileRows * 4 : 0);  // K, V (and scales)
+  static constexpr int kRing = kDecodeStages * kStageBytes;
+  static constexpr int kWarpTiles = kFp8Cache ? kWarps * 2 * 16 * D * 2 : 0;  // converted K, V rows
+  static constexpr int kMergeBytes = 2 * kDecodeStages * kTileRows * D * 2;   // the bf16 ring's size
+  static constexpr size_t kBytes = kQueries + std::max(kRing + kWarpTiles, kMergeBytes);
+};
+
 // grid (max_parts, kv_heads, S) in clusters of (max_parts, 1, 1): one sequence's partitions for one
 // kv head. A cluster leaves together or not at all: whether to is decided per sequence.
 // kQuantized: the output goes to qo (decode_quantizes_output's steps; group · D / 8 a multiple of
 // 32, so that the output loops below run whole warps, as the quantization's shuffles need).
-template <int D, bool kQuantized>
+// kFp8Cache: the cache is e4m3 with scales cs (ops/kv_fp8.h). Its bytes go through the ring as
+// they are (half the bf16 tile's), and each warp converts its 16 keys of a tile to bf16 (exact,
+// unscaled: e4m3x4_to_bf16x4) for the same MMAs; the scales, powers of two, are applied exactly
+// in fp32 to the scores (k) and to the probabilities before they are rounded for P·V (v).
+template <int D, bool kQuantized, bool kFp8Cache = false>
 __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm) decode_kernel(const DecodeArgs a,
-                                                                            const QuantizedOut qo) {
+                                                                            const QuantizedOut qo,
+                                                                            const CacheScales cs) {
+  using Smem = DecodeSmem<D, kFp8Cache>;
   constexpr int kChunks = D / 8;
   extern __shared__ __align__(128) uint16_t smem[];
-  uint16_t* sq = smem;                           // [16, D] the group's queries (rows ≥ group zero)
-  uint16_t* sk = sq + kGroupRows * D;            // [kDecodeStages][64, D]
-  uint16_t* sv = sk + kDecodeStages * kTileRows * D;  // [kDecodeStages][64, D]
+  uint16_t* sq = smem;                            // [16, D] the group's queries (rows ≥ group zero)
+  uint8_t* ring = reinterpret_cast<uint8_t*>(smem) + Smem::kQueries;
+  // A stage: K tile, V tile (bf16 [64, D], swizzled; or e4m3 [64, D] in order), then (e4m3) the
+  // tile's 64 K scales and 64 V scales.
+  auto k_stage = [&](int j) { return ring + (j % kDecodeStages) * Smem::kStageBytes; };
+  auto v_stage = [&](int j) { return k_stage(j) + Smem::kTileBytes; };
+  auto scales = [&](int j) { return reinterpret_cast<float*>(k_stage(j) + 2 * Smem::kTileBytes); };
   const int part = blockIdx.x, g = blockIdx.y, s = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  // (e4m3) This warp's converted rows: K [16, D], V [16, D] bf16.
+  uint16_t* warp_k = reinterpret_cast<uint16_t*>(ring + Smem::kRing) + warp * 2 * 16 * D;
+  uint16_t* warp_v = warp_k + 16 * D;
 
   // Until the early-start wait below, only the step's uploaded inputs are read (cu_seqlens, context
   // lengths, block tables: core/early_start.h): the row, the partition and tile 0's cache blocks;
@@ -578,15 +659,18 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm) decode_kernel(cons
   const int tiles = (p_end - p_begin + kTileRows - 1) / kTileRows;
 
   const int32_t* table = a.block_tables + int64_t(s) * a.max_blocks;
-  const int64_t ld = int64_t(a.kv_heads) * D;
-  const uint16_t* k = a.k_cache + int64_t(g) * D;
-  const uint16_t* v = a.v_cache + int64_t(g) * D;
+  constexpr int kElementBytes = kFp8Cache ? 1 : 2;
+  const int64_t ld = int64_t(a.kv_heads) * D;  // elements of a cache row
+  const uint8_t* k = reinterpret_cast<const uint8_t*>(a.k_cache) + int64_t(g) * D * kElementBytes;
+  const uint8_t* v = reinterpret_cast<const uint8_t*>(a.v_cache) + int64_t(g) * D * kElementBytes;
   bool bad = false;
-  // This thread copies chunk c0 of rows row0 + kRowStep·i of every K/V tile (load_keys' split).
+  // This thread copies 16-byte chunk c0 of rows row0 + kRowStep·i of every K/V tile (load_keys'
+  // split); from an e4m3 cache, the threads of chunks 0 and 1 also copy those rows' K and V scales.
   // Their cache blocks are read from the block table one tile ahead of the copies: read right
   // before them, the table's latency stalled every warp once a tile (ncu: ~1/3 issue slots used).
-  constexpr int kRowsPerThread = kTileRows * kChunks / kThreads, kRowStep = kThreads / kChunks;
-  const int row0 = threadIdx.x / kChunks, c0 = threadIdx.x % kChunks;
+  constexpr int kRowChunks = D * kElementBytes / 16;
+  constexpr int kRowsPerThread = kTileRows * kRowChunks / kThreads, kRowStep = kThreads / kRowChunks;
+  const int row0 = threadIdx.x / kRowChunks, c0 = threadIdx.x % kRowChunks;
   auto block_of = [&](int p) { return a.block_shift >= 0 ? p >> a.block_shift : p / a.block_size; };
   int32_t blocks[kRowsPerThread];
   auto fetch_blocks = [&](int j) {
@@ -599,18 +683,25 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm) decode_kernel(cons
   fetch_blocks(0);
   auto load_stage = [&](int j) {  // tile j's copies (zeros past p_end), then tile j + 1's blocks
     if (j < tiles) {
-      uint16_t* k_tile = sk + (j % kDecodeStages) * kTileRows * D;
-      uint16_t* v_tile = sv + (j % kDecodeStages) * kTileRows * D;
 #pragma unroll
       for (int i = 0; i < kRowsPerThread; ++i) {
         const int r = row0 + kRowStep * i, p = p_begin + j * kTileRows + r, block = blocks[i];
-        int64_t offset = -1;
+        int64_t slot = -1;
         if (p < p_end) {
           if (block < 0 || block >= a.num_blocks) bad = true;
-          else offset = (int64_t(block) * a.block_size + (p - block_of(p) * a.block_size)) * ld + c0 * 8;
+          else slot = int64_t(block) * a.block_size + (p - block_of(p) * a.block_size);
         }
-        cp_async16(k_tile + swizzle<kChunks>(r, c0), offset >= 0 ? k + offset : k, offset >= 0);
-        cp_async16(v_tile + swizzle<kChunks>(r, c0), offset >= 0 ? v + offset : v, offset >= 0);
+        const int64_t offset = (slot * ld) * kElementBytes + c0 * 16;
+        // bf16 tiles are swizzled for ldmatrix; e4m3 rows stay in order (convert_rows reads them).
+        const int dst = kFp8Cache ? r * D + c0 * 16 : swizzle<kChunks>(r, c0) * 2;
+        cp_async16(k_stage(j) + dst, slot >= 0 ? k + offset : k, slot >= 0);
+        cp_async16(v_stage(j) + dst, slot >= 0 ? v + offset : v, slot >= 0);
+        if constexpr (kFp8Cache) {
+          if (c0 < 2) {
+            const float* src = (c0 == 0 ? cs.k : cs.v) + slot * a.kv_heads + g;
+            cp_async4(scales(j) + c0 * kTileRows + r, slot >= 0 ? src : cs.k, slot >= 0);
+          }
+        }
       }
     }
     cp_async_commit();  // also when empty: group j is tile j's
@@ -657,25 +748,53 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm) decode_kernel(cons
     load_stage(j + kDecodeStages - 1);   // into tile j − 1's buffers
     if (j == 0) qa.load(sq, 0);
     // This warp's 16 keys of the tile.
+    const uint16_t* k_tile = reinterpret_cast<const uint16_t*>(k_stage(j));
+    const uint16_t* v_tile = reinterpret_cast<const uint16_t*>(v_stage(j));
+    int key0 = warp * 16;
+    if constexpr (kFp8Cache) {
+      __syncwarp();  // every lane is done with the warp's tiles of tile j − 1
+      convert_rows<D>(warp_k, k_stage(j), warp);
+      convert_rows<D>(warp_v, v_stage(j), warp);
+      __syncwarp();
+      k_tile = warp_k, v_tile = warp_v, key0 = 0;
+    }
     float sc[2][4];
-    multiply_transposed<D, 16>(sc, qa, sk + (j % kDecodeStages) * kTileRows * D, warp * 16);
+    multiply_transposed<D, 16>(sc, qa, k_tile, key0);
+    // This lane's keys: warp · 16 + nb · 8 + lane % 4 · 2 + e % 2.
+    if constexpr (kFp8Cache) {
+#pragma unroll
+      for (int nb = 0; nb < 2; ++nb) {
+        const float2 f = *reinterpret_cast<const float2*>(scales(j) + warp * 16 + nb * 8 + lane % 4 * 2);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sc[nb][e] *= e % 2 ? f.y : f.x;
+      }
+    }
 #pragma unroll
     for (int nb = 0; nb < 2; ++nb)
 #pragma unroll
       for (int e = 0; e < 4; ++e)
         if (p_begin + j * kTileRows + warp * 16 + nb * 8 + lane % 4 * 2 + e % 2 >= p_end) sc[nb][e] = -INFINITY;
     softmax.update<16, D>(sc, o, a.scale_log2);
+    if constexpr (kFp8Cache) {  // Σ p · (e4m3 · scale) = Σ (p · scale) · e4m3; l keeps Σ p
+#pragma unroll
+      for (int nb = 0; nb < 2; ++nb) {
+        const float2 f = *reinterpret_cast<const float2*>(scales(j) + kTileRows + warp * 16 + nb * 8 + lane % 4 * 2);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sc[nb][e] *= e % 2 ? f.y : f.x;
+      }
+    }
     uint32_t p[1][4];
     to_a_fragments<1>(p, sc);
-    multiply_accumulate<kChunks, 1, D>(o, p, sv + (j % kDecodeStages) * kTileRows * D, warp * 16, 0);
+    multiply_accumulate<kChunks, 1, D>(o, p, v_tile, key0, 0);
   }
   softmax.finish();
   bad = __syncthreads_or(bad);  // also: the K/V buffers are free for the merge below
 
-  // Merge the 4 warps' (m, l, o) through shared memory (f32 [4][16][D] over the K buffers).
-  static_assert(kWarps * 16 * D * sizeof(float) <= kDecodeStages * kTileRows * D * sizeof(uint16_t));
-  float* so = reinterpret_cast<float*>(sk);
-  float* sm = reinterpret_cast<float*>(sv);  // [4][16]
+  // Merge the 4 warps' (m, l, o) through shared memory (f32 [4][16][D] over the ring's first half,
+  // the rest over its second: the bf16 ring's K and V buffers).
+  static_assert(kWarps * 16 * D * sizeof(float) <= Smem::kMergeBytes / 2);
+  float* so = reinterpret_cast<float*>(ring);
+  float* sm = reinterpret_cast<float*>(ring + Smem::kMergeBytes / 2);  // [4][16]
   float* sl = sm + kWarps * 16;              // [4][16]
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -694,8 +813,8 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm) decode_kernel(cons
   float* pm = po + kGroupRows * D;  // [16]
   float* pl = pm + kGroupRows;      // [16]
   int* pbad = reinterpret_cast<int*>(pl + kGroupRows);
-  static_assert((2 * kWarps * 16 + (D + 2) * kGroupRows + 1) * sizeof(float) <=
-                kDecodeStages * kTileRows * D * sizeof(uint16_t), "sm … pbad fit over the V buffers");
+  static_assert((2 * kWarps * 16 + (D + 2) * kGroupRows + 1) * sizeof(float) <= Smem::kMergeBytes / 2,
+                "sm … pbad fit over the ring's second half");
   __syncthreads();
   if (part < parts) {
     for (int i = threadIdx.x; i < a.group * kChunks; i += kThreads) {
@@ -981,12 +1100,34 @@ __global__ void kv_cache_write_kernel(uint16_t* k_cache, uint16_t* v_cache, cons
       *reinterpret_cast<const uint4*>(qkv + t * qkv_width + (is_v ? v_col : k_col) + col);
 }
 
+// Into an e4m3 cache (ops/kv_fp8.h): a warp a row's k or v head (the k heads, then the v heads, as
+// qkv holds them from column k_col on), lane i < D / 8 quantizing its columns [8i, 8i + 8).
+template <int D>
+__global__ void kv_cache_write_fp8_kernel(uint8_t* k_cache, uint8_t* v_cache, float* k_scale, float* v_scale,
+                                          const uint16_t* qkv, const int32_t* slots, int64_t heads, int kv_heads,
+                                          int64_t qkv_width, int64_t k_col, int64_t capacity) {
+  const int64_t head = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;  // the same for the warp
+  if (head >= heads) return;
+  const int64_t t = head / (2 * kv_heads), slot = slots[t];
+  const int h = int(head % (2 * kv_heads)), lane = threadIdx.x % 32;
+  if (slot < 0 || slot >= capacity) return;
+  const bool active = lane < D / 8, is_v = h >= kv_heads;
+  const uint4 w = active ? *reinterpret_cast<const uint4*>(qkv + t * qkv_width + k_col + int64_t(h) * D + lane * 8)
+                         : make_uint4(0, 0, 0, 0);
+  uint32_t amax = kv_fp8::amax8(w);
+#pragma unroll
+  for (int o = 16; o >= 1; o /= 2) amax = max(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  const float scale = kv_fp8_scale(amax);
+  const int64_t dst = slot * kv_heads + h % kv_heads;
+  if (active)
+    *reinterpret_cast<uint2*>((is_v ? v_cache : k_cache) + dst * D + lane * 8) = kv_fp8::quantize8(w, inverse_scale(scale));
+  if (lane == 0) (is_v ? v_scale : k_scale)[dst] = scale;
+}
+
 // ---- host --------------------------------------------------------------------------------------
 
 template <int D>
 constexpr size_t kFwdSmem = 5 * kTileRows * D * sizeof(uint16_t);  // q, 2 × (k, v)
-template <int D>
-constexpr size_t kDecodeSmem = (kGroupRows + 2 * kDecodeStages * kTileRows) * D * sizeof(uint16_t);
 template <int D>
 constexpr size_t kBwdSmem = (4 * kTileRows * D + kTileRows * kBwdRows) * sizeof(uint16_t) + 4 * kBwdRows * sizeof(float);
 
@@ -1041,7 +1182,7 @@ void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, const Tensor
   with_head_dim(layout.head_dim, [&](auto d) {
     constexpr int D = decltype(d)::value;
     allow_dynamic_smem<fwd_kernel<D, false>>(kFwdSmem<D>);
-    fwd_kernel<D, false><<<items, kThreads, kFwdSmem<D>, current_stream()>>>(a);
+    fwd_kernel<D, false><<<items, kThreads, kFwdSmem<D>, current_stream()>>>(a, CacheScales{});
     LOCKSTEP_CUDA_CHECK_LAUNCH();
   });
 }
@@ -1084,14 +1225,25 @@ void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, con
   });
 }
 
-void kv_cache_write(Tensor& k_cache, Tensor& v_cache, const Tensor& qkv, const Tensor& slots,
-                    const HeadLayout& layout) {
-  const int64_t T = qkv.dim(0), chunks = layout.kv_width() / 8;
+void kv_cache_write(const PagedKv& cache, const Tensor& qkv, const Tensor& slots, const HeadLayout& layout) {
+  const int64_t T = qkv.dim(0), chunks = layout.kv_width() / 8, capacity = cache.k.dim(0) * cache.k.dim(1);
   if (T == 0) return;
   constexpr int kBlock = 256;
+  if (cache.fp8()) {
+    const int64_t heads = T * 2 * layout.kv_heads;
+    with_head_dim(layout.head_dim, [&](auto d) {
+      constexpr int D = decltype(d)::value;
+      kv_cache_write_fp8_kernel<D><<<blocks(heads * 32, kBlock), kBlock, 0, current_stream()>>>(
+          data<uint8_t>(cache.k), data<uint8_t>(cache.v), data<float>(cache.k_scale), data<float>(cache.v_scale),
+          data<const uint16_t>(qkv), data<const int32_t>(slots), heads, int(layout.kv_heads), layout.qkv_width(),
+          layout.k_offset(), capacity);
+    });
+    LOCKSTEP_CUDA_CHECK_LAUNCH();
+    return;
+  }
   kv_cache_write_kernel<<<blocks(T * 2 * chunks, kBlock), kBlock, 0, current_stream()>>>(
-      data<uint16_t>(k_cache), data<uint16_t>(v_cache), data<const uint16_t>(qkv), data<const int32_t>(slots), T,
-      layout.qkv_width(), layout.k_offset(), layout.v_offset(), chunks, k_cache.dim(0) * k_cache.dim(1));
+      data<uint16_t>(cache.k), data<uint16_t>(cache.v), data<const uint16_t>(qkv), data<const int32_t>(slots), T,
+      layout.qkv_width(), layout.k_offset(), layout.v_offset(), chunks, capacity);
   LOCKSTEP_CUDA_CHECK_LAUNCH();
 }
 
@@ -1113,18 +1265,20 @@ int decode_parts(int64_t S, int64_t kv_heads, int64_t max_keys) {
 }
 
 // attention_paged with its output in bf16 (out), or quantized (quantized: decode steps only).
-void paged(uint16_t* out, const QuantizedOut* quantized, const Tensor& qkv, const Tensor& k_cache,
-           const Tensor& v_cache, const Tensor& block_tables, const Tensor& cu_seqlens_q, const Tensor& context_lens,
+void paged(uint16_t* out, const QuantizedOut* quantized, const Tensor& qkv, const PagedKv& cache,
+           const Tensor& block_tables, const Tensor& cu_seqlens_q, const Tensor& context_lens,
            const HeadLayout& layout, bool one_row_each) {
   if (qkv.dim(0) == 0) return;
   FwdArgs a = fwd_args(out, qkv, cu_seqlens_q, layout);
-  a.k_cache = data<const uint16_t>(k_cache);
-  a.v_cache = data<const uint16_t>(v_cache);
+  a.k_cache = data<const uint16_t>(cache.k);  // e4m3 bytes in an fp8 cache: the kernels cast
+  a.v_cache = data<const uint16_t>(cache.v);
+  const CacheScales scales =
+      cache.fp8() ? CacheScales{data<const float>(cache.k_scale), data<const float>(cache.v_scale)} : CacheScales{};
   a.block_tables = data<const int32_t>(block_tables);
   a.context_lens = data<const int32_t>(context_lens);
   a.max_blocks = to_int(block_tables.dim(1), "block_tables' blocks per sequence");
-  a.block_size = to_int(k_cache.dim(1), "block_size");
-  a.num_blocks = to_int(k_cache.dim(0), "num_blocks");
+  a.block_size = to_int(cache.k.dim(1), "block_size");
+  a.num_blocks = to_int(cache.k.dim(0), "num_blocks");
   a.max_keys = to_int(int64_t(a.max_blocks) * a.block_size, "max_blocks · block_size");
   a.kv_width = layout.kv_width();
 
@@ -1153,33 +1307,40 @@ void paged(uint16_t* out, const QuantizedOut* quantized, const Tensor& qkv, cons
   LOCKSTEP_CHECK(a.S <= 65535, "attention_paged: the CUDA decode kernel takes at most 65535 sequences, got ", a.S);
   const int items = to_int(tile_bound(a.T, a.S) * a.q_heads, "attention_paged: CTAs");
 
-  with_head_dim(layout.head_dim, [&](auto dim) {
+  auto run = [&](auto dim, auto fp8_cache) {
     constexpr int D = decltype(dim)::value;
+    constexpr bool kFp8Cache = decltype(fp8_cache)::value;
     // One-row sequences first: fwd_kernel, which takes the multi-row ones, also overwrites every
     // row with NaN when cu_seqlens_q is malformed, and must come last for that.
     if (a.S > 0) {
-      constexpr auto bf16 = decode_kernel<D, false>, fp8 = decode_kernel<D, true>;
-      allow_dynamic_smem<bf16>(kDecodeSmem<D>);
-      allow_dynamic_smem<fp8>(kDecodeSmem<D>);
-      LaunchConfig(dim3(unsigned(d.max_parts), unsigned(a.kv_heads), unsigned(a.S)), dim3(kThreads),
-                   kDecodeSmem<D>, dim3(unsigned(d.max_parts), 1, 1))
+      constexpr auto bf16_out = decode_kernel<D, false, kFp8Cache>, fp8_out = decode_kernel<D, true, kFp8Cache>;
+      constexpr size_t smem = DecodeSmem<D, kFp8Cache>::kBytes;
+      allow_dynamic_smem<bf16_out>(smem);
+      allow_dynamic_smem<fp8_out>(smem);
+      LaunchConfig(dim3(unsigned(d.max_parts), unsigned(a.kv_heads), unsigned(a.S)), dim3(kThreads), smem,
+                   dim3(unsigned(d.max_parts), 1, 1))
           .early_start_in_scope()
-          .run(quantized ? fp8 : bf16, d, quantized ? *quantized : QuantizedOut{});
+          .run(quantized ? fp8_out : bf16_out, d, quantized ? *quantized : QuantizedOut{}, scales);
     }
     if (one_row_each) return;  // no multi-row sequence; decode_kernel NaNs misplaced rows itself
     // Persistent CTAs: how many rows belong to multi-row sequences is known only on the device.
-    const int resident = resident_blocks<fwd_kernel<D, true>>(kThreads, kFwdSmem<D>);
-    fwd_kernel<D, true><<<std::min(items, resident), kThreads, kFwdSmem<D>, current_stream()>>>(a);
+    constexpr auto fwd = fwd_kernel<D, true, kFp8Cache>;
+    const int resident = resident_blocks<fwd>(kThreads, kFwdSmem<D>);
+    fwd<<<std::min(items, resident), kThreads, kFwdSmem<D>, current_stream()>>>(a, scales);
     LOCKSTEP_CUDA_CHECK_LAUNCH();
+  };
+  with_head_dim(layout.head_dim, [&](auto dim) {
+    if (cache.fp8()) run(dim, std::true_type());
+    else run(dim, std::false_type());
   });
 }
 
 }  // namespace
 
-void attention_paged(Tensor& out, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
-                     const Tensor& block_tables, const Tensor& cu_seqlens_q,
-                     const Tensor& context_lens, const HeadLayout& layout, bool one_row_each) {
-  paged(data<uint16_t>(out), nullptr, qkv, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens, layout,
+void attention_paged(Tensor& out, const Tensor& qkv, const PagedKv& cache, const Tensor& block_tables,
+                     const Tensor& cu_seqlens_q, const Tensor& context_lens, const HeadLayout& layout,
+                     bool one_row_each) {
+  paged(data<uint16_t>(out), nullptr, qkv, cache, block_tables, cu_seqlens_q, context_lens, layout,
         one_row_each);
 }
 
@@ -1193,11 +1354,10 @@ bool decode_quantizes_output(int64_t sequences, const HeadLayout& layout, int64_
              kDecodeCtasPerSm * int64_t(device_sm_count());
 }
 
-void attention_paged_fp8(Fp8Rows& out, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
-                         const Tensor& block_tables, const Tensor& cu_seqlens_q, const Tensor& context_lens,
-                         const HeadLayout& layout, bool pow2) {
+void attention_paged_fp8(Fp8Rows& out, const Tensor& qkv, const PagedKv& cache, const Tensor& block_tables,
+                         const Tensor& cu_seqlens_q, const Tensor& context_lens, const HeadLayout& layout, bool pow2) {
   const QuantizedOut quantized{static_cast<uint8_t*>(out.data.data()), out.scales.data_as<float>(), pow2};
-  paged(nullptr, &quantized, qkv, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens, layout, true);
+  paged(nullptr, &quantized, qkv, cache, block_tables, cu_seqlens_q, context_lens, layout, true);
 }
 
 }  // namespace lockstep::cuda

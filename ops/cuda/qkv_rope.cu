@@ -20,14 +20,15 @@
 // (and their gradients, and through them dq_norm / dk_norm) are NaN.
 //
 // The inference form stores each k and v head's output bits a second time, to the token's cache
-// slot, as kv_cache_write_kernel (ops/cuda/attention.cu) copies them: a slot outside the cache is
-// skipped.
+// slot, as kv_cache_write (ops/cuda/attention.cu) does, or quantized (an e4m3 cache, ops/kv_fp8.h):
+// a slot outside the cache is skipped.
 #include <cstdint>
 
 #include "core/cuda_check.h"
 #include "core/cuda_launch.h"
 #include "core/cuda_stream.h"
 #include "core/dependent_launch.cuh"
+#include "ops/cuda/kv_fp8.cuh"
 #include "ops/qkv_rope_backends.h"
 
 namespace lockstep::cuda {
@@ -54,6 +55,10 @@ struct Group {
   // b + a), so every lane ends with the same bits.
   __device__ float sum(float v) const {
     for (int o = 1; o < G; o <<= 1) v += __shfl_xor_sync(mask, v, o);
+    return v;
+  }
+  __device__ uint32_t max(uint32_t v) const {
+    for (int o = 1; o < G; o <<= 1) v = ::max(v, __shfl_xor_sync(mask, v, o));
     return v;
   }
 };
@@ -137,24 +142,43 @@ struct ForwardArgs {
   const float* k_norm;
   int q_heads, kv_heads, head_dim, G;
   float eps;
-  // The inference form's cache [capacity, kv_heads, head_dim] each, and each row's slot; null
-  // without.
-  uint16_t* k_cache;
-  uint16_t* v_cache;
+  // The inference form's cache [capacity, kv_heads, head_dim] each (bf16, or e4m3 with scales
+  // [capacity, kv_heads]), and each row's slot; null without.
+  void* k_cache;
+  void* v_cache;
+  float* k_scale;  // null: a bf16 cache
+  float* v_scale;
   const int32_t* slots;
   int64_t capacity;
 };
 
-// A lane's two chunks (columns [8j, 8j + 8) of each half) of kv head g of token t, as out holds
-// them, to the token's slot of `cache` when the op has a cache and the slot is inside it.
-__device__ __forceinline__ void write_cache(const ForwardArgs& args, uint16_t* cache, int64_t t, int g,
-                                            int j, const uint4& lo, const uint4& hi) {
+// A lane's two chunks (columns [8j, 8j + 8) of each half; zeros in inactive lanes) of kv head g of
+// token t, as out holds them, to the token's slot of the k (is_k) or v cache when the op has a
+// cache and the slot is inside it; quantized by ops/kv_fp8.h's rule into an e4m3 cache (the head's
+// amax over the group's lanes). Every lane of the group calls it.
+__device__ __forceinline__ void write_cache(const ForwardArgs& args, const Group& group, bool is_k, int64_t t,
+                                            int g, const uint4& lo, const uint4& hi) {
+  void* cache = is_k ? args.k_cache : args.v_cache;
   if (cache == nullptr) return;
   const int64_t slot = args.slots[t];
   if (slot < 0 || slot >= args.capacity) return;
-  uint16_t* dst = cache + (slot * args.kv_heads + g) * args.head_dim + 8 * j;
-  *reinterpret_cast<uint4*>(dst) = lo;
-  *reinterpret_cast<uint4*>(dst + args.head_dim / 2) = hi;
+  const int64_t head = slot * args.kv_heads + g, offset = head * args.head_dim + 8 * group.j;
+  const int half = args.head_dim / 2;
+  if (args.k_scale == nullptr) {
+    if (!group.active) return;
+    uint16_t* dst = static_cast<uint16_t*>(cache) + offset;
+    *reinterpret_cast<uint4*>(dst) = lo;
+    *reinterpret_cast<uint4*>(dst + half) = hi;
+    return;
+  }
+  const float scale = kv_fp8_scale(group.max(max(kv_fp8::amax8(lo), kv_fp8::amax8(hi))));
+  const float inv = inverse_scale(scale);
+  if (group.active) {
+    uint8_t* dst = static_cast<uint8_t*>(cache) + offset;
+    *reinterpret_cast<uint2*>(dst) = kv_fp8::quantize8(lo, inv);
+    *reinterpret_cast<uint2*>(dst + half) = kv_fp8::quantize8(hi, inv);
+  }
+  if (group.j == 0) (is_k ? args.k_scale : args.v_scale)[head] = scale;
 }
 
 // Head h of token t, whose group lane holds the raw bf16 of its columns [8j, 8j + 8) of each half in
@@ -170,8 +194,8 @@ __device__ __forceinline__ void forward_head(const ForwardArgs& args, const Grou
     if (group.active) {
       *reinterpret_cast<uint4*>(args.out + col) = ra;
       *reinterpret_cast<uint4*>(args.out + col + half) = rb;
-      write_cache(args, args.v_cache, t, h - qk_heads, group.j, ra, rb);
     }
+    write_cache(args, group, false, t, h - qk_heads, ra, rb);
     return;
   }
   float a[8], b[8];
@@ -195,13 +219,14 @@ __device__ __forceinline__ void forward_head(const ForwardArgs& args, const Grou
     }
     if (group.j == 0) args.rstd[t * qk_heads + h] = r;
   }
+  uint4 lo = make_uint4(0, 0, 0, 0), hi = lo;
   if (group.active) {
     rotate<false>(a, b, cos_t + 8 * group.j, sin_t + 8 * group.j);
-    const uint4 lo = pack8(a), hi = pack8(b);
+    lo = pack8(a), hi = pack8(b);
     *reinterpret_cast<uint4*>(args.out + col) = lo;
     *reinterpret_cast<uint4*>(args.out + col + half) = hi;
-    if (h >= args.q_heads) write_cache(args, args.k_cache, t, h - args.q_heads, group.j, lo, hi);
   }
+  if (h >= args.q_heads) write_cache(args, group, true, t, h - args.q_heads, lo, hi);
 }
 
 // The raw bf16 of a head's two column chunks for this lane (zeros where it has none).
@@ -426,10 +451,12 @@ void qkv_rope_forward(Tensor& out, Tensor& rstd, const Tensor& qkv, const Tensor
                          positions.data_as<int32_t>(), inv_freq.data_as<float>(), floats_or_null(q_norm),
                          floats_or_null(k_norm), int(layout.q_heads), int(layout.kv_heads),
                          int(layout.head_dim), G, eps,
-                         cache ? bf16_bits(cache->k_cache) : nullptr,
-                         cache ? bf16_bits(cache->v_cache) : nullptr,
+                         cache ? cache->cache.k.data() : nullptr,
+                         cache ? cache->cache.v.data() : nullptr,
+                         cache && cache->cache.fp8() ? cache->cache.k_scale.data_as<float>() : nullptr,
+                         cache && cache->cache.fp8() ? cache->cache.v_scale.data_as<float>() : nullptr,
                          cache ? cache->slots.data_as<int32_t>() : nullptr,
-                         cache ? cache->k_cache.dim(0) * cache->k_cache.dim(1) : 0};
+                         cache ? cache->cache.k.dim(0) * cache->cache.k.dim(1) : 0};
   if (T <= kSmallT) {
     const int64_t heads = layout.q_heads + 2 * layout.kv_heads, per_cta = kThreads / G;
     const auto kernel = norm ? qkv_rope_forward_heads_kernel<true> : qkv_rope_forward_heads_kernel<false>;

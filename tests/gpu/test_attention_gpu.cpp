@@ -264,12 +264,12 @@ struct PagedBatch {
 
   Tensor run_cpu(const HeadLayout& layout) const {
     Tensor out = poisoned({rows(), layout.q_width()}, DType::bf16, Device::cpu);
-    attention_paged(out, qkv, k_cache, v_cache, block_tables, cu_q, context_lens, layout);
+    attention_paged(out, qkv, {k_cache, v_cache}, block_tables, cu_q, context_lens, layout);
     return out;
   }
   Tensor run_gpu(const HeadLayout& layout, bool one_row_each = false) const {
     Tensor out = poisoned({rows(), layout.q_width()}, DType::bf16, Device::cuda);
-    attention_paged(out, qkv.to(Device::cuda), k_cache.to(Device::cuda), v_cache.to(Device::cuda),
+    attention_paged(out, qkv.to(Device::cuda), {k_cache.to(Device::cuda), v_cache.to(Device::cuda)},
                     block_tables.to(Device::cuda), cu_q.to(Device::cuda), context_lens.to(Device::cuda),
                     layout, one_row_each);
     return out;
@@ -354,8 +354,8 @@ TEST(PagedGpu, Fp8OutputIsTheQuantizedOutput) {
       Fp8Rows expected = Fp8Rows::empty(batch.rows(), layout.q_width(), Device::cuda);
       quantize_rows(expected, expected_bf16, format);
       Fp8Rows got = Fp8Rows::empty(batch.rows(), layout.q_width(), Device::cuda);
-      attention_paged_fp8(got, batch.qkv.to(Device::cuda), batch.k_cache.to(Device::cuda),
-                          batch.v_cache.to(Device::cuda), batch.block_tables.to(Device::cuda),
+      attention_paged_fp8(got, batch.qkv.to(Device::cuda), {batch.k_cache.to(Device::cuda),
+                          batch.v_cache.to(Device::cuda)}, batch.block_tables.to(Device::cuda),
                           batch.cu_q.to(Device::cuda), batch.context_lens.to(Device::cuda), layout, one_row_each,
                           format);
       const std::string what = name + (format == ScaleFormat::pow2 ? " pow2" : " fp32");
@@ -388,8 +388,8 @@ TEST(KvCacheWriteGpu, SameBytesAsCpu) {
     // Poisoned alike: the untouched slots must stay as they were on both.
     Tensor k = poisoned(cache, DType::bf16, Device::cpu), v = poisoned(cache, DType::bf16, Device::cpu);
     Tensor kg = poisoned(cache, DType::bf16, Device::cuda), vg = poisoned(cache, DType::bf16, Device::cuda);
-    kv_cache_write(k, v, qkv, s, layout);
-    kv_cache_write(kg, vg, qkv.to(Device::cuda), s.to(Device::cuda), layout);
+    kv_cache_write({k, v}, qkv, s, layout);
+    kv_cache_write({kg, vg}, qkv.to(Device::cuda), s.to(Device::cuda), layout);
     EXPECT_TRUE(same_bytes(kg, k)) << layout_name(layout);
     EXPECT_TRUE(same_bytes(vg, v)) << layout_name(layout);
   }
@@ -426,7 +426,7 @@ TEST(PagedGpu, EqualsTheTrainingForward) {
         slots.push_back(int32_t(order[size_t(s * max_blocks + p / bs)] * bs + p % bs));
     const Shape cache{num_blocks, bs, layout.kv_heads, layout.head_dim};
     Tensor k = poisoned(cache, DType::bf16, Device::cuda), v = poisoned(cache, DType::bf16, Device::cuda);
-    kv_cache_write(k, v, qkv, i32_tensor(slots).to(Device::cuda), layout);
+    kv_cache_write({k, v}, qkv, i32_tensor(slots).to(Device::cuda), layout);
     const Tensor tables_g = tables.to(Device::cuda), lens_g = i32_tensor(kLens).to(Device::cuda);
 
     // Query rows: the last `chunk` positions of every sequence (all of them for chunk ≥ length).
@@ -439,7 +439,7 @@ TEST(PagedGpu, EqualsTheTrainingForward) {
       Tensor q = Tensor::empty({int64_t(picked.size()), layout.qkv_width()}, DType::bf16, Device::cuda);
       for (size_t i = 0; i < picked.size(); ++i) q.rows(int64_t(i), int64_t(i) + 1).copy_from(qkv.rows(picked[i], picked[i] + 1));
       Tensor paged = poisoned({q.dim(0), layout.q_width()}, DType::bf16, Device::cuda);
-      attention_paged(paged, q, k, v, tables_g, i32_tensor(offsets(rows)).to(Device::cuda), lens_g, layout);
+      attention_paged(paged, q, {k, v}, tables_g, i32_tensor(offsets(rows)).to(Device::cuda), lens_g, layout);
 
       const Vec got = to_double(paged);
       const int64_t w = layout.q_width();
@@ -491,7 +491,7 @@ TEST(AttentionGpuBadIndices, MalformedCuSeqlensGivesNaN) {
     const Shape cache{4, 16, layout.kv_heads, layout.head_dim};
     const Tensor kc = Tensor::zeros(cache, DType::bf16, Device::cuda), vc = Tensor::zeros(cache, DType::bf16, Device::cuda);
     const int64_t S = int64_t(cu.size()) - 1;
-    attention_paged(paged, qkv, kc, vc, Tensor::zeros({S, 4}, DType::i32, Device::cuda), cu_g,
+    attention_paged(paged, qkv, {kc, vc}, Tensor::zeros({S, 4}, DType::i32, Device::cuda), cu_g,
                     i32_tensor(std::vector<int32_t>(size_t(S), 64)).to(Device::cuda), layout);
     EXPECT_TRUE(all_nan(to_double(paged))) << "paged out";
   }
@@ -540,12 +540,12 @@ TEST(AttentionGpuBadIndices, KvCacheWriteSkipsSlotsOutsideTheCache) {
   const Shape cache{4, 16, layout.kv_heads, layout.head_dim};
   const Tensor qkv = random_tensor({4, layout.qkv_width()}, DType::bf16, 6);
   Tensor k = poisoned(cache, DType::bf16, Device::cuda), v = poisoned(cache, DType::bf16, Device::cuda);
-  kv_cache_write(k, v, qkv.to(Device::cuda), i32_tensor({3, -1, 64, 10}).to(Device::cuda), layout);
+  kv_cache_write({k, v}, qkv.to(Device::cuda), i32_tensor({3, -1, 64, 10}).to(Device::cuda), layout);
   Tensor kc = poisoned(cache, DType::bf16, Device::cpu), vc = poisoned(cache, DType::bf16, Device::cpu);
   Tensor good = Tensor::empty({2, layout.qkv_width()}, DType::bf16);
   good.rows(0, 1).copy_from(qkv.rows(0, 1));
   good.rows(1, 2).copy_from(qkv.rows(3, 4));
-  kv_cache_write(kc, vc, good, i32_tensor({3, 10}), layout);
+  kv_cache_write({kc, vc}, good, i32_tensor({3, 10}), layout);
   EXPECT_TRUE(same_bytes(k, kc));
   EXPECT_TRUE(same_bytes(v, vc));
   device_synchronize();
@@ -559,7 +559,7 @@ TEST(AttentionGpuArguments, UnsupportedShapesAndDtypes) {
   auto paged = [](const HeadLayout& l, DType dtype) {
     Tensor out = Tensor::empty({1, l.q_width()}, dtype, Device::cuda);
     const Tensor cache = Tensor::empty({2, 16, l.kv_heads, l.head_dim}, dtype, Device::cuda);
-    attention_paged(out, Tensor::empty({1, l.qkv_width()}, dtype, Device::cuda), cache, cache,
+    attention_paged(out, Tensor::empty({1, l.qkv_width()}, dtype, Device::cuda), {cache, cache},
                     Tensor::zeros({1, 2}, DType::i32, Device::cuda), i32_tensor({0, 1}).to(Device::cuda),
                     i32_tensor({1}).to(Device::cuda), l);
   };

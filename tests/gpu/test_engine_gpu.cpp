@@ -199,7 +199,7 @@ TEST(EngineGpu, MemoryFractionSizesTheCache) {
   LOCKSTEP_REQUIRE_GPU();
   const ModelConfig c = gpu_tiny_config();
   Transformer model(c, random_parameters(c, 33).copy_to(Device::cuda), Recipe::bf16);
-  const int64_t block = KvCache::block_bytes(c, model.activation_dtype(), 16);
+  const int64_t block = KvCache::block_bytes(c, model.kv_cache_dtype(), 16);
   const DeviceMemoryStats before = device_memory_stats();
   Engine engine(model, {.memory_fraction = 0.02, .block_size = 16});
   const double expected = 0.02 * double(before.free) / double(block);

@@ -237,12 +237,12 @@ TEST(QkvRopeGpuCache, SameBytesAsQkvRopeThenKvCacheWrite) {
         Tensor rstd = norm ? poisoned({T, heads}, DType::f32, Device::cuda) : Tensor();
         qkv_rope_forward(out, rstd, qkv, positions, inv_freq, q_norm, k_norm, layout, kEps);
         Tensor k = gpu(cache0), v = gpu(cache0);
-        kv_cache_write(k, v, out, slots, layout);
+        kv_cache_write({k, v}, out, slots, layout);
 
         Tensor f_out = poisoned({T, width}, DType::bf16, Device::cuda);
         Tensor f_rstd = norm ? poisoned({T, heads}, DType::f32, Device::cuda) : Tensor();
         Tensor f_k = gpu(cache0), f_v = gpu(cache0);
-        qkv_rope_forward(f_out, f_rstd, f_k, f_v, slots, qkv, positions, inv_freq, q_norm, k_norm, layout, kEps);
+        qkv_rope_forward(f_out, f_rstd, {f_k, f_v}, slots, qkv, positions, inv_freq, q_norm, k_norm, layout, kEps);
         EXPECT_TRUE(same_bytes(f_out, out));
         if (norm) {
           EXPECT_TRUE(same_bytes(f_rstd, rstd));

@@ -53,7 +53,7 @@ std::vector<std::vector<float>> generation_logprobs(Transformer& model, const Se
                                                     uint64_t seed) {
   const int64_t max_len = 64, blocks_per_seq = (max_len + block_size - 1) / block_size;
   const int64_t num_seqs = int64_t(seqs.size());
-  KvCache cache(model.config(), model.activation_dtype(), num_seqs * blocks_per_seq, block_size);
+  KvCache cache(model.config(), model.kv_cache_dtype(), num_seqs * blocks_per_seq, block_size);
   // Blocks handed out in a shuffled order, so no sequence's blocks are contiguous.
   std::vector<int32_t> pool(static_cast<size_t>(cache.num_blocks));
   std::iota(pool.begin(), pool.end(), 0);
@@ -113,14 +113,15 @@ std::vector<std::vector<float>> generation_logprobs(Transformer& model, const Se
 struct Case {
   Recipe recipe;
   ModelFamily family;
+  bool fp8_kv_cache = false;
 };
 
 class Generation : public ::testing::TestWithParam<Case> {};
 
 TEST_P(Generation, LogprobsEqualTrainingForwardBitForBit) {
-  const auto [recipe, family] = GetParam();
+  const auto [recipe, family, fp8_kv_cache] = GetParam();
   const ModelConfig config = generation_config(family);
-  Transformer model(config, random_parameters(config, 11), recipe);
+  Transformer model(config, random_parameters(config, 11), recipe, {.fp8_kv_cache = fp8_kv_cache});
   const Sequences seqs = random_sequences({9, 14, 2, 21}, config.vocab_size, 12);
   const float temperature = 0.7f;
   const auto train = train_logprobs(model, seqs, temperature);
@@ -145,9 +146,9 @@ TEST_P(Generation, LogprobsEqualTrainingForwardBitForBit) {
 }
 
 TEST_P(Generation, TrainingRowsDoNotDependOnPacking) {
-  const auto [recipe, family] = GetParam();
+  const auto [recipe, family, fp8_kv_cache] = GetParam();
   const ModelConfig config = generation_config(family);
-  Transformer model(config, random_parameters(config, 13), recipe);
+  Transformer model(config, random_parameters(config, 13), recipe, {.fp8_kv_cache = fp8_kv_cache});
   const Sequences seqs = random_sequences({9, 14, 2, 21}, config.vocab_size, 14);
   const auto together = train_logprobs(model, seqs, 1.0f);
   const Sequences reversed(seqs.rbegin(), seqs.rend());
@@ -166,7 +167,7 @@ TEST_P(Generation, TrainingRowsDoNotDependOnPacking) {
 TEST(Generation, RefusesLastRowsThatAreNotTheLastRows) {
   const ModelConfig config = generation_config(ModelFamily::qwen3);
   Transformer model(config, random_parameters(config, 15), Recipe::fp32);
-  KvCache cache(config, model.activation_dtype(), 4, 4);
+  KvCache cache(config, model.kv_cache_dtype(), 4, 4);
   InferBatch batch{i32_tensor({3, 5, 7}), i32_tensor({0, 1, 0}), i32_tensor({0, 1, 4}),
                    i32_tensor({0, 2, 3}), i32_tensor({2, 1}),    i32_tensor({0, 1}),
                    i32_tensor({1, 2})};
@@ -176,14 +177,31 @@ TEST(Generation, RefusesLastRowsThatAreNotTheLastRows) {
   expect_error([&] { model.forward_infer(batch, cache); }, "last_rows[0] = 0, but the sequence's last row is 1");
 }
 
+// A model whose training forward does not round k and v as an e4m3 cache does cannot use one (and
+// the other way round): rollout and training would compute different functions.
+TEST(Generation, RefusesACacheOfAnotherDtype) {
+  const ModelConfig config = generation_config(ModelFamily::qwen3);
+  Transformer plain(config, random_parameters(config, 15), Recipe::bf16);
+  Transformer fp8_kv(config, random_parameters(config, 15), Recipe::bf16, {.fp8_kv_cache = true});
+  EXPECT_EQ(fp8_kv.kv_cache_dtype(), DType::e4m3);
+  InferBatch batch{i32_tensor({3}), i32_tensor({0}), i32_tensor({0}), i32_tensor({0, 1}),
+                   i32_tensor({1}), i32_tensor({0}), i32_tensor({0})};
+  batch.block_tables = batch.block_tables.reshape({1, 1});
+  KvCache e4m3_cache(config, DType::e4m3, 2, 4), bf16_cache(config, DType::bf16, 2, 4);
+  expect_error([&] { plain.forward_infer(batch, e4m3_cache); }, {"KV cache in e4m3", "bf16", "fp8_kv_cache"});
+  expect_error([&] { fp8_kv.forward_infer(batch, bf16_cache); }, {"KV cache in bf16", "e4m3"});
+  EXPECT_EQ(fp8_kv.forward_infer(batch, e4m3_cache).dim(0), 1);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Recipes, Generation,
     ::testing::Values(Case{Recipe::fp32, ModelFamily::qwen3}, Case{Recipe::bf16, ModelFamily::qwen3},
                       Case{Recipe::fp8, ModelFamily::qwen3}, Case{Recipe::bf16, ModelFamily::qwen2},
-                      Case{Recipe::fp8, ModelFamily::llama}),
+                      Case{Recipe::fp8, ModelFamily::llama}, Case{Recipe::fp32, ModelFamily::qwen2, true},
+                      Case{Recipe::bf16, ModelFamily::qwen3, true}, Case{Recipe::fp8, ModelFamily::llama, true}),
     [](const auto& info) {
       return std::string(recipe_name(info.param.recipe)) + "_" +
-             std::string(model_type_name(info.param.family));
+             std::string(model_type_name(info.param.family)) + (info.param.fp8_kv_cache ? "_fp8_kv_cache" : "");
     });
 
 }  // namespace

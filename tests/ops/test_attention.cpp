@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "ops/attention.h"
+#include "ops/kv_fp8.h"
 #include "ops/qkv_rope.h"
 #include "tests/test_util.h"
 
@@ -394,11 +395,11 @@ TEST(QkvRope, InferenceFormIsTheOpThenKvCacheWrite) {
   Tensor out = poisoned({T, W}, DType::bf16), rstd = poisoned({T, 6}, DType::f32);
   qkv_rope_forward(out, rstd, qkv, pos, freq, qn, kn, l, kEps);
   Tensor k = cache0.to(Device::cpu), v = cache0.to(Device::cpu);
-  kv_cache_write(k, v, out, slots, l);
+  kv_cache_write({k, v}, out, slots, l);
 
   Tensor f_out = poisoned({T, W}, DType::bf16), f_rstd = poisoned({T, 6}, DType::f32);
   Tensor f_k = cache0.to(Device::cpu), f_v = cache0.to(Device::cpu);
-  qkv_rope_forward(f_out, f_rstd, f_k, f_v, slots, qkv, pos, freq, qn, kn, l, kEps);
+  qkv_rope_forward(f_out, f_rstd, {f_k, f_v}, slots, qkv, pos, freq, qn, kn, l, kEps);
   EXPECT_TRUE(same_bytes(f_out, out));
   EXPECT_TRUE(same_bytes(f_rstd, rstd));
   EXPECT_TRUE(same_bytes(f_k, k));
@@ -407,7 +408,7 @@ TEST(QkvRope, InferenceFormIsTheOpThenKvCacheWrite) {
 
   expect_error(
       [&] {
-        qkv_rope_forward(f_out, f_rstd, f_k, f_v, i32_tensor({7, 0, 12, 3, 5}), qkv, pos, freq, qn,
+        qkv_rope_forward(f_out, f_rstd, {f_k, f_v}, i32_tensor({7, 0, 12, 3, 5}), qkv, pos, freq, qn,
                          kn, l, kEps);
       },
       "kv_cache_write: slots");
@@ -614,8 +615,12 @@ Tensor run_paged(const Tensor& qkv, const Batch& batch, const HeadLayout& l, int
     for (int64_t b = 0; b < (batch.lens[s] + block_size - 1) / block_size; ++b)
       tables[s][size_t(b)] = free_blocks[next++];
 
-  Tensor k_cache = poisoned({num_blocks, block_size, l.kv_heads, l.head_dim}, cache_dtype);
-  Tensor v_cache = poisoned({num_blocks, block_size, l.kv_heads, l.head_dim}, cache_dtype);
+  PagedKv cache{poisoned({num_blocks, block_size, l.kv_heads, l.head_dim}, cache_dtype),
+                poisoned({num_blocks, block_size, l.kv_heads, l.head_dim}, cache_dtype)};
+  if (cache.fp8()) {
+    cache.k_scale = poisoned({num_blocks, block_size, l.kv_heads}, DType::f32);
+    cache.v_scale = poisoned({num_blocks, block_size, l.kv_heads}, DType::f32);
+  }
   Tensor out = poisoned({batch.tokens(), l.q_width()}, qkv.dtype());
   std::vector<int32_t> done(S, 0);
   for (;;) {
@@ -638,11 +643,11 @@ Tensor run_paged(const Tensor& qkv, const Batch& batch, const HeadLayout& l, int
       table_entries.insert(table_entries.end(), tables[s].begin(), tables[s].end());
     }
     const Tensor qkv_b = gather_rows(qkv, rows);
-    kv_cache_write(k_cache, v_cache, qkv_b, i32_tensor(slots), l);
+    kv_cache_write(cache, qkv_b, i32_tensor(slots), l);
     Tensor out_b = poisoned({int64_t(rows.size()), l.q_width()}, qkv.dtype());
     const Tensor block_tables =
         i32_tensor(table_entries).reshape({int64_t(order.size()), max_blocks});
-    attention_paged(out_b, qkv_b, k_cache, v_cache, block_tables, i32_tensor(cu_q),
+    attention_paged(out_b, qkv_b, cache, block_tables, i32_tensor(cu_q),
                     i32_tensor(lens), l);
     scatter_rows(out, rows, out_b);
   }
@@ -661,11 +666,15 @@ TEST(AttentionPaged, RowsAreBitIdenticalToTheTrainingForward) {
   for (HeadLayout l : {HeadLayout{4, 2, 72}, HeadLayout{4, 1, 24}})
     for (const auto& [qkv_dtype, cache_dtype] :
          {std::pair{DType::f32, DType::f32}, std::pair{DType::bf16, DType::bf16},
-          std::pair{DType::bf16, DType::f32}}) {  // bf16 → f32 is exact: the same fp32 values
+          std::pair{DType::bf16, DType::f32},  // bf16 → f32 is exact: the same fp32 values
+          std::pair{DType::bf16, DType::e4m3}, std::pair{DType::f32, DType::e4m3}}) {
       const Tensor qkv = attention_input(T, l, qkv_dtype, 61);
+      // An e4m3 cache holds what round_kv_to_fp8 gives the training forward (ops/kv_fp8.h).
+      Tensor train_qkv = qkv.to(Device::cpu);
+      if (cache_dtype == DType::e4m3) round_kv_to_fp8(train_qkv, l);
       Tensor out = poisoned({T, l.q_width()}, qkv_dtype),
              lse = poisoned({T, l.q_heads}, DType::f32);
-      attention_forward(out, lse, qkv, i32_tensor(batch.cu()), l);
+      attention_forward(out, lse, train_qkv, i32_tensor(batch.cu()), l);
       for (int64_t block_size : {1, 3, 16})
         for (const auto& [name, chunk] : policies) {
           SCOPED_TRACE("heads " + std::to_string(l.q_heads) + "/" + std::to_string(l.kv_heads) +
@@ -726,9 +735,9 @@ TEST(Attention, BadArguments) {
   const Tensor q1 = qkv.rows(0, 1);
   Tensor out1 = poisoned({1, l.q_width()}, DType::f32);
   const auto paged = [&](const Tensor& tables, const Tensor& lens) {
-    attention_paged(out1, q1, k_cache, v_cache, tables, i32_tensor({0, 1}), lens, l);
+    attention_paged(out1, q1, {k_cache, v_cache}, tables, i32_tensor({0, 1}), lens, l);
   };
-  kv_cache_write(k_cache, v_cache, qkv.rows(0, 3), i32_tensor({4, 5, 0}), l);
+  kv_cache_write({k_cache, v_cache}, qkv.rows(0, 3), i32_tensor({4, 5, 0}), l);
   paged(i32_tensor({2, 0}).reshape({1, 2}), i32_tensor({3}));  // valid
   expect_error(
       [&] {
@@ -748,19 +757,19 @@ TEST(Attention, BadArguments) {
       },
       "block_tables");
   Tensor k_bad = poisoned({4, 2, 1, 8}, DType::f32), v_bad = poisoned({4, 3, 2, 8}, DType::f32);
-  expect_error([&] { kv_cache_write(k_bad, v_cache, q1, i32_tensor({0}), l); }, "k_cache");
-  expect_error([&] { kv_cache_write(k_cache, v_bad, q1, i32_tensor({0}), l); }, "v_cache");
+  expect_error([&] { kv_cache_write({k_bad, v_cache}, q1, i32_tensor({0}), l); }, "k_cache");
+  expect_error([&] { kv_cache_write({k_cache, v_bad}, q1, i32_tensor({0}), l); }, "v_cache");
   expect_error(
       [&] {
-        kv_cache_write(k_cache, v_cache, qkv.rows(0, 2), i32_tensor({8, 1}), l);
+        kv_cache_write({k_cache, v_cache}, qkv.rows(0, 2), i32_tensor({8, 1}), l);
       },
       "slots: row 0 has slot 8");
   expect_error(
       [&] {
-        kv_cache_write(k_cache, v_cache, qkv.rows(0, 2), i32_tensor({3, 3}), l);
+        kv_cache_write({k_cache, v_cache}, qkv.rows(0, 2), i32_tensor({3, 3}), l);
       },
       "slots: rows 0 and 1 both write slot 3");
-  expect_error([&] { kv_cache_write(k_cache, v_cache, qkv.rows(0, 2), i32_tensor({3}), l); },
+  expect_error([&] { kv_cache_write({k_cache, v_cache}, qkv.rows(0, 2), i32_tensor({3}), l); },
                "slots");
 }
 
@@ -773,13 +782,13 @@ TEST(AttentionPaged, Fp8OutputBadArguments) {
   const Tensor qkv = random_tensor({1, l.qkv_width()}, DType::f32, 5);
   const Tensor tables = i32_tensor({1, 0}).reshape({1, 2}), cu = i32_tensor({0, 1}), lens = i32_tensor({6});
   Fp8Rows out = Fp8Rows::empty(1, 128, Device::cpu);
-  attention_paged_fp8(out, qkv, k_cache, v_cache, tables, cu, lens, l, true);  // valid
+  attention_paged_fp8(out, qkv, {k_cache, v_cache}, tables, cu, lens, l, true);  // valid
   Fp8Rows two_rows = Fp8Rows::empty(2, 128, Device::cpu);
-  expect_error([&] { attention_paged_fp8(two_rows, qkv, k_cache, v_cache, tables, cu, lens, l); },
+  expect_error([&] { attention_paged_fp8(two_rows, qkv, {k_cache, v_cache}, tables, cu, lens, l); },
                "attention_paged_fp8: out");
-  expect_error([&] { attention_paged_fp8(out, qkv, k_cache, v_cache, i32_tensor({1, 2}).reshape({1, 2}), cu, lens, l); },
+  expect_error([&] { attention_paged_fp8(out, qkv, {k_cache, v_cache}, i32_tensor({1, 2}).reshape({1, 2}), cu, lens, l); },
                "block_tables: entry [0, 1] is 2");
-  expect_error([&] { attention_paged_fp8(out, qkv, k_cache, v_cache, tables, cu, i32_tensor({9}), l); },
+  expect_error([&] { attention_paged_fp8(out, qkv, {k_cache, v_cache}, tables, cu, i32_tensor({9}), l); },
                "context_lens");
 }
 

@@ -92,11 +92,18 @@ void expect_training_logprobs(Transformer& model, const std::vector<GenerationRe
   }
 }
 
-class EngineRecipe : public ::testing::TestWithParam<Recipe> {};
+// A recipe, with or without the fp8 KV cache.
+struct EngineCase {
+  Recipe recipe;
+  bool fp8_kv_cache = false;
+};
+
+class EngineRecipe : public ::testing::TestWithParam<EngineCase> {};
 
 TEST_P(EngineRecipe, GreedyIsTheStepwiseArgmaxOfTheTrainingForward) {
   const ModelConfig config = engine_config();
-  Transformer model(config, random_parameters(config, 21), GetParam());
+  Transformer model(config, random_parameters(config, 21), GetParam().recipe,
+                    {.fp8_kv_cache = GetParam().fp8_kv_cache});
   SamplingParams greedy;
   greedy.temperature = 0;
   greedy.max_new_tokens = 10;
@@ -124,7 +131,8 @@ TEST_P(EngineRecipe, GreedyIsTheStepwiseArgmaxOfTheTrainingForward) {
 // prompt blocks copied on write — and every logprob still equals the training forward's.
 TEST_P(EngineRecipe, SampledLogprobsEqualTheTrainingForwardBitForBit) {
   const ModelConfig config = engine_config();
-  Transformer model(config, random_parameters(config, 22), GetParam());
+  Transformer model(config, random_parameters(config, 22), GetParam().recipe,
+                    {.fp8_kv_cache = GetParam().fp8_kv_cache});
   SamplingParams sampling;
   sampling.n = 3;
   sampling.temperature = 0.8f;
@@ -143,8 +151,13 @@ TEST_P(EngineRecipe, SampledLogprobsEqualTheTrainingForwardBitForBit) {
   expect_training_logprobs(model, requests, results);
 }
 
-INSTANTIATE_TEST_SUITE_P(Recipes, EngineRecipe, ::testing::Values(Recipe::bf16, Recipe::fp8),
-                         [](const auto& info) { return std::string(recipe_name(info.param)); });
+INSTANTIATE_TEST_SUITE_P(Recipes, EngineRecipe,
+                         ::testing::Values(EngineCase{Recipe::bf16}, EngineCase{Recipe::fp8},
+                                           EngineCase{Recipe::bf16, true}, EngineCase{Recipe::fp8, true}),
+                         [](const auto& info) {
+                           return std::string(recipe_name(info.param.recipe)) +
+                                  (info.param.fp8_kv_cache ? "_fp8_kv_cache" : "");
+                         });
 
 // Many requests of different lengths, n and max_new_tokens through a cache a fraction of their
 // size: the same tokens and logprobs as with room for everything.
