@@ -89,19 +89,28 @@ void bench_training() {
 // `batch` sequences of `context` positions in a cache of exactly their blocks (shuffled), each
 // with `rows` query rows at its end.
 struct PagedSetup {
-  Tensor qkv, k, v, tables, cu_q, lens, out;
+  Tensor qkv, tables, cu_q, lens, out;
+  PagedKv cache;
 
-  PagedSetup(const HeadLayout& l, int64_t batch, int64_t context, int64_t rows, int64_t block_size) {
+  // cache_dtype: bf16, or e4m3 (the fp8 KV cache, with its scales).
+  PagedSetup(const HeadLayout& l, int64_t batch, int64_t context, int64_t rows, int64_t block_size,
+             DType cache_dtype = DType::bf16) {
     const int64_t per_seq = (context + block_size - 1) / block_size, blocks = batch * per_seq;
     std::vector<int32_t> order(static_cast<size_t>(blocks)), cu, len(static_cast<size_t>(batch), int32_t(context));
     std::iota(order.begin(), order.end(), 0);
     std::shuffle(order.begin(), order.end(), std::mt19937(1));
     for (int64_t s = 0; s <= batch; ++s) cu.push_back(int32_t(s * rows));
-    const Shape cache{blocks, block_size, l.kv_heads, l.head_dim};
-    k = Tensor::empty(cache, DType::bf16, Device::cuda);
-    v = Tensor::empty(cache, DType::bf16, Device::cuda);
-    k.fill_bytes(0x3C);  // bf16 0x3C3C ≈ 0.0115: finite, and the kernels' time does not depend on values
-    v.fill_bytes(0x3C);
+    const Shape cache_shape{blocks, block_size, l.kv_heads, l.head_dim};
+    cache.k = Tensor::empty(cache_shape, cache_dtype, Device::cuda);
+    cache.v = Tensor::empty(cache_shape, cache_dtype, Device::cuda);
+    if (cache_dtype == DType::e4m3) {
+      cache.k_scale = Tensor::empty({blocks, block_size, l.kv_heads}, DType::f32, Device::cuda);
+      cache.v_scale = Tensor::empty({blocks, block_size, l.kv_heads}, DType::f32, Device::cuda);
+    }
+    // 0x3C bytes are finite in every dtype (bf16 ≈ 0.0115, e4m3 1.5, f32 ≈ 0.0115), and the kernels'
+    // time does not depend on values.
+    for (Tensor* t : {&cache.k, &cache.v, &cache.k_scale, &cache.v_scale})
+      if (t->defined()) t->fill_bytes(0x3C);
     tables = i32_device(order).reshape({batch, per_seq});
     cu_q = i32_device(cu);
     lens = i32_device(len);
@@ -109,28 +118,33 @@ struct PagedSetup {
     out = Tensor::empty({batch * rows, l.q_width()}, DType::bf16, Device::cuda);
   }
   double run_ms(const HeadLayout& l) {
-    return time_ms([&] { attention_paged(out, qkv, {k, v}, tables, cu_q, lens, l); });
+    return time_ms([&] { attention_paged(out, qkv, cache, tables, cu_q, lens, l); });
   }
 };
 
 void bench_decode(double copy_gbs) {
   const Model& m = kModels[0];
   const HeadLayout& l = m.layout;
-  std::printf("\nPaged decode (one row a sequence), %s heads, block size 16: GB/s of K and V read; device copy %.0f GB/s\n",
-              m.name, copy_gbs);
-  std::printf("%6s %8s | %9s %9s %8s\n", "batch", "context", "us", "GB/s", "of copy");
+  std::printf("\nPaged decode (one row a sequence), %s heads, block size 16: GB/s of K and V read (e4m3: with "
+              "their scales); device copy %.0f GB/s\n", m.name, copy_gbs);
+  std::printf("%6s %8s %6s | %9s %9s %8s\n", "batch", "context", "cache", "us", "GB/s", "of copy");
   for (int64_t batch : {1, 8, 32, 64, 128})
-    for (int64_t context : {1024, 4096, 16384, 65536}) {
-      if (batch * context > (int64_t(1) << 21)) continue;  // 8 GiB of cache
-      PagedSetup p(l, batch, context, 1, 16);
-      const double ms = p.run_ms(l);
-      const double bytes = double(batch * context) * double(l.kv_width()) * 2 * 2;
-      const double gbs = bytes / (ms * 1e-3) / 1e9;
-      std::printf("%6ld %8ld | %9.1f %9.0f %7.0f%%\n", long(batch), long(context), ms * 1e3, gbs, 100 * gbs / copy_gbs);
-      add_json("{\"kind\": \"decode\", \"model\": \"" + std::string(m.name) + "\", \"batch\": " + std::to_string(batch) +
-               ", \"context\": " + std::to_string(context) + ", \"ms\": " + std::to_string(ms) + ", \"gbs\": " +
-               std::to_string(gbs) + ", \"copy_gbs\": " + std::to_string(copy_gbs) + "}");
-    }
+    for (int64_t context : {1024, 4096, 16384, 65536})
+      for (DType dtype : {DType::bf16, DType::e4m3}) {
+        if (batch * context > (int64_t(1) << 21)) continue;  // 8 GiB of cache
+        PagedSetup p(l, batch, context, 1, 16, dtype);
+        const double ms = p.run_ms(l);
+        const double bytes_per_head = dtype == DType::e4m3 ? double(l.head_dim) + 4 : double(l.head_dim) * 2;
+        const double bytes = double(batch * context) * double(l.kv_heads) * bytes_per_head * 2;
+        const double gbs = bytes / (ms * 1e-3) / 1e9;
+        const char* name = dtype == DType::e4m3 ? "e4m3" : "bf16";
+        std::printf("%6ld %8ld %6s | %9.1f %9.0f %7.0f%%\n", long(batch), long(context), name, ms * 1e3, gbs,
+                    100 * gbs / copy_gbs);
+        add_json("{\"kind\": \"decode\", \"model\": \"" + std::string(m.name) + "\", \"batch\": " +
+                 std::to_string(batch) + ", \"context\": " + std::to_string(context) + ", \"cache\": \"" + name +
+                 "\", \"ms\": " + std::to_string(ms) + ", \"gbs\": " + std::to_string(gbs) + ", \"copy_gbs\": " +
+                 std::to_string(copy_gbs) + "}");
+      }
 }
 
 void bench_prefill_chunks() {

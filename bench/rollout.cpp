@@ -31,8 +31,11 @@
 // cache cannot hold all B sequences at once (the engine would preempt and recompute, which is not
 // the decode being measured).
 //
+// A recipe name with "-kv8" (bf16-kv8, fp8-kv8) runs that recipe with the fp8 KV cache
+// (TransformerOptions::fp8_kv_cache): e4m3 keys and values, half the bytes of each context token.
+//
 // Usage: bench_rollout [--model qwen3-8b|qwen3-1.7b] [--layers N] [--prompt 512] [--new 1024,4096]
-//                      [--batch 1,16,64,256] [--recipes bf16,fp8] [--max-seconds 60]
+//                      [--batch 1,16,64,256] [--recipes bf16,fp8[,bf16-kv8,fp8-kv8]] [--max-seconds 60]
 //                      [--memory-fraction 0.9] [--max-step-tokens 8192] [--graphs 1|0|0,1]
 //                      [--json FILE]
 #include <cuda_runtime.h>
@@ -113,7 +116,8 @@ Options parse(int argc, char** argv) {
   for (const int64_t g : o.graphs)
     LOCKSTEP_CHECK(g == 0 || g == 1, "--graphs: expected 0 and/or 1, got ", g);
   for (const std::string& r : o.recipes)
-    LOCKSTEP_CHECK(r == "bf16" || r == "fp8", "--recipes: expected bf16 and/or fp8, got '", r, "'");
+    LOCKSTEP_CHECK(r == "bf16" || r == "fp8" || r == "bf16-kv8" || r == "fp8-kv8",
+                   "--recipes: expected some of bf16, fp8, bf16-kv8, fp8-kv8, got '", r, "'");
   LOCKSTEP_CHECK(o.memory_fraction <= 1, "--memory-fraction must be in (0, 1], got ",
                  o.memory_fraction);
   // A decode step of the whole batch must be one engine step, or N tokens take more than N steps.
@@ -232,10 +236,10 @@ std::string json_row(const Row& r) {
 
 void print_row(const Row& r) {
   if (!r.skipped.empty()) {
-    std::printf("%-6s %6d %5lld %5lld  skipped: %s\n", r.recipe.c_str(), int(r.graphs),
+    std::printf("%-8s %6d %5lld %5lld  skipped: %s\n", r.recipe.c_str(), int(r.graphs),
                 (long long)r.batch, (long long)r.new_tokens, r.skipped.c_str());
   } else {
-    std::printf("%-6s %6d %5lld %5lld %8.2f %9.2f %9.0f %8.2f %8.2f %8.1f%% %7.0f %7lld %7lld\n",
+    std::printf("%-8s %6d %5lld %5lld %8.2f %9.2f %9.0f %8.2f %8.2f %8.1f%% %7.0f %7lld %7lld\n",
                 r.recipe.c_str(), int(r.graphs), (long long)r.batch, (long long)r.new_tokens, r.wall_s,
                 r.prefill_s, r.tokens_per_s, r.step_ms, r.step_bytes / 1e9, 100 * r.roofline, r.host_us,
                 (long long)r.stats.steps, (long long)r.stats.preemptions);
@@ -325,11 +329,12 @@ std::vector<Row> run_engine(const Options& o, Transformer& model, const std::str
 // Every configuration of one recipe, for each --graphs value.
 std::vector<Row> run_recipe(const Options& o, const ModelConfig& c, const ModelParameters& host,
                             const std::string& name, double copy_gbs) {
-  const Recipe recipe = parse_recipe(name);
+  const bool kv8 = name.ends_with("-kv8");
+  const Recipe recipe = parse_recipe(kv8 ? name.substr(0, name.size() - 4) : name);
   const auto t0 = std::chrono::steady_clock::now();
   ModelParameters params = host;  // the same host tensors, each replaced by a GPU copy below
   params.for_each([](const std::string&, Tensor& t) { t = t.to(Device::cuda); });
-  Transformer model(c, std::move(params), recipe, {.trainable = false});
+  Transformer model(c, std::move(params), recipe, {.trainable = false, .fp8_kv_cache = kv8});
   release_pooled_memory();
   const size_t weights = device_memory_stats().in_use;
   std::printf("%s: model on the GPU in %.1f s, %.2f GB of weights\n", name.c_str(),
@@ -370,7 +375,7 @@ int main(int argc, char** argv) try {
               "tokens; device-to-device copy %.0f GB/s\n",
               prop.name, o.model.c_str(), (long long)c.num_hidden_layers,
               (long long)parameter_count(c), seconds_since(t0), (long long)o.prompt, copy_gbs);
-  std::printf("%-6s %6s %5s %5s %8s %9s %9s %8s %8s %9s %7s %7s %7s\n", "recipe", "graphs", "batch",
+  std::printf("%-8s %6s %5s %5s %8s %9s %9s %8s %8s %9s %7s %7s %7s\n", "recipe", "graphs", "batch",
               "new", "wall s", "prefill s", "tokens/s", "ms/step", "GB/step", "roofline", "host us",
               "steps", "preempt");
 
@@ -388,10 +393,9 @@ int main(int argc, char** argv) try {
     if (!f.skipped.empty()) continue;
     for (const Row& b : all) {
       if (!b.skipped.empty() || b.batch != f.batch || b.new_tokens != f.new_tokens) continue;
-      if (f.recipe == "fp8" && b.recipe == "bf16" && f.graphs == b.graphs)
-        std::printf("fp8 / bf16 tokens/s at batch %lld, %lld new, graphs %d: %.2fx\n",
-                    (long long)f.batch, (long long)f.new_tokens, int(f.graphs),
-                    f.tokens_per_s / b.tokens_per_s);
+      if (f.recipe != "bf16" && b.recipe == "bf16" && f.graphs == b.graphs)
+        std::printf("%s / bf16 tokens/s at batch %lld, %lld new, graphs %d: %.2fx\n", f.recipe.c_str(),
+                    (long long)f.batch, (long long)f.new_tokens, int(f.graphs), f.tokens_per_s / b.tokens_per_s);
       if (f.recipe == b.recipe && f.graphs && !b.graphs)
         std::printf("%s graphs on / off tokens/s at batch %lld, %lld new: %.2fx\n",
                     f.recipe.c_str(), (long long)f.batch, (long long)f.new_tokens,

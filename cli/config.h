@@ -37,6 +37,7 @@ struct ModelOptions {
   std::string path = "builtin";  // Hugging Face checkpoint folder, or "builtin"
   std::string precision = "fp8";  // "fp8" | "bf16" | "fp8-rollout"
   std::string device = "auto";    // "auto" | "cpu" | "cuda"
+  std::string kv_cache = "bf16";  // "bf16" | "fp8" (TransformerOptions::fp8_kv_cache)
   bool recompute = false;
   int64_t builtin_hidden = 128;
   int64_t builtin_layers = 2;

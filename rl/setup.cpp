@@ -163,9 +163,12 @@ ModelParameters initial_parameters(const Setup& setup, const std::filesystem::pa
 Policy::Policy(const Setup& setup, ModelParameters params) {
   const std::string& mode = setup.config.model.precision;
   const Recipe train_recipe = mode == "fp8" ? Recipe::fp8 : Recipe::bf16;
+  // Both models round k and v as an fp8 KV cache does when the rollout uses one.
+  const TransformerOptions options{.fp8_kv_cache = setup.config.model.kv_cache == "fp8"};
   // The rollout model shares the trainer's fp32 master tensors (Tensor copies share storage).
-  if (mode == "fp8-rollout") rollout_ = std::make_unique<Transformer>(setup.model_config, params, Recipe::fp8);
-  train_ = std::make_unique<Transformer>(setup.model_config, std::move(params), train_recipe);
+  if (mode == "fp8-rollout")
+    rollout_ = std::make_unique<Transformer>(setup.model_config, params, Recipe::fp8, options);
+  train_ = std::make_unique<Transformer>(setup.model_config, std::move(params), train_recipe, options);
   train_->set_recompute(setup.config.model.recompute);
   if (rollout_) rollout_->share_embedding_copies(*train_);
 }

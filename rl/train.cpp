@@ -465,7 +465,8 @@ TrainSummary run_train(const Config& config, const TrainHooks& hooks) {
                    "supported (the reference weights are not in the checkpoint)");
     reference = std::make_unique<Transformer>(
         run.setup.model_config, run.policy->trainer().params().copy_to(run.setup.device),
-        run.policy->trainer().recipe(), TransformerOptions{.trainable = false});
+        run.policy->trainer().recipe(),
+        TransformerOptions{.trainable = false, .fp8_kv_cache = c.model.kv_cache == "fp8"});
   }
   MetricsLog log(run.out_dir / "metrics.jsonl", run.state.step);
   if (run.state.step == 0 && c.run.eval_every > 0) {

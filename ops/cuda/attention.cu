@@ -14,6 +14,10 @@
 //                  up to 8 partitions, the CTAs of one thread-block cluster, enough to fill the
 //                  GPU; the cluster's first CTA merges their results through distributed shared
 //                  memory (no second kernel: it was one more launch a layer in every decode step).
+//                  From an e4m3 cache (ops/kv_fp8.h) its tiles arrive as bytes, each warp converts
+//                  its 16 keys to f16 (one instruction a pair, exact) and the MMAs run in f16, the
+//                  queries scaled by a power of two into f16's range and the scales applied to the
+//                  scores and probabilities in fp32. The prefill kernel dequantizes on load instead.
 //   bwd_kernel     FlashAttention-2 backward: bwd_prep_kernel computes Dᵢ = rowsum(dO ∘ O) and
 //                  zeroes an f32 dQ accumulator; a bwd_kernel CTA takes 64 keys of one kv head (16 a
 //                  warp, dK and dV in registers) and loops over the group's q heads and the 32-row
@@ -22,7 +26,8 @@
 //                  deterministic; dQ is not (the order of the atomic adds varies from run to run,
 //                  which changes the last bits). A deterministic dQ needs a second pass recomputing
 //                  P and dP per query tile: 7 instead of 5 matrix products.
-//   kv_cache_write_kernel  16-byte copies of each row's k and v heads to its slot.
+//   kv_cache_write_kernel  16-byte copies of each row's k and v heads to its slot (into an e4m3
+//                  cache: kv_cache_write_fp8_kernel, a warp a head, quantized).
 //
 // Layout rules, written once (PTX ISA, "Matrix fragments for mma.m16n8k16"): lane l of a warp
 // holds rows l/4 and l/4 + 8 and columns 2·(l%4), 2·(l%4) + 1 of a 16×8 f32 C fragment; a 16×16
@@ -102,9 +107,30 @@ __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint3
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// The same in f16 (the decode kernel's e4m3 cache path: e4m3 converts to f16 in one instruction).
+__device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// d += a · b in bf16, or in f16 (kF16).
+template <bool kF16>
+__device__ __forceinline__ void mma_as(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (kF16) mma_f16(d, a, b0, b1);
+  else mma(d, a, b0, b1);
+}
+
 // Two floats rounded to bf16 (nearest even), the first in the low half: one fragment register.
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+__device__ __forceinline__ uint32_t pack_f16(float lo, float hi) {
+  const __half2 v = __floats2half2_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
@@ -150,7 +176,7 @@ __device__ __forceinline__ void load_a(uint32_t (&a)[4], const uint16_t* tile, i
 
 // s (16 rows × kKeys) = A · (rows key0 .. key0+kKeys−1 of tile)ᵀ, A (16 × D) given by a(kk, frag)
 // one 16-column step at a time: scores of queries against keys (or keys against queries).
-template <int D, int kKeys, class AFragment>
+template <int D, int kKeys, class AFragment, bool kF16 = false>
 __device__ __forceinline__ void multiply_transposed(float (&s)[kKeys / 8][4], AFragment a, const uint16_t* tile,
                                                     int key0) {
   const int lane = threadIdx.x % 32;
@@ -164,8 +190,8 @@ __device__ __forceinline__ void multiply_transposed(float (&s)[kKeys / 8][4], AF
     for (int np = 0; np < kKeys / 16; ++np) {
       uint32_t b[4];  // keys 16·np .. +7 and +8 .. +15, columns 16·kk .. +15
       ldmatrix_x4(b, tile + swizzle<D / 8>(key0 + np * 16 + lane % 8 + lane / 16 * 8, 2 * kk + lane / 8 % 2));
-      mma(s[2 * np], af, b[0], b[1]);
-      mma(s[2 * np + 1], af, b[2], b[3]);
+      mma_as<kF16>(s[2 * np], af, b[0], b[1]);
+      mma_as<kF16>(s[2 * np + 1], af, b[2], b[3]);
     }
   }
 }
@@ -186,7 +212,7 @@ struct HeldA {
 
 // o (16 rows × kCols) += p · (rows key0 .. key0+16·kSteps−1, columns col0 .. col0+kCols−1 of tile):
 // probabilities times values. kChunks: the tile's row length in chunks.
-template <int kChunks, int kSteps, int kCols>
+template <int kChunks, int kSteps, int kCols, bool kF16 = false>
 __device__ __forceinline__ void multiply_accumulate(float (&o)[kCols / 8][4], const uint32_t (&p)[kSteps][4],
                                                     const uint16_t* tile, int key0, int col0) {
   const int lane = threadIdx.x % 32;
@@ -197,20 +223,21 @@ __device__ __forceinline__ void multiply_accumulate(float (&o)[kCols / 8][4], co
       uint32_t b[4];  // keys 16·kk .. +15, columns 16·dp .. +7 and +8 .. +15
       ldmatrix_x4_trans(b, tile + swizzle<kChunks>(key0 + kk * 16 + lane % 8 + lane / 8 % 2 * 8,
                                                    col0 / 8 + 2 * dp + lane / 16));
-      mma(o[2 * dp], p[kk], b[0], b[1]);
-      mma(o[2 * dp + 1], p[kk], b[2], b[3]);
+      mma_as<kF16>(o[2 * dp], p[kk], b[0], b[1]);
+      mma_as<kF16>(o[2 * dp + 1], p[kk], b[2], b[3]);
     }
 }
 
 // The C fragments of 16 rows × 16·kSteps columns as bf16 A fragments (the FA2 register reuse).
-template <int kSteps>
+template <int kSteps, bool kF16 = false>
 __device__ __forceinline__ void to_a_fragments(uint32_t (&a)[kSteps][4], const float (&c)[2 * kSteps][4]) {
+  const auto pack = [](float lo, float hi) { return kF16 ? pack_f16(lo, hi) : pack_bf16(lo, hi); };
 #pragma unroll
   for (int kk = 0; kk < kSteps; ++kk) {
-    a[kk][0] = pack_bf16(c[2 * kk][0], c[2 * kk][1]);
-    a[kk][1] = pack_bf16(c[2 * kk][2], c[2 * kk][3]);
-    a[kk][2] = pack_bf16(c[2 * kk + 1][0], c[2 * kk + 1][1]);
-    a[kk][3] = pack_bf16(c[2 * kk + 1][2], c[2 * kk + 1][3]);
+    a[kk][0] = pack(c[2 * kk][0], c[2 * kk][1]);
+    a[kk][1] = pack(c[2 * kk][2], c[2 * kk][3]);
+    a[kk][2] = pack(c[2 * kk + 1][0], c[2 * kk + 1][1]);
+    a[kk][3] = pack(c[2 * kk + 1][2], c[2 * kk + 1][3]);
   }
 }
 
@@ -587,8 +614,14 @@ __device__ __forceinline__ void store_quantized_nan_row(const DecodeArgs& a, con
     store_quantized(a, qo, t, int64_t(g) * a.group * D + i * 8, make_uint4(nan2, nan2, nan2, nan2));
 }
 
-// This warp's 16 rows of a staged e4m3 K or V tile ([64, D] bytes, rows in order) as bf16, unscaled,
-// into its [16, D] tile (swizzled as the MMA loads expect).
+// Two e4m3 (the low 16 bits of w) as an f16 pair: exact, one instruction (cvt.rn.f16x2.e4m3x2).
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t w) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(w & 0xffffu), __NV_E4M3);
+  return uint32_t(h.x) | uint32_t(h.y) << 16;
+}
+
+// This warp's 16 rows of a staged e4m3 K or V tile ([64, D] bytes, rows in order) as f16 (exact,
+// unscaled) into its [16, D] tile, swizzled as the MMA loads expect.
 template <int D>
 __device__ __forceinline__ void convert_rows(uint16_t* tile, const uint8_t* staged, int warp) {
   constexpr int kChunks8 = D / 16;  // 16-byte chunks of an e4m3 row
@@ -597,25 +630,55 @@ __device__ __forceinline__ void convert_rows(uint16_t* tile, const uint8_t* stag
   for (int n = 0; n < 16 * kChunks8 / 32; ++n) {
     const int i = lane + 32 * n, r = i / kChunks8, c = i % kChunks8;
     const uint4 b = *reinterpret_cast<const uint4*>(staged + (warp * 16 + r) * D + c * 16);
-    const uint2 x0 = kv_fp8::e4m3x4_to_bf16x4(b.x), x1 = kv_fp8::e4m3x4_to_bf16x4(b.y);
-    const uint2 x2 = kv_fp8::e4m3x4_to_bf16x4(b.z), x3 = kv_fp8::e4m3x4_to_bf16x4(b.w);
-    *reinterpret_cast<uint4*>(tile + swizzle<D / 8>(r, 2 * c)) = make_uint4(x0.x, x0.y, x1.x, x1.y);
-    *reinterpret_cast<uint4*>(tile + swizzle<D / 8>(r, 2 * c + 1)) = make_uint4(x2.x, x2.y, x3.x, x3.y);
+    *reinterpret_cast<uint4*>(tile + swizzle<D / 8>(r, 2 * c)) =
+        make_uint4(e4m3x2_to_f16x2(b.x), e4m3x2_to_f16x2(b.x >> 16), e4m3x2_to_f16x2(b.y), e4m3x2_to_f16x2(b.y >> 16));
+    *reinterpret_cast<uint4*>(tile + swizzle<D / 8>(r, 2 * c + 1)) =
+        make_uint4(e4m3x2_to_f16x2(b.z), e4m3x2_to_f16x2(b.z >> 16), e4m3x2_to_f16x2(b.w), e4m3x2_to_f16x2(b.w >> 16));
   }
+}
+
+// The queries' A fragments (bf16) as f16 times 2^e, e chosen from their largest magnitude so that
+// it lands below 2^15 (f16's range ends at 65504); returns 2^-e, which the scores are multiplied by.
+// Every warp holds the same queries, so e is the same in every warp.
+template <int D>
+__device__ __forceinline__ float queries_to_f16(HeldA<D>& qa) {
+  uint32_t m = 0;
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) m = __vmaxu2(m, qa.f[kk][i] & 0x7fff7fffu);
+  m = max(m & 0xffffu, m >> 16);
+#pragma unroll
+  for (int o = 16; o >= 1; o /= 2) m = max(m, __shfl_xor_sync(0xffffffffu, m, o));
+  // amax < 2^(exponent field − 126): e = 141 − field puts it below 2^15 (bounded for zeros, NaN).
+  const int e = min(max(141 - int(m >> 7), -60), 60);
+  const float up = ldexpf(1.0f, e);
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t x = qa.f[kk][i];
+      qa.f[kk][i] = pack_f16(bf16_lo(x) * up, bf16_hi(x) * up);
+    }
+  return ldexpf(1.0f, -e);
 }
 
 // The decode kernel's shared memory: the queries, then the K/V ring (bf16 tiles; or, from an e4m3
 // cache, the staged bytes and scales of each tile, then each warp's 16 rows of the current tile
-// converted to bf16), which the merge reuses (kMergeBytes from the ring's start).
+// converted to bf16); the merge reuses the bf16 ring's bytes.
+// From an e4m3 cache the ring has 3 stages, two tiles in flight while one is used: a decode CTA
+// waits on its tiles' latency more than on their bytes, so with 2 stages the e4m3 cache's half-size
+// tiles were no faster than bf16's (fp8 batch 64: 9117 tokens/s against 9152, H200, session 12).
+// The converted rows are one [16, D] bf16 buffer a warp (K, then V), to keep 3 CTAs an SM.
 template <int D, bool kFp8Cache>
 struct DecodeSmem {
+  static constexpr int kStages = kFp8Cache ? 3 : kDecodeStages;
   static constexpr int kQueries = kGroupRows * D * 2;
   static constexpr int kTileBytes = kTileRows * D * (kFp8Cache ? 1 : 2);  // one K (or V) tile in the ring
   static constexpr int kStageBytes = 2 * kTileBytes + (kFp8Cache ? 2 * kTileRows * 4 : 0);  // K, V (and scales)
-  static constexpr int kRing = kDecodeStages * kStageBytes;
-  static constexpr int kWarpTiles = kFp8Cache ? kWarps * 2 * 16 * D * 2 : 0;  // converted K, V rows
-  static constexpr int kMergeBytes = 2 * kDecodeStages * kTileRows * D * 2;   // the bf16 ring's size
-  static constexpr size_t kBytes = kQueries + std::max(kRing + kWarpTiles, kMergeBytes);
+  static constexpr int kRing = kStages * kStageBytes;
+  static constexpr int kWarpRows = kFp8Cache ? kWarps * 16 * D * 2 : 0;  // converted rows
+  static constexpr size_t kBytes = kQueries + std::max(kRing + kWarpRows, 2 * kDecodeStages * kTileRows * D * 2);
 };
 
 // grid (max_parts, kv_heads, S) in clusters of (max_parts, 1, 1): one sequence's partitions for one
@@ -623,28 +686,33 @@ struct DecodeSmem {
 // kQuantized: the output goes to qo (decode_quantizes_output's steps; group · D / 8 a multiple of
 // 32, so that the output loops below run whole warps, as the quantization's shuffles need).
 // kFp8Cache: the cache is e4m3 with scales cs (ops/kv_fp8.h). Its bytes go through the ring as
-// they are (half the bf16 tile's), and each warp converts its 16 keys of a tile to bf16 (exact,
-// unscaled: e4m3x4_to_bf16x4) for the same MMAs; the scales, powers of two, are applied exactly
-// in fp32 to the scores (k) and to the probabilities before they are rounded for P·V (v).
+// they are (half the bf16 tile's), and each warp converts its 16 keys of a tile to f16 (exact,
+// unscaled) for f16 MMAs; the scales, powers of two, are applied exactly in fp32 to the scores (k)
+// and to the probabilities before they are rounded for P·V (v). Same math as the bf16 cache's
+// path but for where the roundings fall (f16 P is finer than bf16's).
 template <int D, bool kQuantized, bool kFp8Cache = false>
 __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm) decode_kernel(const DecodeArgs a,
                                                                             const QuantizedOut qo,
                                                                             const CacheScales cs) {
+  // The bf16 cache's code is written as it was before the e4m3 cache came (if constexpr apart), so
+  // that its kernels compile to the same SASS (scripts/sass_diff.sh): their speed at batch 64 moved
+  // by 1–2% with changes outside the main loop (session 11).
   using Smem = DecodeSmem<D, kFp8Cache>;
+  constexpr int kStages = Smem::kStages;
   constexpr int kChunks = D / 8;
   extern __shared__ __align__(128) uint16_t smem[];
-  uint16_t* sq = smem;                            // [16, D] the group's queries (rows ≥ group zero)
-  uint8_t* ring = reinterpret_cast<uint8_t*>(smem) + Smem::kQueries;
-  // A stage: K tile, V tile (bf16 [64, D], swizzled; or e4m3 [64, D] in order), then (e4m3) the
-  // tile's 64 K scales and 64 V scales.
-  auto k_stage = [&](int j) { return ring + (j % kDecodeStages) * Smem::kStageBytes; };
+  uint16_t* sq = smem;                           // [16, D] the group's queries (rows ≥ group zero)
+  uint16_t* sk = sq + kGroupRows * D;            // [kDecodeStages][64, D]
+  uint16_t* sv = sk + kDecodeStages * kTileRows * D;  // [kDecodeStages][64, D]
+  // e4m3: over the same memory, the ring of stages (K tile, V tile as e4m3 [64, D] rows in order,
+  // then the tile's 64 K scales and 64 V scales), then this warp's converted rows (bf16 [16, D]).
+  uint8_t* ring = reinterpret_cast<uint8_t*>(sk);
+  auto k_stage = [&](int j) { return ring + (j % kStages) * Smem::kStageBytes; };
   auto v_stage = [&](int j) { return k_stage(j) + Smem::kTileBytes; };
-  auto scales = [&](int j) { return reinterpret_cast<float*>(k_stage(j) + 2 * Smem::kTileBytes); };
+  auto stage_scales = [&](int j) { return reinterpret_cast<float*>(k_stage(j) + 2 * Smem::kTileBytes); };
   const int part = blockIdx.x, g = blockIdx.y, s = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  // (e4m3) This warp's converted rows: K [16, D], V [16, D] bf16.
-  uint16_t* warp_k = reinterpret_cast<uint16_t*>(ring + Smem::kRing) + warp * 2 * 16 * D;
-  uint16_t* warp_v = warp_k + 16 * D;
+  uint16_t* warp_rows = reinterpret_cast<uint16_t*>(ring + Smem::kRing) + warp * 16 * D;
 
   // Until the early-start wait below, only the step's uploaded inputs are read (cu_seqlens, context
   // lengths, block tables: core/early_start.h): the row, the partition and tile 0's cache blocks;
@@ -659,16 +727,16 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm) decode_kernel(cons
   const int tiles = (p_end - p_begin + kTileRows - 1) / kTileRows;
 
   const int32_t* table = a.block_tables + int64_t(s) * a.max_blocks;
-  constexpr int kElementBytes = kFp8Cache ? 1 : 2;
-  const int64_t ld = int64_t(a.kv_heads) * D;  // elements of a cache row
-  const uint8_t* k = reinterpret_cast<const uint8_t*>(a.k_cache) + int64_t(g) * D * kElementBytes;
-  const uint8_t* v = reinterpret_cast<const uint8_t*>(a.v_cache) + int64_t(g) * D * kElementBytes;
+  const int64_t ld = int64_t(a.kv_heads) * D;
+  const uint16_t* k = a.k_cache + int64_t(g) * D;
+  const uint16_t* v = a.v_cache + int64_t(g) * D;
   bool bad = false;
   // This thread copies 16-byte chunk c0 of rows row0 + kRowStep·i of every K/V tile (load_keys'
-  // split); from an e4m3 cache, the threads of chunks 0 and 1 also copy those rows' K and V scales.
-  // Their cache blocks are read from the block table one tile ahead of the copies: read right
-  // before them, the table's latency stalled every warp once a tile (ncu: ~1/3 issue slots used).
-  constexpr int kRowChunks = D * kElementBytes / 16;
+  // split); from an e4m3 cache (D / 16 chunks a row), the threads of chunks 0 and 1 also copy those
+  // rows' K and V scales. Their cache blocks are read from the block table one tile ahead of the
+  // copies: read right before them, the table's latency stalled every warp once a tile (ncu: ~1/3
+  // issue slots used).
+  constexpr int kRowChunks = kFp8Cache ? D / 16 : kChunks;
   constexpr int kRowsPerThread = kTileRows * kRowChunks / kThreads, kRowStep = kThreads / kRowChunks;
   const int row0 = threadIdx.x / kRowChunks, c0 = threadIdx.x % kRowChunks;
   auto block_of = [&](int p) { return a.block_shift >= 0 ? p >> a.block_shift : p / a.block_size; };
@@ -683,25 +751,38 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm) decode_kernel(cons
   fetch_blocks(0);
   auto load_stage = [&](int j) {  // tile j's copies (zeros past p_end), then tile j + 1's blocks
     if (j < tiles) {
+      if constexpr (kFp8Cache) {
+        const uint8_t* k8 = reinterpret_cast<const uint8_t*>(a.k_cache) + int64_t(g) * D;  // the kv head's bytes
+        const uint8_t* v8 = reinterpret_cast<const uint8_t*>(a.v_cache) + int64_t(g) * D;
+#pragma unroll
+        for (int i = 0; i < kRowsPerThread; ++i) {
+          const int r = row0 + kRowStep * i, p = p_begin + j * kTileRows + r, block = blocks[i];
+          int64_t slot = -1;
+          if (p < p_end) {
+            if (block < 0 || block >= a.num_blocks) bad = true;
+            else slot = int64_t(block) * a.block_size + (p - block_of(p) * a.block_size);
+          }
+          cp_async16(k_stage(j) + r * D + c0 * 16, slot >= 0 ? k8 + slot * ld + c0 * 16 : k8, slot >= 0);
+          cp_async16(v_stage(j) + r * D + c0 * 16, slot >= 0 ? v8 + slot * ld + c0 * 16 : v8, slot >= 0);
+          if (c0 < 2) {
+            const float* src = c0 == 0 ? cs.k : cs.v;
+            cp_async4(stage_scales(j) + c0 * kTileRows + r, slot >= 0 ? src + slot * a.kv_heads + g : src, slot >= 0);
+          }
+        }
+      } else {
+      uint16_t* k_tile = sk + (j % kDecodeStages) * kTileRows * D;
+      uint16_t* v_tile = sv + (j % kDecodeStages) * kTileRows * D;
 #pragma unroll
       for (int i = 0; i < kRowsPerThread; ++i) {
         const int r = row0 + kRowStep * i, p = p_begin + j * kTileRows + r, block = blocks[i];
-        int64_t slot = -1;
+        int64_t offset = -1;
         if (p < p_end) {
           if (block < 0 || block >= a.num_blocks) bad = true;
-          else slot = int64_t(block) * a.block_size + (p - block_of(p) * a.block_size);
+          else offset = (int64_t(block) * a.block_size + (p - block_of(p) * a.block_size)) * ld + c0 * 8;
         }
-        const int64_t offset = (slot * ld) * kElementBytes + c0 * 16;
-        // bf16 tiles are swizzled for ldmatrix; e4m3 rows stay in order (convert_rows reads them).
-        const int dst = kFp8Cache ? r * D + c0 * 16 : swizzle<kChunks>(r, c0) * 2;
-        cp_async16(k_stage(j) + dst, slot >= 0 ? k + offset : k, slot >= 0);
-        cp_async16(v_stage(j) + dst, slot >= 0 ? v + offset : v, slot >= 0);
-        if constexpr (kFp8Cache) {
-          if (c0 < 2) {
-            const float* src = (c0 == 0 ? cs.k : cs.v) + slot * a.kv_heads + g;
-            cp_async4(scales(j) + c0 * kTileRows + r, slot >= 0 ? src : cs.k, slot >= 0);
-          }
-        }
+        cp_async16(k_tile + swizzle<kChunks>(r, c0), offset >= 0 ? k + offset : k, offset >= 0);
+        cp_async16(v_tile + swizzle<kChunks>(r, c0), offset >= 0 ? v + offset : v, offset >= 0);
+      }
       }
     }
     cp_async_commit();  // also when empty: group j is tile j's
@@ -737,37 +818,39 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm) decode_kernel(cons
   const uint16_t* q = a.qkv + int64_t(t) * a.qkv_width + int64_t(g) * a.group * D;
   load_tile<D, kGroupRows>(sq, q, [&](int r) { return r < a.group ? q + int64_t(r) * D : nullptr; });
   cp_async_commit();  // the queries: a group of their own, older than tile 1's, so waited for with tile 0
-  for (int j = tile0_early ? 1 : 0; j < kDecodeStages - 1; ++j) load_stage(j);
+  for (int j = tile0_early ? 1 : 0; j < kStages - 1; ++j) load_stage(j);
 
   float o[D / 8][4] = {};
   OnlineSoftmax softmax;
   HeldA<D> qa;
+  // e4m3 cache: the scores' factor undoing the queries' f16 scaling, and the largest V scale this
+  // warp has seen (o is kept divided by it: the probabilities times the V scales over it stay ≤ 1
+  // for f16; it only grows, by powers of two, so the rescales are exact and rare).
+  [[maybe_unused]] float q_down = 1.0f, v_top = 0.0f;
   for (int j = 0; j < tiles; ++j) {
-    cp_async_wait<kDecodeStages - 2>();  // tile j has landed (this thread's copies) ...
-    __syncthreads();                     // ... everyone's; and everyone is done with tile j − 1
-    load_stage(j + kDecodeStages - 1);   // into tile j − 1's buffers
+    cp_async_wait<kStages - 2>();  // tile j has landed (this thread's copies) ...
+    __syncthreads();               // ... everyone's; and everyone is done with tile j − 1
+    load_stage(j + kStages - 1);   // into tile j − 1's buffers
     if (j == 0) qa.load(sq, 0);
     // This warp's 16 keys of the tile.
-    const uint16_t* k_tile = reinterpret_cast<const uint16_t*>(k_stage(j));
-    const uint16_t* v_tile = reinterpret_cast<const uint16_t*>(v_stage(j));
-    int key0 = warp * 16;
-    if constexpr (kFp8Cache) {
-      __syncwarp();  // every lane is done with the warp's tiles of tile j − 1
-      convert_rows<D>(warp_k, k_stage(j), warp);
-      convert_rows<D>(warp_v, v_stage(j), warp);
-      __syncwarp();
-      k_tile = warp_k, v_tile = warp_v, key0 = 0;
-    }
     float sc[2][4];
-    multiply_transposed<D, 16>(sc, qa, k_tile, key0);
-    // This lane's keys: warp · 16 + nb · 8 + lane % 4 · 2 + e % 2.
     if constexpr (kFp8Cache) {
+      if (j == 0) q_down = queries_to_f16<D>(qa);
+      __syncwarp();  // every lane is done with the warp's rows of tile j − 1
+      convert_rows<D>(warp_rows, k_stage(j), warp);
+      __syncwarp();
+      multiply_transposed<D, 16, HeldA<D>, true>(sc, qa, warp_rows, 0);
+      __syncwarp();  // the V rows' conversion overlaps the products' latency and the softmax
+      convert_rows<D>(warp_rows, v_stage(j), warp);
+      // This lane's keys (warp · 16 + nb · 8 + lane % 4 · 2 + e % 2) times their scales.
 #pragma unroll
       for (int nb = 0; nb < 2; ++nb) {
-        const float2 f = *reinterpret_cast<const float2*>(scales(j) + warp * 16 + nb * 8 + lane % 4 * 2);
+        const float2 f = *reinterpret_cast<const float2*>(stage_scales(j) + warp * 16 + nb * 8 + lane % 4 * 2);
 #pragma unroll
-        for (int e = 0; e < 4; ++e) sc[nb][e] *= e % 2 ? f.y : f.x;
+        for (int e = 0; e < 4; ++e) sc[nb][e] *= (e % 2 ? f.y : f.x) * q_down;
       }
+    } else {
+      multiply_transposed<D, 16>(sc, qa, sk + (j % kDecodeStages) * kTileRows * D, warp * 16);
     }
 #pragma unroll
     for (int nb = 0; nb < 2; ++nb)
@@ -775,26 +858,52 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm) decode_kernel(cons
       for (int e = 0; e < 4; ++e)
         if (p_begin + j * kTileRows + warp * 16 + nb * 8 + lane % 4 * 2 + e % 2 >= p_end) sc[nb][e] = -INFINITY;
     softmax.update<16, D>(sc, o, a.scale_log2);
-    if constexpr (kFp8Cache) {  // Σ p · (e4m3 · scale) = Σ (p · scale) · e4m3; l keeps Σ p
+    uint32_t p[1][4];
+    if constexpr (kFp8Cache) {
+      // Σ p · (e4m3 · scale) = v_top · Σ (p · scale / v_top) · e4m3; l keeps Σ p.
+      float2 f[2];
+      float top = 0.0f;
 #pragma unroll
       for (int nb = 0; nb < 2; ++nb) {
-        const float2 f = *reinterpret_cast<const float2*>(scales(j) + kTileRows + warp * 16 + nb * 8 + lane % 4 * 2);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) sc[nb][e] *= e % 2 ? f.y : f.x;
+        f[nb] = *reinterpret_cast<const float2*>(stage_scales(j) + kTileRows + warp * 16 + nb * 8 + lane % 4 * 2);
+        top = fmaxf(top, fmaxf(f[nb].x, f[nb].y));
       }
+      top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 1));  // the 16 keys' largest (lanes ≡ mod 4 hold
+      top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 2));  // the same keys)
+      if (top > v_top) {  // warp-uniform
+        const float r = v_top / top;
+#pragma unroll
+        for (int nb = 0; nb < D / 8; ++nb)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) o[nb][e] *= r;
+        v_top = top;
+      }
+      const float down = v_top > 0.0f ? 1.0f / v_top : 0.0f;
+#pragma unroll
+      for (int nb = 0; nb < 2; ++nb)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sc[nb][e] *= (e % 2 ? f[nb].y : f[nb].x) * down;
+      to_a_fragments<1, true>(p, sc);
+      __syncwarp();
+      multiply_accumulate<kChunks, 1, D, true>(o, p, warp_rows, 0, 0);
+    } else {
+      to_a_fragments<1>(p, sc);
+      multiply_accumulate<kChunks, 1, D>(o, p, sv + (j % kDecodeStages) * kTileRows * D, warp * 16, 0);
     }
-    uint32_t p[1][4];
-    to_a_fragments<1>(p, sc);
-    multiply_accumulate<kChunks, 1, D>(o, p, v_tile, key0, 0);
+  }
+  if constexpr (kFp8Cache) {
+#pragma unroll
+    for (int nb = 0; nb < D / 8; ++nb)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[nb][e] *= v_top;
   }
   softmax.finish();
   bad = __syncthreads_or(bad);  // also: the K/V buffers are free for the merge below
 
-  // Merge the 4 warps' (m, l, o) through shared memory (f32 [4][16][D] over the ring's first half,
-  // the rest over its second: the bf16 ring's K and V buffers).
-  static_assert(kWarps * 16 * D * sizeof(float) <= Smem::kMergeBytes / 2);
-  float* so = reinterpret_cast<float*>(ring);
-  float* sm = reinterpret_cast<float*>(ring + Smem::kMergeBytes / 2);  // [4][16]
+  // Merge the 4 warps' (m, l, o) through shared memory (f32 [4][16][D] over the K buffers).
+  static_assert(kWarps * 16 * D * sizeof(float) <= kDecodeStages * kTileRows * D * sizeof(uint16_t));
+  float* so = reinterpret_cast<float*>(sk);
+  float* sm = reinterpret_cast<float*>(sv);  // [4][16]
   float* sl = sm + kWarps * 16;              // [4][16]
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -813,8 +922,8 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm) decode_kernel(cons
   float* pm = po + kGroupRows * D;  // [16]
   float* pl = pm + kGroupRows;      // [16]
   int* pbad = reinterpret_cast<int*>(pl + kGroupRows);
-  static_assert((2 * kWarps * 16 + (D + 2) * kGroupRows + 1) * sizeof(float) <= Smem::kMergeBytes / 2,
-                "sm … pbad fit over the ring's second half");
+  static_assert((2 * kWarps * 16 + (D + 2) * kGroupRows + 1) * sizeof(float) <=
+                kDecodeStages * kTileRows * D * sizeof(uint16_t), "sm … pbad fit over the V buffers");
   __syncthreads();
   if (part < parts) {
     for (int i = threadIdx.x; i < a.group * kChunks; i += kThreads) {

@@ -45,18 +45,4 @@ __device__ __forceinline__ uint4 dequantize8(const uint2& q, float scale) {
   return make_uint4(out[0], out[1], out[2], out[3]);
 }
 
-// 4 e4m3 bytes (the first in the lowest) as 4 bf16, unscaled and exact: each byte's magnitude bits
-// go to bits 4..10 of a bf16 and its sign to bit 15 (the number times 2^-120: e4m3's exponent bias
-// is 7, bf16's 127; e4m3 subnormals land on bf16 subnormals, with the same scaling), then one bf16
-// multiply by 2^120 restores it. Five instructions a pair, against six through f16 and f32.
-__device__ __forceinline__ uint2 e4m3x4_to_bf16x4(uint32_t b) {
-  const uint32_t p0 = __byte_perm(b, 0, 0x1404), p1 = __byte_perm(b, 0, 0x3424);  // bytes to bits 8..15
-  const uint32_t r0 = ((p0 & 0x7f007f00u) >> 4) | (p0 & 0x80008000u);
-  const uint32_t r1 = ((p1 & 0x7f007f00u) >> 4) | (p1 & 0x80008000u);
-  const __nv_bfloat162 k = __halves2bfloat162(__ushort_as_bfloat16(0x7b80), __ushort_as_bfloat16(0x7b80));  // 2^120
-  const __nv_bfloat162 v0 = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&r0), k);
-  const __nv_bfloat162 v1 = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&r1), k);
-  return make_uint2(*reinterpret_cast<const uint32_t*>(&v0), *reinterpret_cast<const uint32_t*>(&v1));
-}
-
 }  // namespace lockstep::cuda::kv_fp8

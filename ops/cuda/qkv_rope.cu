@@ -142,41 +142,42 @@ struct ForwardArgs {
   const float* k_norm;
   int q_heads, kv_heads, head_dim, G;
   float eps;
-  // The inference form's cache [capacity, kv_heads, head_dim] each (bf16, or e4m3 with scales
-  // [capacity, kv_heads]), and each row's slot; null without.
+  // The inference form's cache [capacity, kv_heads, head_dim] each (bf16; or e4m3, with the scales
+  // below), and each row's slot; null without.
   void* k_cache;
   void* v_cache;
-  float* k_scale;  // null: a bf16 cache
-  float* v_scale;
   const int32_t* slots;
   int64_t capacity;
+  float* k_scale;  // an e4m3 cache's scales [capacity, kv_heads] (the last fields: the bf16 kernels
+  float* v_scale;  // compile as before)
 };
 
-// A lane's two chunks (columns [8j, 8j + 8) of each half; zeros in inactive lanes) of kv head g of
-// token t, as out holds them, to the token's slot of the k (is_k) or v cache when the op has a
-// cache and the slot is inside it; quantized by ops/kv_fp8.h's rule into an e4m3 cache (the head's
-// amax over the group's lanes). Every lane of the group calls it.
-__device__ __forceinline__ void write_cache(const ForwardArgs& args, const Group& group, bool is_k, int64_t t,
-                                            int g, const uint4& lo, const uint4& hi) {
-  void* cache = is_k ? args.k_cache : args.v_cache;
+// A lane's two chunks (columns [8j, 8j + 8) of each half) of kv head g of token t, as out holds
+// them, to the token's slot of a bf16 `cache` when the op has a cache and the slot is inside it.
+__device__ __forceinline__ void write_cache(const ForwardArgs& args, void* cache, int64_t t, int g,
+                                            int j, const uint4& lo, const uint4& hi) {
   if (cache == nullptr) return;
   const int64_t slot = args.slots[t];
   if (slot < 0 || slot >= args.capacity) return;
-  const int64_t head = slot * args.kv_heads + g, offset = head * args.head_dim + 8 * group.j;
-  const int half = args.head_dim / 2;
-  if (args.k_scale == nullptr) {
-    if (!group.active) return;
-    uint16_t* dst = static_cast<uint16_t*>(cache) + offset;
-    *reinterpret_cast<uint4*>(dst) = lo;
-    *reinterpret_cast<uint4*>(dst + half) = hi;
-    return;
-  }
+  uint16_t* dst = static_cast<uint16_t*>(cache) + (slot * args.kv_heads + g) * args.head_dim + 8 * j;
+  *reinterpret_cast<uint4*>(dst) = lo;
+  *reinterpret_cast<uint4*>(dst + args.head_dim / 2) = hi;
+}
+
+// The same into an e4m3 cache, quantized by ops/kv_fp8.h's rule (the head's amax over the group's
+// lanes; zeros in inactive lanes): the k (is_k) or v cache and its scales. Every lane of the group
+// calls it.
+__device__ __forceinline__ void write_cache_fp8(const ForwardArgs& args, const Group& group, bool is_k, int64_t t,
+                                                int g, const uint4& lo, const uint4& hi) {
+  const int64_t slot = args.slots[t];
+  if (slot < 0 || slot >= args.capacity) return;
+  const int64_t head = slot * args.kv_heads + g;
   const float scale = kv_fp8_scale(group.max(max(kv_fp8::amax8(lo), kv_fp8::amax8(hi))));
   const float inv = inverse_scale(scale);
   if (group.active) {
-    uint8_t* dst = static_cast<uint8_t*>(cache) + offset;
+    uint8_t* dst = static_cast<uint8_t*>(is_k ? args.k_cache : args.v_cache) + head * args.head_dim + 8 * group.j;
     *reinterpret_cast<uint2*>(dst) = kv_fp8::quantize8(lo, inv);
-    *reinterpret_cast<uint2*>(dst + half) = kv_fp8::quantize8(hi, inv);
+    *reinterpret_cast<uint2*>(dst + args.head_dim / 2) = kv_fp8::quantize8(hi, inv);
   }
   if (group.j == 0) (is_k ? args.k_scale : args.v_scale)[head] = scale;
 }
@@ -185,7 +186,7 @@ __device__ __forceinline__ void write_cache(const ForwardArgs& args, const Group
 // ra and rb (zeros in inactive lanes): a q or k head normalized (kNorm) and rotated with the token's
 // cos/sin table, a v head copied; to out at col (and its rstd; k and v heads to the cache too).
 // Every lane of the group calls it.
-template <bool kNorm>
+template <bool kNorm, bool kFp8Cache>
 __device__ __forceinline__ void forward_head(const ForwardArgs& args, const Group& group, int64_t t, int h,
                                              int64_t col, const uint4& ra, const uint4& rb,
                                              const float* cos_t, const float* sin_t) {
@@ -194,8 +195,9 @@ __device__ __forceinline__ void forward_head(const ForwardArgs& args, const Grou
     if (group.active) {
       *reinterpret_cast<uint4*>(args.out + col) = ra;
       *reinterpret_cast<uint4*>(args.out + col + half) = rb;
+      if constexpr (!kFp8Cache) write_cache(args, args.v_cache, t, h - qk_heads, group.j, ra, rb);
     }
-    write_cache(args, group, false, t, h - qk_heads, ra, rb);
+    if constexpr (kFp8Cache) write_cache_fp8(args, group, false, t, h - qk_heads, ra, rb);
     return;
   }
   float a[8], b[8];
@@ -219,14 +221,22 @@ __device__ __forceinline__ void forward_head(const ForwardArgs& args, const Grou
     }
     if (group.j == 0) args.rstd[t * qk_heads + h] = r;
   }
-  uint4 lo = make_uint4(0, 0, 0, 0), hi = lo;
-  if (group.active) {
+  if constexpr (kFp8Cache) {
+    uint4 lo = make_uint4(0, 0, 0, 0), hi = lo;
+    if (group.active) {
+      rotate<false>(a, b, cos_t + 8 * group.j, sin_t + 8 * group.j);
+      lo = pack8(a), hi = pack8(b);
+      *reinterpret_cast<uint4*>(args.out + col) = lo;
+      *reinterpret_cast<uint4*>(args.out + col + half) = hi;
+    }
+    if (h >= args.q_heads) write_cache_fp8(args, group, true, t, h - args.q_heads, lo, hi);
+  } else if (group.active) {
     rotate<false>(a, b, cos_t + 8 * group.j, sin_t + 8 * group.j);
-    lo = pack8(a), hi = pack8(b);
+    const uint4 lo = pack8(a), hi = pack8(b);
     *reinterpret_cast<uint4*>(args.out + col) = lo;
     *reinterpret_cast<uint4*>(args.out + col + half) = hi;
+    if (h >= args.q_heads) write_cache(args, args.k_cache, t, h - args.q_heads, group.j, lo, hi);
   }
-  if (h >= args.q_heads) write_cache(args, group, true, t, h - args.q_heads, lo, hi);
 }
 
 // The raw bf16 of a head's two column chunks for this lane (zeros where it has none).
@@ -238,7 +248,7 @@ __device__ __forceinline__ void load_head(const ForwardArgs& args, int64_t col, 
 }
 
 // One token row a CTA (T > kSmallT): its groups walk the row's heads.
-template <bool kNorm>
+template <bool kNorm, bool kFp8Cache = false>
 __global__ void __launch_bounds__(kThreads) qkv_rope_forward_kernel(ForwardArgs args) {
   __shared__ alignas(16) float cos_t[kMaxHeadDim / 2], sin_t[kMaxHeadDim / 2];
   const int64_t t = blockIdx.x;
@@ -250,14 +260,14 @@ __global__ void __launch_bounds__(kThreads) qkv_rope_forward_kernel(ForwardArgs 
     const int64_t col = (t * heads + h) * args.head_dim + 8 * group.j;  // the second half at col + half
     uint4 ra, rb;
     load_head(args, col, group.active, ra, rb);
-    forward_head<kNorm>(args, group, t, h, col, ra, rb, cos_t, sin_t);
+    forward_head<kNorm, kFp8Cache>(args, group, t, h, col, ra, rb, cos_t, sin_t);
   }
 }
 
 // T ≤ kSmallT (decode): one head a group, grid (T, ⌈heads / groups a CTA⌉), so that a token's heads
 // spread over CTAs (one CTA a token left T = 1 on one SM, each group walking two heads in turn), and
 // the head's loads are issued before the table's sincos and overlap it.
-template <bool kNorm>
+template <bool kNorm, bool kFp8Cache = false>
 __global__ void __launch_bounds__(kThreads) qkv_rope_forward_heads_kernel(ForwardArgs args) {
   __shared__ alignas(16) float cos_t[kMaxHeadDim / 2], sin_t[kMaxHeadDim / 2];
   const int64_t t = blockIdx.x;
@@ -274,7 +284,7 @@ __global__ void __launch_bounds__(kThreads) qkv_rope_forward_heads_kernel(Forwar
   uint4 ra, rb;
   load_head(args, col, h < heads && group.active, ra, rb);
   __syncthreads();
-  if (h < heads) forward_head<kNorm>(args, group, t, h, col, ra, rb, cos_t, sin_t);  // whole groups
+  if (h < heads) forward_head<kNorm, kFp8Cache>(args, group, t, h, col, ra, rb, cos_t, sin_t);  // whole groups
 }
 
 // kBackwardRows token rows a CTA. With kNorm, writes the CTA's Σ dy·x̂ to partial[blockIdx.x]:
@@ -446,25 +456,27 @@ void qkv_rope_forward(Tensor& out, Tensor& rstd, const Tensor& qkv, const Tensor
   check_bf16(out, "qkv_rope_forward: out");
   const int64_t T = qkv.dim(0);
   if (T == 0) return;
-  const bool norm = q_norm.defined();
+  const bool norm = q_norm.defined(), fp8 = cache && cache->cache.fp8();
   const ForwardArgs args{bf16_bits(qkv), bf16_bits(out), norm ? rstd.data_as<float>() : nullptr,
                          positions.data_as<int32_t>(), inv_freq.data_as<float>(), floats_or_null(q_norm),
                          floats_or_null(k_norm), int(layout.q_heads), int(layout.kv_heads),
                          int(layout.head_dim), G, eps,
                          cache ? cache->cache.k.data() : nullptr,
                          cache ? cache->cache.v.data() : nullptr,
-                         cache && cache->cache.fp8() ? cache->cache.k_scale.data_as<float>() : nullptr,
-                         cache && cache->cache.fp8() ? cache->cache.v_scale.data_as<float>() : nullptr,
                          cache ? cache->slots.data_as<int32_t>() : nullptr,
-                         cache ? cache->cache.k.dim(0) * cache->cache.k.dim(1) : 0};
+                         cache ? cache->cache.k.dim(0) * cache->cache.k.dim(1) : 0,
+                         fp8 ? cache->cache.k_scale.data_as<float>() : nullptr,
+                         fp8 ? cache->cache.v_scale.data_as<float>() : nullptr};
   if (T <= kSmallT) {
     const int64_t heads = layout.q_heads + 2 * layout.kv_heads, per_cta = kThreads / G;
-    const auto kernel = norm ? qkv_rope_forward_heads_kernel<true> : qkv_rope_forward_heads_kernel<false>;
+    const auto kernel = fp8 ? (norm ? qkv_rope_forward_heads_kernel<true, true> : qkv_rope_forward_heads_kernel<false, true>)
+                            : (norm ? qkv_rope_forward_heads_kernel<true> : qkv_rope_forward_heads_kernel<false>);
     LaunchConfig(dim3(unsigned(T), unsigned((heads + per_cta - 1) / per_cta)), dim3(kThreads), 0)
         .early_start_in_scope()
         .run(kernel, args);
   } else {
-    const auto kernel = norm ? qkv_rope_forward_kernel<true> : qkv_rope_forward_kernel<false>;
+    const auto kernel = fp8 ? (norm ? qkv_rope_forward_kernel<true, true> : qkv_rope_forward_kernel<false, true>)
+                            : (norm ? qkv_rope_forward_kernel<true> : qkv_rope_forward_kernel<false>);
     kernel<<<unsigned(T), kThreads, 0, current_stream()>>>(args);
   }
   LOCKSTEP_CUDA_CHECK_LAUNCH();

@@ -54,7 +54,7 @@ TEST(RunConfig, OptionsOverrideFileOverridesDefaults) {
   const Config c = load_text(file, {"--rollout.temperature=0.5", "--data.train", "data/x y.jsonl",
                                     "--rollout.stop=[\"</s>\", \"\\n\"]", "--model.path=/ckpt/q",
                                     "--data.system_prompt=\"say \\\"hi\\\"\"", "--run.steps", "7",
-                                    "--run.steps=9", "--model.recompute=true"});
+                                    "--run.steps=9", "--model.recompute=true", "--model.kv_cache=fp8"});
   EXPECT_EQ(c.model.precision, "bf16");            // file
   EXPECT_EQ(c.rollout.top_k, 20);                  // file
   EXPECT_EQ(c.optim.lr, 1.0);                      // file, integer read as float
@@ -66,6 +66,7 @@ TEST(RunConfig, OptionsOverrideFileOverridesDefaults) {
   EXPECT_EQ(c.data.system_prompt, "say \"hi\"");  // quoted: a TOML string
   EXPECT_EQ(c.run.steps, 9);                       // the later option wins
   EXPECT_TRUE(c.model.recompute);
+  EXPECT_EQ(c.model.kv_cache, "fp8");
   EXPECT_EQ(c.rollout.top_p, Config{}.rollout.top_p);  // default
   EXPECT_EQ(c.sft, Config{}.sft);
 }
@@ -146,6 +147,8 @@ TEST(RunConfig, BadChoicesListTheAllowedValues) {
   expect_error([] { load({"--model.precision=fp16"}); },
                {"option --model.precision",
                 "model.precision must be one of \"fp8\", \"bf16\", \"fp8-rollout\", got \"fp16\""});
+  expect_error([] { load({"--model.kv_cache=e4m3"}); },
+               {"option --model.kv_cache", "model.kv_cache must be one of \"bf16\", \"fp8\", got \"e4m3\""});
   expect_error([] { load_text("[data]\nchat_template = \"qwen3\"\n"); },
                {"run.toml:2:", "data.chat_template must be one of \"none\", \"chatml\", "
                                "\"qwen3-no-think\", \"llama3\", got \"qwen3\""});
@@ -179,7 +182,7 @@ TEST(RunConfig, KeysThatConstrainEachOther) {
 // Every member differs from its default, with values whose text is easy to get wrong.
 Config every_key_changed() {
   Config c;
-  c.model = {"/models/Qwen3-1.7B", "fp8-rollout", "cuda", true, 256, 4};
+  c.model = {"/models/Qwen3-1.7B", "fp8-rollout", "cuda", "fp8", true, 256, 4};
   c.data = {"train \"q\".jsonl", "C:\\data\\test.jsonl", "gsm8k", true, 3, "qwen3-no-think",
             "You are\ta tutor.\nBe brief. é ✓ \x01"};
   c.rollout = {32, 8, 0.1, 0.95, 50, 1024, {"\n\n", "</s>", "'"}, 1.0 / 3.0, 32};
@@ -234,7 +237,7 @@ std::set<std::string> listed_keys(const std::string& text, const std::string& in
 
 TEST(RunConfig, HelpListsEveryKeyWithTypeDefaultAndDescription) {
   const std::set<std::string> all = listed_keys(to_toml(Config{}), "");
-  EXPECT_EQ(all.size(), 61u);  // the keys of config.h
+  EXPECT_EQ(all.size(), 62u);  // the keys of config.h
   EXPECT_EQ(listed_keys(config_help(""), "  "), all);
 
   const std::string help = config_help("");

@@ -20,6 +20,7 @@
 #include "core/error.h"
 #include "ops/attention.h"
 #include "ops/attention_backends.h"
+#include "ops/kv_fp8.h"
 #include "tests/test_util.h"
 
 namespace lockstep {
@@ -226,12 +227,14 @@ struct PagedSequence {
 // A paged batch: caches of random values (unused blocks too: a kernel that reads the wrong block
 // reads numbers, not zeros), every sequence's blocks at shuffled places, and block table columns
 // past a sequence's blocks set to −1 (a kernel that reads them writes NaN).
+// fp8: an e4m3 cache (ops/kv_fp8.h) of random codes (every finite one, subnormals included) and
+// random power-of-two scales from 2^-4 to 2^2.
 struct PagedBatch {
   std::vector<PagedSequence> seqs;
   int64_t block_size;
-  Tensor qkv, k_cache, v_cache, block_tables, cu_q, context_lens;
+  Tensor qkv, k_cache, v_cache, k_scale, v_scale, block_tables, cu_q, context_lens;
 
-  PagedBatch(std::vector<PagedSequence> s, int64_t bs, const HeadLayout& layout, uint64_t seed)
+  PagedBatch(std::vector<PagedSequence> s, int64_t bs, const HeadLayout& layout, uint64_t seed, bool fp8 = false)
       : seqs(std::move(s)), block_size(bs) {
     std::vector<int32_t> rows, lens;
     int64_t max_blocks = 1, num_blocks = 0;
@@ -253,25 +256,47 @@ struct PagedBatch {
       for (int64_t b = 0; b < max_blocks; ++b)
         table[int64_t(i) * max_blocks + b] = b < (seqs[i].context + bs - 1) / bs ? order[next++] : -1;
     const Shape cache{num_blocks, bs, layout.kv_heads, layout.head_dim};
-    k_cache = random_tensor(cache, DType::bf16, seed + 1);
-    v_cache = random_tensor(cache, DType::bf16, seed + 2);
+    if (fp8) {
+      std::mt19937 rng(unsigned(seed + 1));
+      auto codes = [&] {
+        Tensor t = Tensor::empty(cache, DType::e4m3);
+        for (int64_t i = 0; i < t.numel(); ++i) {
+          uint8_t code = uint8_t(rng());
+          t.data_as<e4m3>()[i].bits = (code & 0x7f) == 0x7f ? uint8_t(code - 1) : code;  // no NaN
+        }
+        return t;
+      };
+      auto scales = [&] {
+        Tensor t = Tensor::empty({num_blocks, bs, layout.kv_heads}, DType::f32);
+        for (int64_t i = 0; i < t.numel(); ++i) t.data_as<float>()[i] = std::ldexp(1.0f, int(rng() % 7) - 4);
+        return t;
+      };
+      k_cache = codes(), v_cache = codes(), k_scale = scales(), v_scale = scales();
+    } else {
+      k_cache = random_tensor(cache, DType::bf16, seed + 1);
+      v_cache = random_tensor(cache, DType::bf16, seed + 2);
+    }
     cu_q = i32_tensor(offsets(rows));
     context_lens = i32_tensor(lens);
     qkv = random_tensor({cu_q.data_as<int32_t>()[seqs.size()], layout.qkv_width()}, DType::bf16, seed + 3);
   }
 
   int64_t rows() const { return qkv.dim(0); }
+  PagedKv cache(Device device) const {
+    PagedKv c{k_cache.to(device), v_cache.to(device)};
+    if (k_scale.defined()) c.k_scale = k_scale.to(device), c.v_scale = v_scale.to(device);
+    return c;
+  }
 
   Tensor run_cpu(const HeadLayout& layout) const {
     Tensor out = poisoned({rows(), layout.q_width()}, DType::bf16, Device::cpu);
-    attention_paged(out, qkv, {k_cache, v_cache}, block_tables, cu_q, context_lens, layout);
+    attention_paged(out, qkv, cache(Device::cpu), block_tables, cu_q, context_lens, layout);
     return out;
   }
   Tensor run_gpu(const HeadLayout& layout, bool one_row_each = false) const {
     Tensor out = poisoned({rows(), layout.q_width()}, DType::bf16, Device::cuda);
-    attention_paged(out, qkv.to(Device::cuda), {k_cache.to(Device::cuda), v_cache.to(Device::cuda)},
-                    block_tables.to(Device::cuda), cu_q.to(Device::cuda), context_lens.to(Device::cuda),
-                    layout, one_row_each);
+    attention_paged(out, qkv.to(Device::cuda), cache(Device::cuda), block_tables.to(Device::cuda),
+                    cu_q.to(Device::cuda), context_lens.to(Device::cuda), layout, one_row_each);
     return out;
   }
 };
@@ -319,6 +344,16 @@ TEST_P(PagedGpu, MatchesCpu) {
                kOutTol, kOutRowTol, "paged " + c.name);
 }
 
+// From an e4m3 cache: the decode kernel converts the codes and scales scores and probabilities,
+// the prefill kernel dequantizes on load; the CPU dequantizes to bf16 first.
+TEST_P(PagedGpu, MatchesCpuFromAnFp8Cache) {
+  LOCKSTEP_REQUIRE_GPU();
+  const PagedCase& c = GetParam();
+  const PagedBatch batch(c.seqs, c.block_size, c.layout, 16, /*fp8=*/true);
+  expect_close(to_double(batch.run_gpu(c.layout)), to_double(batch.run_cpu(c.layout)), c.layout.head_dim,
+               kOutTol, kOutRowTol, "paged fp8 cache " + c.name);
+}
+
 INSTANTIATE_TEST_SUITE_P(Batches, PagedGpu, ::testing::ValuesIn(paged_cases()),
                          [](const auto& info) { return info.param.name; });
 
@@ -330,8 +365,11 @@ TEST(PagedGpu, OneRowEachGivesTheSameBits) {
   for (const PagedCase& c : paged_cases()) {
     if (!std::all_of(c.seqs.begin(), c.seqs.end(), [](const PagedSequence& q) { return q.rows == 1; }))
       continue;
-    const PagedBatch batch(c.seqs, c.block_size, c.layout, 12);
-    EXPECT_TRUE(same_bytes(batch.run_gpu(c.layout, true), batch.run_gpu(c.layout, false))) << c.name;
+    for (const bool fp8 : {false, true}) {
+      const PagedBatch batch(c.seqs, c.block_size, c.layout, 12, fp8);
+      EXPECT_TRUE(same_bytes(batch.run_gpu(c.layout, true), batch.run_gpu(c.layout, false)))
+          << c.name << (fp8 ? " fp8 cache" : "");
+    }
   }
   // Under the promise, sequences 1 and 2 with offsets (1, 1) and (1, 3) make rows 1 and 2 NaN.
   const HeadLayout layout{16, 8, 128};
@@ -354,8 +392,7 @@ TEST(PagedGpu, Fp8OutputIsTheQuantizedOutput) {
       Fp8Rows expected = Fp8Rows::empty(batch.rows(), layout.q_width(), Device::cuda);
       quantize_rows(expected, expected_bf16, format);
       Fp8Rows got = Fp8Rows::empty(batch.rows(), layout.q_width(), Device::cuda);
-      attention_paged_fp8(got, batch.qkv.to(Device::cuda), {batch.k_cache.to(Device::cuda),
-                          batch.v_cache.to(Device::cuda)}, batch.block_tables.to(Device::cuda),
+      attention_paged_fp8(got, batch.qkv.to(Device::cuda), batch.cache(Device::cuda), batch.block_tables.to(Device::cuda),
                           batch.cu_q.to(Device::cuda), batch.context_lens.to(Device::cuda), layout, one_row_each,
                           format);
       const std::string what = name + (format == ScaleFormat::pow2 ? " pow2" : " fp32");
@@ -367,11 +404,65 @@ TEST(PagedGpu, Fp8OutputIsTheQuantizedOutput) {
     const bool one_row_each =
         std::all_of(c.seqs.begin(), c.seqs.end(), [](const PagedSequence& q) { return q.rows == 1; });
     check(PagedBatch(c.seqs, c.block_size, c.layout, 14), c.layout, one_row_each, c.name);
+    check(PagedBatch(c.seqs, c.block_size, c.layout, 14, true), c.layout, one_row_each, c.name + " fp8 cache");
   }
   const HeadLayout layout{16, 8, 128};
   PagedBatch batch({{300, 1}, {40, 1}, {900, 1}}, 16, layout, 15);
   batch.cu_q = i32_tensor({0, 1, 1, 3});
   check(batch, layout, true, "malformed offsets");
+}
+
+// An e4m3 cache (ops/kv_fp8.h) of num_blocks blocks of block_size slots on `device`, every byte
+// and scale 0xFF (NaN).
+PagedKv poisoned_fp8_cache(const HeadLayout& layout, int64_t num_blocks, int64_t block_size, Device device) {
+  const Shape values{num_blocks, block_size, layout.kv_heads, layout.head_dim};
+  const Shape scales{num_blocks, block_size, layout.kv_heads};
+  return {poisoned(values, DType::e4m3, device), poisoned(values, DType::e4m3, device),
+          poisoned(scales, DType::f32, device), poisoned(scales, DType::f32, device)};
+}
+
+bool same_cache_bytes(const PagedKv& a, const PagedKv& b) {
+  return same_bytes(a.k, b.k) && same_bytes(a.v, b.v) && same_bytes(a.k_scale, b.k_scale) &&
+         same_bytes(a.v_scale, b.v_scale);
+}
+
+TEST(KvCacheWriteGpu, Fp8CacheSameBytesAndScalesAsCpu) {
+  LOCKSTEP_REQUIRE_GPU();
+  for (const auto& [layout, bs] : std::vector<std::pair<HeadLayout, int64_t>>{{{16, 8, 128}, 16}, {{8, 2, 64}, 32}}) {
+    const int64_t T = 300, num_blocks = 40;
+    const Tensor qkv = random_tensor({T, layout.qkv_width()}, DType::bf16, 5, /*varied_rows=*/true);
+    std::vector<int32_t> slots(size_t(num_blocks * bs));
+    std::iota(slots.begin(), slots.end(), 0);
+    std::shuffle(slots.begin(), slots.end(), std::mt19937(9));
+    slots.resize(size_t(T));
+    slots[7] = -1;  // skipped by the GPU; the CPU checks slots, so its reference leaves row 7 out
+    const Tensor s = i32_tensor(slots);
+    PagedKv cpu = poisoned_fp8_cache(layout, num_blocks, bs, Device::cpu);
+    PagedKv gpu = poisoned_fp8_cache(layout, num_blocks, bs, Device::cuda);
+    std::vector<int64_t> kept;
+    for (int64_t t = 0; t < T; ++t)
+      if (t != 7) kept.push_back(t);
+    Tensor qkv_kept = Tensor::empty({T - 1, layout.qkv_width()}, DType::bf16);
+    std::vector<int32_t> slots_kept;
+    for (size_t i = 0; i < kept.size(); ++i) {
+      qkv_kept.rows(int64_t(i), int64_t(i) + 1).copy_from(qkv.rows(kept[i], kept[i] + 1));
+      slots_kept.push_back(slots[size_t(kept[i])]);
+    }
+    kv_cache_write(cpu, qkv_kept, i32_tensor(slots_kept), layout);
+    kv_cache_write(gpu, qkv.to(Device::cuda), s.to(Device::cuda), layout);
+    EXPECT_TRUE(same_cache_bytes(gpu, cpu)) << layout_name(layout);
+  }
+}
+
+TEST(RoundKvToFp8Gpu, SameBitsAsCpu) {
+  LOCKSTEP_REQUIRE_GPU();
+  for (const HeadLayout layout : {HeadLayout{16, 8, 128}, HeadLayout{8, 2, 64}}) {
+    Tensor qkv = random_tensor({257, layout.qkv_width()}, DType::bf16, 8, /*varied_rows=*/true);
+    Tensor gpu = qkv.to(Device::cuda);
+    round_kv_to_fp8(qkv, layout);
+    round_kv_to_fp8(gpu, layout);
+    EXPECT_TRUE(same_bytes(gpu, qkv)) << layout_name(layout);
+  }
 }
 
 TEST(KvCacheWriteGpu, SameBytesAsCpu) {
@@ -401,16 +492,21 @@ TEST(KvCacheWriteGpu, SameBytesAsCpu) {
 // 64-row tile starts (keys are tiled from 0, fully masked tiles leave the running sums unchanged),
 // so they must be bit-identical. Decode rows run the flash-decoding kernel (another summation
 // order): within tolerance.
+// With an e4m3 cache the training forward runs on round_kv_to_fp8 of the same qkv (ops/kv_fp8.h).
 TEST(PagedGpu, EqualsTheTrainingForward) {
   LOCKSTEP_REQUIRE_GPU();
+  for (const bool fp8 : {false, true})
   for (const HeadLayout layout : {HeadLayout{16, 8, 128}, HeadLayout{8, 4, 64}}) {
+    SCOPED_TRACE(fp8 ? "fp8 cache" : "bf16 cache");
     const int64_t bs = 16;
     const std::vector<int32_t> cu = offsets(kLens);
     const int64_t T = cu.back(), S = int64_t(kLens.size());
     const Tensor qkv = random_tensor({T, layout.qkv_width()}, DType::bf16, 21).to(Device::cuda);
+    Tensor train_qkv = qkv.to(Device::cuda);
+    if (fp8) round_kv_to_fp8(train_qkv, layout);
     Tensor out = poisoned({T, layout.q_width()}, DType::bf16, Device::cuda);
     Tensor lse = poisoned({T, layout.q_heads}, DType::f32, Device::cuda);
-    own_forward(out, lse, qkv, i32_tensor(cu).to(Device::cuda), layout);
+    own_forward(out, lse, train_qkv, i32_tensor(cu).to(Device::cuda), layout);
     const Vec train = to_double(out);
 
     // Shuffled blocks; every position's slot from the block table.
@@ -424,9 +520,10 @@ TEST(PagedGpu, EqualsTheTrainingForward) {
     for (int64_t s = 0; s < S; ++s)
       for (int32_t p = 0; p < kLens[size_t(s)]; ++p)
         slots.push_back(int32_t(order[size_t(s * max_blocks + p / bs)] * bs + p % bs));
-    const Shape cache{num_blocks, bs, layout.kv_heads, layout.head_dim};
-    Tensor k = poisoned(cache, DType::bf16, Device::cuda), v = poisoned(cache, DType::bf16, Device::cuda);
-    kv_cache_write({k, v}, qkv, i32_tensor(slots).to(Device::cuda), layout);
+    const Shape shape{num_blocks, bs, layout.kv_heads, layout.head_dim};
+    const PagedKv cache = fp8 ? poisoned_fp8_cache(layout, num_blocks, bs, Device::cuda)
+                              : PagedKv{poisoned(shape, DType::bf16, Device::cuda), poisoned(shape, DType::bf16, Device::cuda)};
+    kv_cache_write(cache, qkv, i32_tensor(slots).to(Device::cuda), layout);
     const Tensor tables_g = tables.to(Device::cuda), lens_g = i32_tensor(kLens).to(Device::cuda);
 
     // Query rows: the last `chunk` positions of every sequence (all of them for chunk ≥ length).
@@ -439,7 +536,7 @@ TEST(PagedGpu, EqualsTheTrainingForward) {
       Tensor q = Tensor::empty({int64_t(picked.size()), layout.qkv_width()}, DType::bf16, Device::cuda);
       for (size_t i = 0; i < picked.size(); ++i) q.rows(int64_t(i), int64_t(i) + 1).copy_from(qkv.rows(picked[i], picked[i] + 1));
       Tensor paged = poisoned({q.dim(0), layout.q_width()}, DType::bf16, Device::cuda);
-      attention_paged(paged, q, {k, v}, tables_g, i32_tensor(offsets(rows)).to(Device::cuda), lens_g, layout);
+      attention_paged(paged, q, cache, tables_g, i32_tensor(offsets(rows)).to(Device::cuda), lens_g, layout);
 
       const Vec got = to_double(paged);
       const int64_t w = layout.q_width();

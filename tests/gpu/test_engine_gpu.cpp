@@ -77,15 +77,22 @@ TEST(EngineGpu, GreedyTokensAreCpuArgmaxes) {
   EXPECT_LE(logprob_error(cpu_model, requests, results), 2e-2);
 }
 
-class EngineGpuRecipe : public ::testing::TestWithParam<Recipe> {};
+// A recipe, with or without the fp8 KV cache.
+struct EngineGpuCase {
+  Recipe recipe;
+  bool fp8_kv_cache = false;
+};
+
+class EngineGpuRecipe : public ::testing::TestWithParam<EngineGpuCase> {};
 
 // A small cache and step budget: chunked prefill, preemption and copy-on-write on the device.
 TEST_P(EngineGpuRecipe, SampledLogprobsMatchTheCpuForward) {
   LOCKSTEP_REQUIRE_GPU();
   const ModelConfig c = gpu_tiny_config();
   const ModelParameters init = random_parameters(c, 32);
-  Transformer gpu_model(c, init.copy_to(Device::cuda), GetParam());
-  Transformer cpu_model(c, init, GetParam());
+  const TransformerOptions options{.fp8_kv_cache = GetParam().fp8_kv_cache};
+  Transformer gpu_model(c, init.copy_to(Device::cuda), GetParam().recipe, options);
+  Transformer cpu_model(c, init, GetParam().recipe, options);
   SamplingParams sampling;
   sampling.n = 4;
   sampling.temperature = 0.9f;
@@ -104,11 +111,16 @@ TEST_P(EngineGpuRecipe, SampledLogprobsMatchTheCpuForward) {
       EXPECT_EQ(s.tokens.size(), 10u);
       for (int32_t t : s.tokens) EXPECT_TRUE(t >= 0 && t < c.vocab_size) << t;
     }
-  EXPECT_LE(logprob_error(cpu_model, requests, results), GetParam() == Recipe::bf16 ? 2e-2 : 8e-2);
+  EXPECT_LE(logprob_error(cpu_model, requests, results), GetParam().recipe == Recipe::bf16 ? 2e-2 : 8e-2);
 }
 
-INSTANTIATE_TEST_SUITE_P(Recipes, EngineGpuRecipe, ::testing::Values(Recipe::bf16, Recipe::fp8),
-                         [](const auto& info) { return std::string(recipe_name(info.param)); });
+INSTANTIATE_TEST_SUITE_P(Recipes, EngineGpuRecipe,
+                         ::testing::Values(EngineGpuCase{Recipe::bf16}, EngineGpuCase{Recipe::fp8},
+                                           EngineGpuCase{Recipe::bf16, true}, EngineGpuCase{Recipe::fp8, true}),
+                         [](const auto& info) {
+                           return std::string(recipe_name(info.param.recipe)) +
+                                  (info.param.fp8_kv_cache ? "_fp8_kv_cache" : "");
+                         });
 
 using Results = std::vector<std::vector<GeneratedSample>>;
 
@@ -149,12 +161,13 @@ std::vector<GenerationRequest> shrinking_requests() {
   return requests;
 }
 
-class EngineGpuGraphs : public ::testing::TestWithParam<Recipe> {};
+class EngineGpuGraphs : public ::testing::TestWithParam<EngineGpuCase> {};
 
 TEST_P(EngineGpuGraphs, ChangeNoTokenOrLogprob) {
   LOCKSTEP_REQUIRE_GPU();
   const ModelConfig c = gpu_tiny_config();
-  Transformer model(c, random_parameters(c, 34).copy_to(Device::cuda), GetParam());
+  Transformer model(c, random_parameters(c, 34).copy_to(Device::cuda), GetParam().recipe,
+                    {.fp8_kv_cache = GetParam().fp8_kv_cache});
   const auto requests = shrinking_requests();
   const EngineOptions options{.num_blocks = 64, .block_size = 8, .max_step_sequences = 12};
   EngineOptions eager_options = options;
@@ -175,7 +188,8 @@ TEST_P(EngineGpuGraphs, ChangeNoTokenOrLogprob) {
 TEST_P(EngineGpuGraphs, ChangeNothingUnderPreemption) {
   LOCKSTEP_REQUIRE_GPU();
   const ModelConfig c = gpu_tiny_config();
-  Transformer model(c, random_parameters(c, 35).copy_to(Device::cuda), GetParam());
+  Transformer model(c, random_parameters(c, 35).copy_to(Device::cuda), GetParam().recipe,
+                    {.fp8_kv_cache = GetParam().fp8_kv_cache});
   SamplingParams sampling;
   sampling.n = 3;
   sampling.temperature = 1.1f;
@@ -192,8 +206,13 @@ TEST_P(EngineGpuGraphs, ChangeNothingUnderPreemption) {
   EXPECT_GT(graphs.stats().decode_steps, 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Recipes, EngineGpuGraphs, ::testing::Values(Recipe::bf16, Recipe::fp8),
-                         [](const auto& info) { return std::string(recipe_name(info.param)); });
+INSTANTIATE_TEST_SUITE_P(Recipes, EngineGpuGraphs,
+                         ::testing::Values(EngineGpuCase{Recipe::bf16}, EngineGpuCase{Recipe::fp8},
+                                           EngineGpuCase{Recipe::fp8, true}),
+                         [](const auto& info) {
+                           return std::string(recipe_name(info.param.recipe)) +
+                                  (info.param.fp8_kv_cache ? "_fp8_kv_cache" : "");
+                         });
 
 TEST(EngineGpu, MemoryFractionSizesTheCache) {
   LOCKSTEP_REQUIRE_GPU();

@@ -232,24 +232,37 @@ TEST(QkvRopeGpuCache, SameBytesAsQkvRopeThenKvCacheWrite) {
         slots = gpu(slots);
         const Tensor cache0 = random_tensor({blocks, kBlockSize, layout.kv_heads, layout.head_dim}, DType::bf16, 23);
         const int64_t width = layout.qkv_width(), heads = layout.q_heads + layout.kv_heads;
+        // A bf16 cache, and an e4m3 one (ops/kv_fp8.h) whose bytes and scales start as 0xFF.
+        auto fresh_cache = [&](bool fp8) {
+          if (!fp8) return PagedKv{gpu(cache0), gpu(cache0)};
+          const Shape values{blocks, kBlockSize, layout.kv_heads, layout.head_dim}, scales{blocks, kBlockSize, layout.kv_heads};
+          return PagedKv{poisoned(values, DType::e4m3, Device::cuda), poisoned(values, DType::e4m3, Device::cuda),
+                         poisoned(scales, DType::f32, Device::cuda), poisoned(scales, DType::f32, Device::cuda)};
+        };
 
         Tensor out = poisoned({T, width}, DType::bf16, Device::cuda);
         Tensor rstd = norm ? poisoned({T, heads}, DType::f32, Device::cuda) : Tensor();
         qkv_rope_forward(out, rstd, qkv, positions, inv_freq, q_norm, k_norm, layout, kEps);
-        Tensor k = gpu(cache0), v = gpu(cache0);
-        kv_cache_write({k, v}, out, slots, layout);
+        for (const bool fp8 : {false, true}) {
+          SCOPED_TRACE(fp8 ? "e4m3 cache" : "bf16 cache");
+          const PagedKv cache = fresh_cache(fp8), f_cache = fresh_cache(fp8);
+          kv_cache_write(cache, out, slots, layout);
 
-        Tensor f_out = poisoned({T, width}, DType::bf16, Device::cuda);
-        Tensor f_rstd = norm ? poisoned({T, heads}, DType::f32, Device::cuda) : Tensor();
-        Tensor f_k = gpu(cache0), f_v = gpu(cache0);
-        qkv_rope_forward(f_out, f_rstd, {f_k, f_v}, slots, qkv, positions, inv_freq, q_norm, k_norm, layout, kEps);
-        EXPECT_TRUE(same_bytes(f_out, out));
-        if (norm) {
-          EXPECT_TRUE(same_bytes(f_rstd, rstd));
+          Tensor f_out = poisoned({T, width}, DType::bf16, Device::cuda);
+          Tensor f_rstd = norm ? poisoned({T, heads}, DType::f32, Device::cuda) : Tensor();
+          qkv_rope_forward(f_out, f_rstd, f_cache, slots, qkv, positions, inv_freq, q_norm, k_norm, layout, kEps);
+          EXPECT_TRUE(same_bytes(f_out, out));
+          if (norm) {
+            EXPECT_TRUE(same_bytes(f_rstd, rstd));
+          }
+          EXPECT_TRUE(same_bytes(f_cache.k, cache.k));
+          EXPECT_TRUE(same_bytes(f_cache.v, cache.v));
+          if (fp8) {
+            EXPECT_TRUE(same_bytes(f_cache.k_scale, cache.k_scale));
+            EXPECT_TRUE(same_bytes(f_cache.v_scale, cache.v_scale));
+          }
+          EXPECT_FALSE(same_bytes(f_cache.k, fresh_cache(fp8).k));  // written
         }
-        EXPECT_TRUE(same_bytes(f_k, k));
-        EXPECT_TRUE(same_bytes(f_v, v));
-        EXPECT_FALSE(same_bytes(f_k, cache0));  // written
       }
 }
 

@@ -98,6 +98,26 @@ TEST(Train, GrpoImprovesHeldOutAccuracy) {
   EXPECT_GE(s.final_accuracy, s.sft_accuracy + 0.01);
 }
 
+// With the fp8 KV cache the rollout's logprobs still equal the training forward's bit for bit on the
+// CPU: the mismatch metric is exactly 0 at every step.
+TEST(Train, Fp8KvCacheKeepsRolloutAndTrainingIdentical) {
+  const fs::path dir = fresh_dir("fp8_kv_cache");
+  Config c = small_config(dir);
+  c.model.kv_cache = "fp8";
+  c.run.steps = 2;
+  c.run.eval_every = 0;
+  run_train(c);
+  int steps = 0;
+  std::ifstream in(dir / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    if (!j.contains("mismatch_abs")) continue;
+    EXPECT_EQ(j["mismatch_abs"].get<double>(), 0.0) << line;
+    ++steps;
+  }
+  EXPECT_EQ(steps, 2);
+}
+
 TEST(Train, ResumeWithoutACheckpointIsAnError) {
   Config c = small_config(fresh_dir("no_checkpoint"));
   c.run.resume = true;
