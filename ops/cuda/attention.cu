@@ -620,56 +620,110 @@ __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t w) {
   return uint32_t(h.x) | uint32_t(h.y) << 16;
 }
 
-// This warp's 16 rows of a staged e4m3 K or V tile ([64, D] bytes, rows in order) as f16 (exact,
-// unscaled) into its [16, D] tile, swizzled as the MMA loads expect.
+// The decode kernel's e4m3 path reads its MMA fragments straight from the staged bytes (no
+// conversion pass through shared memory: that round trip cost ~30% of the kernel at batch 64).
+// Staged K and V rows are D bytes of 16-byte chunks, swizzled as bf16 tiles are (chunk c of row r
+// at c ^ (r % 8)), so both reads below hit distinct banks.
+//
+// Q·Kᵀ: within every 32 columns the head dimension is permuted, the same way for Q and K (a dot
+// product does not care): lane (g, t) takes key g's bytes 8t .. 8t + 7 of the 32 (one 8-byte load),
+// which are its B fragments of two k16 steps (bytes 0–3, then 4–7); the queries' A fragments are
+// loaded with the same permutation (queries_f16).
+//
+// P·V: ldmatrix.trans of the e4m3 rows as 16-bit units (pairs of adjacent columns) gives lane (g, t)
+// keys 2t and 2t + 1 of unit g: the bytes of column 2g (even) and 2g + 1 (odd) of both keys, which
+// a byte permute splits into the B fragments of two MMAs, one for the even columns and one for the
+// odd. So output block j = 4q + 2p + e (q: 32 columns, p: their 16-column half, e: even or odd)
+// holds columns 32q + 16p + 2n + e: lane (g, t)'s C fragments of blocks 4q + 2p and 4q + 2p + 1
+// are columns 32q + 16p + 4t .. 4t + 3 of its rows.
+
+// Byte offset of 16-byte chunk c of staged row r (rows of D bytes).
 template <int D>
-__device__ __forceinline__ void convert_rows(uint16_t* tile, const uint8_t* staged, int warp) {
-  constexpr int kChunks8 = D / 16;  // 16-byte chunks of an e4m3 row
-  const int lane = threadIdx.x % 32;
-#pragma unroll
-  for (int n = 0; n < 16 * kChunks8 / 32; ++n) {
-    const int i = lane + 32 * n, r = i / kChunks8, c = i % kChunks8;
-    const uint4 b = *reinterpret_cast<const uint4*>(staged + (warp * 16 + r) * D + c * 16);
-    *reinterpret_cast<uint4*>(tile + swizzle<D / 8>(r, 2 * c)) =
-        make_uint4(e4m3x2_to_f16x2(b.x), e4m3x2_to_f16x2(b.x >> 16), e4m3x2_to_f16x2(b.y), e4m3x2_to_f16x2(b.y >> 16));
-    *reinterpret_cast<uint4*>(tile + swizzle<D / 8>(r, 2 * c + 1)) =
-        make_uint4(e4m3x2_to_f16x2(b.z), e4m3x2_to_f16x2(b.z >> 16), e4m3x2_to_f16x2(b.w), e4m3x2_to_f16x2(b.w >> 16));
-  }
+__device__ __forceinline__ int staged_chunk(int r, int c) {
+  return swizzle<D / 16>(r, c) * 2;
 }
 
-// The queries' A fragments (bf16) as f16 times 2^e, e chosen from their largest magnitude so that
-// it lands below 2^15 (f16's range ends at 65504); returns 2^-e, which the scores are multiplied by.
-// Every warp holds the same queries, so e is the same in every warp.
+// The queries' A fragments for the permuted Q·Kᵀ above, in f16 times 2^e, e chosen from their
+// largest magnitude so that it lands below 2^15 (f16's range ends at 65504); returns 2^-e, which
+// the scores are multiplied by. Every warp holds the same queries (so the same e).
 template <int D>
-__device__ __forceinline__ float queries_to_f16(HeldA<D>& qa) {
+__device__ __forceinline__ float queries_f16(HeldA<D>& qa, const uint16_t* sq) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  uint4 x[2][D / 32];  // rows g and g + 8: 8 bf16 at columns 32b + 8t
   uint32_t m = 0;
 #pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk)
+  for (int r = 0; r < 2; ++r)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) m = __vmaxu2(m, qa.f[kk][i] & 0x7fff7fffu);
+    for (int b = 0; b < D / 32; ++b) {
+      x[r][b] = *reinterpret_cast<const uint4*>(sq + swizzle<D / 8>(g + 8 * r, 4 * b + t));
+#pragma unroll
+      for (int i = 0; i < 4; ++i) m = __vmaxu2(m, quant::component(x[r][b], i) & 0x7fff7fffu);
+    }
   m = max(m & 0xffffu, m >> 16);
 #pragma unroll
   for (int o = 16; o >= 1; o /= 2) m = max(m, __shfl_xor_sync(0xffffffffu, m, o));
   // amax < 2^(exponent field − 126): e = 141 − field puts it below 2^15 (bounded for zeros, NaN).
   const int e = min(max(141 - int(m >> 7), -60), 60);
   const float up = ldexpf(1.0f, e);
+  auto f16 = [&](uint32_t w) { return pack_f16(bf16_lo(w) * up, bf16_hi(w) * up); };
 #pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk)
+  for (int b = 0; b < D / 32; ++b)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const uint32_t x = qa.f[kk][i];
-      qa.f[kk][i] = pack_f16(bf16_lo(x) * up, bf16_hi(x) * up);
+    for (int h = 0; h < 2; ++h) {  // k16 step 2b + h: columns 32b + 8t + 4h .. + 3
+      qa.f[2 * b + h][0] = f16(quant::component(x[0][b], 2 * h));
+      qa.f[2 * b + h][1] = f16(quant::component(x[1][b], 2 * h));
+      qa.f[2 * b + h][2] = f16(quant::component(x[0][b], 2 * h + 1));
+      qa.f[2 * b + h][3] = f16(quant::component(x[1][b], 2 * h + 1));
     }
   return ldexpf(1.0f, -e);
+}
+
+// s (16 query rows × the warp's 16 keys) = Q · Kᵀ from the staged e4m3 K tile (unscaled), in four
+// independent MMA chains (two a key block) for latency.
+template <int D>
+__device__ __forceinline__ void scores_fp8(float (&s)[2][4], const HeldA<D>& qa, const uint8_t* k_tile, int key0) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  float odd[2][4] = {};
+#pragma unroll
+  for (int nb = 0; nb < 2; ++nb) {
+    s[nb][0] = s[nb][1] = s[nb][2] = s[nb][3] = 0.0f;
+#pragma unroll
+    for (int b = 0; b < D / 32; ++b) {
+      const uint2 w =
+          *reinterpret_cast<const uint2*>(k_tile + staged_chunk<D>(key0 + nb * 8 + g, 2 * b + t / 2) + t % 2 * 8);
+      mma_f16(s[nb], qa.f[2 * b], e4m3x2_to_f16x2(w.x), e4m3x2_to_f16x2(w.x >> 16));
+      mma_f16(odd[nb], qa.f[2 * b + 1], e4m3x2_to_f16x2(w.y), e4m3x2_to_f16x2(w.y >> 16));
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) s[nb][i] += odd[nb][i];
+  }
+}
+
+// o += p · V for the warp's 16 keys (key0 ..) of the staged e4m3 V tile (unscaled), o in the
+// column order above.
+template <int D>
+__device__ __forceinline__ void accumulate_fp8(float (&o)[D / 8][4], const uint32_t (&p)[4], const uint8_t* v_tile,
+                                               int key0) {
+  const int lane = threadIdx.x % 32, m = lane / 8, i = lane % 8;
+#pragma unroll
+  for (int q = 0; q < D / 32; ++q) {
+    uint32_t r[4];  // matrices: keys 0–7 and 8–15 of units 16q .. + 7, then of units 16q + 8 .. + 15
+    ldmatrix_x4_trans(r, v_tile + staged_chunk<D>(key0 + m % 2 * 8 + i, 2 * q + m / 2));
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      mma_f16(o[4 * q + 2 * h], p, e4m3x2_to_f16x2(__byte_perm(r[2 * h], 0, 0x20)),
+              e4m3x2_to_f16x2(__byte_perm(r[2 * h + 1], 0, 0x20)));
+      mma_f16(o[4 * q + 2 * h + 1], p, e4m3x2_to_f16x2(__byte_perm(r[2 * h], 0, 0x31)),
+              e4m3x2_to_f16x2(__byte_perm(r[2 * h + 1], 0, 0x31)));
+    }
+  }
 }
 
 // The decode kernel's shared memory: the queries, then the K/V ring (bf16 tiles; or, from an e4m3
 // cache, the staged bytes and scales of each tile, then each warp's 16 rows of the current tile
 // converted to bf16); the merge reuses the bf16 ring's bytes.
-// From an e4m3 cache the ring has 3 stages, two tiles in flight while one is used: a decode CTA
-// waits on its tiles' latency more than on their bytes, so with 2 stages the e4m3 cache's half-size
-// tiles were no faster than bf16's (fp8 batch 64: 9117 tokens/s against 9152, H200, session 12).
-// The converted rows are one [16, D] bf16 buffer a warp (K, then V), to keep 3 CTAs an SM.
+// From an e4m3 cache the ring has 3 stages (two tiles in flight while one is used), which still fits
+// 3 CTAs an SM.
 template <int D, bool kFp8Cache>
 struct DecodeSmem {
   static constexpr int kStages = kFp8Cache ? 3 : kDecodeStages;
@@ -677,8 +731,7 @@ struct DecodeSmem {
   static constexpr int kTileBytes = kTileRows * D * (kFp8Cache ? 1 : 2);  // one K (or V) tile in the ring
   static constexpr int kStageBytes = 2 * kTileBytes + (kFp8Cache ? 2 * kTileRows * 4 : 0);  // K, V (and scales)
   static constexpr int kRing = kStages * kStageBytes;
-  static constexpr int kWarpRows = kFp8Cache ? kWarps * 16 * D * 2 : 0;  // converted rows
-  static constexpr size_t kBytes = kQueries + std::max(kRing + kWarpRows, 2 * kDecodeStages * kTileRows * D * 2);
+  static constexpr size_t kBytes = kQueries + std::max(kRing, 2 * kDecodeStages * kTileRows * D * 2);
 };
 
 // grid (max_parts, kv_heads, S) in clusters of (max_parts, 1, 1): one sequence's partitions for one
@@ -704,15 +757,14 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm) decode_kernel(cons
   uint16_t* sq = smem;                           // [16, D] the group's queries (rows ≥ group zero)
   uint16_t* sk = sq + kGroupRows * D;            // [kDecodeStages][64, D]
   uint16_t* sv = sk + kDecodeStages * kTileRows * D;  // [kDecodeStages][64, D]
-  // e4m3: over the same memory, the ring of stages (K tile, V tile as e4m3 [64, D] rows in order,
-  // then the tile's 64 K scales and 64 V scales), then this warp's converted rows (bf16 [16, D]).
+  // e4m3: over the same memory, the ring of stages (K tile, V tile as e4m3 [64, D] rows, swizzled
+  // like bf16 tiles; then the tile's 64 K scales and 64 V scales).
   uint8_t* ring = reinterpret_cast<uint8_t*>(sk);
   auto k_stage = [&](int j) { return ring + (j % kStages) * Smem::kStageBytes; };
   auto v_stage = [&](int j) { return k_stage(j) + Smem::kTileBytes; };
   auto stage_scales = [&](int j) { return reinterpret_cast<float*>(k_stage(j) + 2 * Smem::kTileBytes); };
   const int part = blockIdx.x, g = blockIdx.y, s = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  uint16_t* warp_rows = reinterpret_cast<uint16_t*>(ring + Smem::kRing) + warp * 16 * D;
 
   // Until the early-start wait below, only the step's uploaded inputs are read (cu_seqlens, context
   // lengths, block tables: core/early_start.h): the row, the partition and tile 0's cache blocks;
@@ -762,8 +814,8 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm) decode_kernel(cons
             if (block < 0 || block >= a.num_blocks) bad = true;
             else slot = int64_t(block) * a.block_size + (p - block_of(p) * a.block_size);
           }
-          cp_async16(k_stage(j) + r * D + c0 * 16, slot >= 0 ? k8 + slot * ld + c0 * 16 : k8, slot >= 0);
-          cp_async16(v_stage(j) + r * D + c0 * 16, slot >= 0 ? v8 + slot * ld + c0 * 16 : v8, slot >= 0);
+          cp_async16(k_stage(j) + staged_chunk<D>(r, c0), slot >= 0 ? k8 + slot * ld + c0 * 16 : k8, slot >= 0);
+          cp_async16(v_stage(j) + staged_chunk<D>(r, c0), slot >= 0 ? v8 + slot * ld + c0 * 16 : v8, slot >= 0);
           if (c0 < 2) {
             const float* src = c0 == 0 ? cs.k : cs.v;
             cp_async4(stage_scales(j) + c0 * kTileRows + r, slot >= 0 ? src + slot * a.kv_heads + g : src, slot >= 0);
@@ -831,17 +883,12 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm) decode_kernel(cons
     cp_async_wait<kStages - 2>();  // tile j has landed (this thread's copies) ...
     __syncthreads();               // ... everyone's; and everyone is done with tile j − 1
     load_stage(j + kStages - 1);   // into tile j − 1's buffers
-    if (j == 0) qa.load(sq, 0);
+    if (!kFp8Cache && j == 0) qa.load(sq, 0);
     // This warp's 16 keys of the tile.
     float sc[2][4];
     if constexpr (kFp8Cache) {
-      if (j == 0) q_down = queries_to_f16<D>(qa);
-      __syncwarp();  // every lane is done with the warp's rows of tile j − 1
-      convert_rows<D>(warp_rows, k_stage(j), warp);
-      __syncwarp();
-      multiply_transposed<D, 16, HeldA<D>, true>(sc, qa, warp_rows, 0);
-      __syncwarp();  // the V rows' conversion overlaps the products' latency and the softmax
-      convert_rows<D>(warp_rows, v_stage(j), warp);
+      if (j == 0) q_down = queries_f16<D>(qa, sq);
+      scores_fp8<D>(sc, qa, k_stage(j), warp * 16);
       // This lane's keys (warp · 16 + nb · 8 + lane % 4 · 2 + e % 2) times their scales.
 #pragma unroll
       for (int nb = 0; nb < 2; ++nb) {
@@ -884,8 +931,7 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm) decode_kernel(cons
 #pragma unroll
         for (int e = 0; e < 4; ++e) sc[nb][e] *= (e % 2 ? f[nb].y : f[nb].x) * down;
       to_a_fragments<1, true>(p, sc);
-      __syncwarp();
-      multiply_accumulate<kChunks, 1, D, true>(o, p, warp_rows, 0, 0);
+      accumulate_fp8<D>(o, p[0], v_stage(j), warp * 16);
     } else {
       to_a_fragments<1>(p, sc);
       multiply_accumulate<kChunks, 1, D>(o, p, sv + (j % kDecodeStages) * kTileRows * D, warp * 16, 0);
@@ -908,10 +954,17 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm) decode_kernel(cons
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int row = lane / 4 + r * 8;
+    if constexpr (kFp8Cache) {  // accumulate_fp8's column order
+#pragma unroll
+      for (int q = 0; q < D / 8; q += 2)
+        *reinterpret_cast<float4*>(so + (warp * 16 + row) * D + q * 8 + lane % 4 * 4) =
+            make_float4(o[q][2 * r], o[q + 1][2 * r], o[q][2 * r + 1], o[q + 1][2 * r + 1]);
+    } else {
 #pragma unroll
     for (int nb = 0; nb < D / 8; ++nb)
       *reinterpret_cast<float2*>(so + (warp * 16 + row) * D + nb * 8 + lane % 4 * 2) =
           make_float2(o[nb][2 * r], o[nb][2 * r + 1]);
+    }
     if (lane % 4 == 0) {
       sm[warp * 16 + row] = softmax.m[r];
       sl[warp * 16 + row] = softmax.l[r];
