@@ -14,10 +14,11 @@
 //                  up to 8 partitions, the CTAs of one thread-block cluster, enough to fill the
 //                  GPU; the cluster's first CTA merges their results through distributed shared
 //                  memory (no second kernel: it was one more launch a layer in every decode step).
-//                  From an e4m3 cache (ops/kv_fp8.h) its tiles arrive as bytes, each warp converts
-//                  its 16 keys to f16 (one instruction a pair, exact) and the MMAs run in f16, the
-//                  queries scaled by a power of two into f16's range and the scales applied to the
-//                  scores and probabilities in fp32. The prefill kernel dequantizes on load instead.
+//                  From an e4m3 cache (ops/kv_fp8.h) its tiles arrive as bytes and each warp reads
+//                  its MMA fragments from them, converted to f16 in registers (one instruction a
+//                  pair, exact): f16 MMAs, the queries scaled by a power of two into f16's range, the
+//                  scales applied to the scores and probabilities in fp32. The prefill kernel
+//                  dequantizes on load instead.
 //   bwd_kernel     FlashAttention-2 backward: bwd_prep_kernel computes Dᵢ = rowsum(dO ∘ O) and
 //                  zeroes an f32 dQ accumulator; a bwd_kernel CTA takes 64 keys of one kv head (16 a
 //                  warp, dK and dV in registers) and loops over the group's q heads and the 32-row
@@ -116,13 +117,6 @@ __device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], u
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// d += a · b in bf16, or in f16 (kF16).
-template <bool kF16>
-__device__ __forceinline__ void mma_as(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  if constexpr (kF16) mma_f16(d, a, b0, b1);
-  else mma(d, a, b0, b1);
-}
-
 // Two floats rounded to bf16 (nearest even), the first in the low half: one fragment register.
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
@@ -176,7 +170,7 @@ __device__ __forceinline__ void load_a(uint32_t (&a)[4], const uint16_t* tile, i
 
 // s (16 rows × kKeys) = A · (rows key0 .. key0+kKeys−1 of tile)ᵀ, A (16 × D) given by a(kk, frag)
 // one 16-column step at a time: scores of queries against keys (or keys against queries).
-template <int D, int kKeys, class AFragment, bool kF16 = false>
+template <int D, int kKeys, class AFragment>
 __device__ __forceinline__ void multiply_transposed(float (&s)[kKeys / 8][4], AFragment a, const uint16_t* tile,
                                                     int key0) {
   const int lane = threadIdx.x % 32;
@@ -190,8 +184,8 @@ __device__ __forceinline__ void multiply_transposed(float (&s)[kKeys / 8][4], AF
     for (int np = 0; np < kKeys / 16; ++np) {
       uint32_t b[4];  // keys 16·np .. +7 and +8 .. +15, columns 16·kk .. +15
       ldmatrix_x4(b, tile + swizzle<D / 8>(key0 + np * 16 + lane % 8 + lane / 16 * 8, 2 * kk + lane / 8 % 2));
-      mma_as<kF16>(s[2 * np], af, b[0], b[1]);
-      mma_as<kF16>(s[2 * np + 1], af, b[2], b[3]);
+      mma(s[2 * np], af, b[0], b[1]);
+      mma(s[2 * np + 1], af, b[2], b[3]);
     }
   }
 }
@@ -212,7 +206,7 @@ struct HeldA {
 
 // o (16 rows × kCols) += p · (rows key0 .. key0+16·kSteps−1, columns col0 .. col0+kCols−1 of tile):
 // probabilities times values. kChunks: the tile's row length in chunks.
-template <int kChunks, int kSteps, int kCols, bool kF16 = false>
+template <int kChunks, int kSteps, int kCols>
 __device__ __forceinline__ void multiply_accumulate(float (&o)[kCols / 8][4], const uint32_t (&p)[kSteps][4],
                                                     const uint16_t* tile, int key0, int col0) {
   const int lane = threadIdx.x % 32;
@@ -223,12 +217,13 @@ __device__ __forceinline__ void multiply_accumulate(float (&o)[kCols / 8][4], co
       uint32_t b[4];  // keys 16·kk .. +15, columns 16·dp .. +7 and +8 .. +15
       ldmatrix_x4_trans(b, tile + swizzle<kChunks>(key0 + kk * 16 + lane % 8 + lane / 8 % 2 * 8,
                                                    col0 / 8 + 2 * dp + lane / 16));
-      mma_as<kF16>(o[2 * dp], p[kk], b[0], b[1]);
-      mma_as<kF16>(o[2 * dp + 1], p[kk], b[2], b[3]);
+      mma(o[2 * dp], p[kk], b[0], b[1]);
+      mma(o[2 * dp + 1], p[kk], b[2], b[3]);
     }
 }
 
-// The C fragments of 16 rows × 16·kSteps columns as bf16 A fragments (the FA2 register reuse).
+// The C fragments of 16 rows × 16·kSteps columns as bf16 (or f16) A fragments (the FA2 register
+// reuse).
 template <int kSteps, bool kF16 = false>
 __device__ __forceinline__ void to_a_fragments(uint32_t (&a)[kSteps][4], const float (&c)[2 * kSteps][4]) {
   const auto pack = [](float lo, float hi) { return kF16 ? pack_f16(lo, hi) : pack_bf16(lo, hi); };
@@ -720,10 +715,9 @@ __device__ __forceinline__ void accumulate_fp8(float (&o)[D / 8][4], const uint3
 }
 
 // The decode kernel's shared memory: the queries, then the K/V ring (bf16 tiles; or, from an e4m3
-// cache, the staged bytes and scales of each tile, then each warp's 16 rows of the current tile
-// converted to bf16); the merge reuses the bf16 ring's bytes.
+// cache, the staged bytes and scales of each tile); the merge reuses the bf16 ring's bytes.
 // From an e4m3 cache the ring has 3 stages (two tiles in flight while one is used), which still fits
-// 3 CTAs an SM.
+// 3 CTAs an SM; 4 stages measured 1% slower at batch 64 (H200, session 12).
 template <int D, bool kFp8Cache>
 struct DecodeSmem {
   static constexpr int kStages = kFp8Cache ? 3 : kDecodeStages;
@@ -739,10 +733,11 @@ struct DecodeSmem {
 // kQuantized: the output goes to qo (decode_quantizes_output's steps; group · D / 8 a multiple of
 // 32, so that the output loops below run whole warps, as the quantization's shuffles need).
 // kFp8Cache: the cache is e4m3 with scales cs (ops/kv_fp8.h). Its bytes go through the ring as
-// they are (half the bf16 tile's), and each warp converts its 16 keys of a tile to f16 (exact,
-// unscaled) for f16 MMAs; the scales, powers of two, are applied exactly in fp32 to the scores (k)
-// and to the probabilities before they are rounded for P·V (v). Same math as the bf16 cache's
-// path but for where the roundings fall (f16 P is finer than bf16's).
+// they are (half the bf16 tile's), and each warp reads its 16 keys' MMA fragments from them,
+// converted to f16 in registers (exact, unscaled: scores_fp8, accumulate_fp8) for f16 MMAs; the
+// scales, powers of two, are applied exactly in fp32 to the scores (k) and to the probabilities
+// before they are rounded for P·V (v). Same math as the bf16 cache's path but for where the
+// roundings fall (f16 P is finer than bf16's).
 template <int D, bool kQuantized, bool kFp8Cache = false>
 __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm) decode_kernel(const DecodeArgs a,
                                                                             const QuantizedOut qo,
