@@ -214,8 +214,9 @@ void kv_cache_write(const PagedKv& cache, const Tensor& qkv, const Tensor& slots
 namespace {
 
 // attention_paged's arguments but the output; returns T.
-int64_t check_paged(const std::string& op, const Tensor& qkv, const PagedKv& cache, const Tensor& block_tables, const Tensor& cu_seqlens_q, const Tensor& context_lens,
-                    const HeadLayout& layout, bool one_row_each) {
+int64_t check_paged(const std::string& op, const Tensor& qkv, const PagedKv& cache, const Tensor& block_tables,
+                    const Tensor& cu_seqlens_q, const Tensor& context_lens, const HeadLayout& layout,
+                    bool one_row_each) {
   const int64_t T = check_qkv(op, qkv, layout);
   const Device device = qkv.device();
   check_caches(op, cache, layout, device);
