@@ -13,6 +13,8 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "core/tensor.h"
+#include "ops/attention.h"
+#include "ops/head_layout.h"
 
 namespace lockstep::testing {
 
@@ -78,6 +80,18 @@ inline double worst_row_error(const std::vector<double>& out, const std::vector<
     if (!(e <= worst)) worst = e;  // keeps a NaN
   }
   return worst;
+}
+
+// An e4m3 paged KV cache (ops/attention.h) of num_blocks blocks of block_size slots on `device`,
+// every byte and scale 0xFF (NaN): a slot the op forgets to write stays NaN.
+inline PagedKv poisoned_fp8_cache(const HeadLayout& layout, int64_t num_blocks, int64_t block_size,
+                                  Device device = Device::cpu) {
+  const Shape values{num_blocks, block_size, layout.kv_heads, layout.head_dim};
+  const Shape scales{num_blocks, block_size, layout.kv_heads};
+  PagedKv c{Tensor::empty(values, DType::e4m3, device), Tensor::empty(values, DType::e4m3, device),
+            Tensor::empty(scales, DType::f32, device), Tensor::empty(scales, DType::f32, device)};
+  for (Tensor* t : {&c.k, &c.v, &c.k_scale, &c.v_scale}) t->fill_bytes(0xFF);
+  return c;
 }
 
 inline bool same_bytes(const Tensor& a, const Tensor& b) {

@@ -133,13 +133,12 @@ void load_packed(Context& ctx, const Tensor& qkv, int64_t t0, int64_t n, int64_t
 // Head g of a cache slot: read (bf16/f32), or dequantized (e4m3: ops/kv_fp8.h) in `dtype`, the
 // activations'.
 void read_cached(const PagedKv& cache, int64_t slot, int64_t g, int64_t d, DType dtype, float* k, float* v) {
-  const int64_t kv_heads = cache.k.dim(2), offset = (slot * kv_heads + g) * d;
+  const int64_t head = slot * cache.k.dim(2) + g, offset = head * d;
   if (!cache.fp8()) {
     read_f32(cache.k, offset, d, k);
     read_f32(cache.v, offset, d, v);
     return;
   }
-  const int64_t head = slot * kv_heads + g;
   dequantize_kv_head(static_cast<const uint8_t*>(cache.k.data()) + offset, cache.k_scale.data_as<float>()[head], d, dtype, k);
   dequantize_kv_head(static_cast<const uint8_t*>(cache.v.data()) + offset, cache.v_scale.data_as<float>()[head], d, dtype, v);
 }

@@ -645,20 +645,18 @@ template <int D>
 __device__ __forceinline__ float queries_f16(HeldA<D>& qa, const uint16_t* sq) {
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   uint4 x[2][D / 32];  // rows g and g + 8: 8 bf16 at columns 32b + 8t
-  uint32_t m = 0;
+  uint32_t m = 0;  // abs_bits of the largest
 #pragma unroll
   for (int r = 0; r < 2; ++r)
 #pragma unroll
     for (int b = 0; b < D / 32; ++b) {
       x[r][b] = *reinterpret_cast<const uint4*>(sq + swizzle<D / 8>(g + 8 * r, 4 * b + t));
-#pragma unroll
-      for (int i = 0; i < 4; ++i) m = __vmaxu2(m, quant::component(x[r][b], i) & 0x7fff7fffu);
+      m = max(m, kv_fp8::amax8(x[r][b]));
     }
-  m = max(m & 0xffffu, m >> 16);
 #pragma unroll
   for (int o = 16; o >= 1; o /= 2) m = max(m, __shfl_xor_sync(0xffffffffu, m, o));
   // amax < 2^(exponent field − 126): e = 141 − field puts it below 2^15 (bounded for zeros, NaN).
-  const int e = min(max(141 - int(m >> 7), -60), 60);
+  const int e = min(max(141 - int(m >> 23), -60), 60);
   const float up = ldexpf(1.0f, e);
   auto f16 = [&](uint32_t w) { return pack_f16(bf16_lo(w) * up, bf16_hi(w) * up); };
 #pragma unroll
@@ -1271,10 +1269,7 @@ __global__ void kv_cache_write_fp8_kernel(uint8_t* k_cache, uint8_t* v_cache, fl
   const bool active = lane < D / 8, is_v = h >= kv_heads;
   const uint4 w = active ? *reinterpret_cast<const uint4*>(qkv + t * qkv_width + k_col + int64_t(h) * D + lane * 8)
                          : make_uint4(0, 0, 0, 0);
-  uint32_t amax = kv_fp8::amax8(w);
-#pragma unroll
-  for (int o = 16; o >= 1; o /= 2) amax = max(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  const float scale = kv_fp8_scale(amax);
+  const float scale = kv_fp8::warp_head_scale(w);
   const int64_t dst = slot * kv_heads + h % kv_heads;
   if (active)
     *reinterpret_cast<uint2*>((is_v ? v_cache : k_cache) + dst * D + lane * 8) = kv_fp8::quantize8(w, inverse_scale(scale));

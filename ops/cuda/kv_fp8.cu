@@ -21,10 +21,7 @@ __global__ void __launch_bounds__(kThreads) round_kv_kernel(uint16_t* qkv, int64
   const bool active = lane < head_dim / 8;
   uint16_t* x = qkv + head / (2 * kv_heads) * width + k_offset + head % (2 * kv_heads) * head_dim + lane * 8;
   const uint4 w = active ? *reinterpret_cast<const uint4*>(x) : make_uint4(0, 0, 0, 0);
-  uint32_t amax = kv_fp8::amax8(w);
-#pragma unroll
-  for (int o = 16; o >= 1; o /= 2) amax = max(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  const float scale = kv_fp8_scale(amax);
+  const float scale = kv_fp8::warp_head_scale(w);
   if (active) *reinterpret_cast<uint4*>(x) = kv_fp8::dequantize8(kv_fp8::quantize8(w, inverse_scale(scale)), scale);
 }
 

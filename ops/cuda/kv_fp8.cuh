@@ -12,15 +12,20 @@
 
 namespace lockstep::cuda::kv_fp8 {
 
-// max of abs_bits over the 8 bf16 in w (a bf16's magnitude bits, shifted, are its float's).
+// max of abs_bits over the 8 bf16 in w (the quantize kernels' magnitude max, two at a time).
 __device__ __forceinline__ uint32_t amax8(const uint4& w) {
   uint32_t m = 0;
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const uint32_t x = quant::component(w, i);
-    m = max(m, max(x & 0x7fffu, (x >> 16) & 0x7fffu));
-  }
-  return m << 16;
+  for (int i = 0; i < 4; ++i) m = quant::Bf16::max_magnitude(m, quant::component(w, i));
+  return quant::Bf16::unpack_magnitude(m);
+}
+
+// The scale of a head held by a whole warp, 8 bf16 a lane in w (zeros in lanes past the head).
+__device__ __forceinline__ float warp_head_scale(const uint4& w) {
+  uint32_t amax = amax8(w);
+#pragma unroll
+  for (int o = 16; o >= 1; o /= 2) amax = max(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  return kv_fp8_scale(amax);
 }
 
 // The 8 bf16 in w times inv, as e4m3 (quantize_value's instruction): 8 bytes, in order.

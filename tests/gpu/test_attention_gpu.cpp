@@ -36,6 +36,7 @@ void PrintTo(const HeadLayout& l, std::ostream* os) { *os << layout_name(l); }
 namespace {
 
 using testing::expect_error;
+using testing::poisoned_fp8_cache;
 using testing::random_tensor;
 using testing::rel_error;
 using testing::same_bytes;
@@ -410,15 +411,6 @@ TEST(PagedGpu, Fp8OutputIsTheQuantizedOutput) {
   PagedBatch batch({{300, 1}, {40, 1}, {900, 1}}, 16, layout, 15);
   batch.cu_q = i32_tensor({0, 1, 1, 3});
   check(batch, layout, true, "malformed offsets");
-}
-
-// An e4m3 cache (ops/kv_fp8.h) of num_blocks blocks of block_size slots on `device`, every byte
-// and scale 0xFF (NaN).
-PagedKv poisoned_fp8_cache(const HeadLayout& layout, int64_t num_blocks, int64_t block_size, Device device) {
-  const Shape values{num_blocks, block_size, layout.kv_heads, layout.head_dim};
-  const Shape scales{num_blocks, block_size, layout.kv_heads};
-  return {poisoned(values, DType::e4m3, device), poisoned(values, DType::e4m3, device),
-          poisoned(scales, DType::f32, device), poisoned(scales, DType::f32, device)};
 }
 
 bool same_cache_bytes(const PagedKv& a, const PagedKv& b) {

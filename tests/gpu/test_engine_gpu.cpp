@@ -77,22 +77,15 @@ TEST(EngineGpu, GreedyTokensAreCpuArgmaxes) {
   EXPECT_LE(logprob_error(cpu_model, requests, results), 2e-2);
 }
 
-// A recipe, with or without the fp8 KV cache.
-struct EngineGpuCase {
-  Recipe recipe;
-  bool fp8_kv_cache = false;
-};
-
-class EngineGpuRecipe : public ::testing::TestWithParam<EngineGpuCase> {};
+class EngineGpuRecipe : public ::testing::TestWithParam<EngineCase> {};
 
 // A small cache and step budget: chunked prefill, preemption and copy-on-write on the device.
 TEST_P(EngineGpuRecipe, SampledLogprobsMatchTheCpuForward) {
   LOCKSTEP_REQUIRE_GPU();
   const ModelConfig c = gpu_tiny_config();
   const ModelParameters init = random_parameters(c, 32);
-  const TransformerOptions options{.fp8_kv_cache = GetParam().fp8_kv_cache};
-  Transformer gpu_model(c, init.copy_to(Device::cuda), GetParam().recipe, options);
-  Transformer cpu_model(c, init, GetParam().recipe, options);
+  Transformer gpu_model(c, init.copy_to(Device::cuda), GetParam().recipe, GetParam().options());
+  Transformer cpu_model(c, init, GetParam().recipe, GetParam().options());
   SamplingParams sampling;
   sampling.n = 4;
   sampling.temperature = 0.9f;
@@ -115,12 +108,9 @@ TEST_P(EngineGpuRecipe, SampledLogprobsMatchTheCpuForward) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Recipes, EngineGpuRecipe,
-                         ::testing::Values(EngineGpuCase{Recipe::bf16}, EngineGpuCase{Recipe::fp8},
-                                           EngineGpuCase{Recipe::bf16, true}, EngineGpuCase{Recipe::fp8, true}),
-                         [](const auto& info) {
-                           return std::string(recipe_name(info.param.recipe)) +
-                                  (info.param.fp8_kv_cache ? "_fp8_kv_cache" : "");
-                         });
+                         ::testing::Values(EngineCase{Recipe::bf16}, EngineCase{Recipe::fp8},
+                                           EngineCase{Recipe::bf16, true}, EngineCase{Recipe::fp8, true}),
+                         [](const auto& info) { return engine_case_name(info.param); });
 
 using Results = std::vector<std::vector<GeneratedSample>>;
 
@@ -161,13 +151,12 @@ std::vector<GenerationRequest> shrinking_requests() {
   return requests;
 }
 
-class EngineGpuGraphs : public ::testing::TestWithParam<EngineGpuCase> {};
+class EngineGpuGraphs : public ::testing::TestWithParam<EngineCase> {};
 
 TEST_P(EngineGpuGraphs, ChangeNoTokenOrLogprob) {
   LOCKSTEP_REQUIRE_GPU();
   const ModelConfig c = gpu_tiny_config();
-  Transformer model(c, random_parameters(c, 34).copy_to(Device::cuda), GetParam().recipe,
-                    {.fp8_kv_cache = GetParam().fp8_kv_cache});
+  Transformer model(c, random_parameters(c, 34).copy_to(Device::cuda), GetParam().recipe, GetParam().options());
   const auto requests = shrinking_requests();
   const EngineOptions options{.num_blocks = 64, .block_size = 8, .max_step_sequences = 12};
   EngineOptions eager_options = options;
@@ -188,8 +177,7 @@ TEST_P(EngineGpuGraphs, ChangeNoTokenOrLogprob) {
 TEST_P(EngineGpuGraphs, ChangeNothingUnderPreemption) {
   LOCKSTEP_REQUIRE_GPU();
   const ModelConfig c = gpu_tiny_config();
-  Transformer model(c, random_parameters(c, 35).copy_to(Device::cuda), GetParam().recipe,
-                    {.fp8_kv_cache = GetParam().fp8_kv_cache});
+  Transformer model(c, random_parameters(c, 35).copy_to(Device::cuda), GetParam().recipe, GetParam().options());
   SamplingParams sampling;
   sampling.n = 3;
   sampling.temperature = 1.1f;
@@ -207,12 +195,9 @@ TEST_P(EngineGpuGraphs, ChangeNothingUnderPreemption) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Recipes, EngineGpuGraphs,
-                         ::testing::Values(EngineGpuCase{Recipe::bf16}, EngineGpuCase{Recipe::fp8},
-                                           EngineGpuCase{Recipe::fp8, true}),
-                         [](const auto& info) {
-                           return std::string(recipe_name(info.param.recipe)) +
-                                  (info.param.fp8_kv_cache ? "_fp8_kv_cache" : "");
-                         });
+                         ::testing::Values(EngineCase{Recipe::bf16}, EngineCase{Recipe::fp8},
+                                           EngineCase{Recipe::fp8, true}),
+                         [](const auto& info) { return engine_case_name(info.param); });
 
 TEST(EngineGpu, MemoryFractionSizesTheCache) {
   LOCKSTEP_REQUIRE_GPU();

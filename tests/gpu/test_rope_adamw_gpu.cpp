@@ -234,10 +234,8 @@ TEST(QkvRopeGpuCache, SameBytesAsQkvRopeThenKvCacheWrite) {
         const int64_t width = layout.qkv_width(), heads = layout.q_heads + layout.kv_heads;
         // A bf16 cache, and an e4m3 one (ops/kv_fp8.h) whose bytes and scales start as 0xFF.
         auto fresh_cache = [&](bool fp8) {
-          if (!fp8) return PagedKv{gpu(cache0), gpu(cache0)};
-          const Shape values{blocks, kBlockSize, layout.kv_heads, layout.head_dim}, scales{blocks, kBlockSize, layout.kv_heads};
-          return PagedKv{poisoned(values, DType::e4m3, Device::cuda), poisoned(values, DType::e4m3, Device::cuda),
-                         poisoned(scales, DType::f32, Device::cuda), poisoned(scales, DType::f32, Device::cuda)};
+          return fp8 ? testing::poisoned_fp8_cache(layout, blocks, kBlockSize, Device::cuda)
+                     : PagedKv{gpu(cache0), gpu(cache0)};
         };
 
         Tensor out = poisoned({T, width}, DType::bf16, Device::cuda);

@@ -17,6 +17,7 @@ namespace lockstep {
 namespace {
 
 using testing::expect_error;
+using testing::poisoned_fp8_cache;
 using testing::random_tensor;
 using testing::same_bytes;
 
@@ -94,17 +95,6 @@ TEST(RoundKvToFp8, ValuesAreTheNearestOnAPowerOfTwoGrid) {
   }
 }
 
-// An e4m3 cache of num_blocks blocks of block_size slots, every byte and scale set to NaN.
-PagedKv fp8_cache(const HeadLayout& l, int64_t num_blocks, int64_t block_size) {
-  PagedKv c;
-  c.k = Tensor::empty({num_blocks, block_size, l.kv_heads, l.head_dim}, DType::e4m3);
-  c.v = Tensor::empty({num_blocks, block_size, l.kv_heads, l.head_dim}, DType::e4m3);
-  c.k_scale = Tensor::empty({num_blocks, block_size, l.kv_heads}, DType::f32);
-  c.v_scale = Tensor::empty({num_blocks, block_size, l.kv_heads}, DType::f32);
-  for (Tensor* t : {&c.k, &c.v, &c.k_scale, &c.v_scale}) std::memset(t->data(), 0xff, t->nbytes());
-  return c;
-}
-
 TEST(KvCacheWrite, AnFp8CacheReadsBackAsTheRoundedValues) {
   const HeadLayout l{4, 2, 64};
   const int64_t T = 6, d = l.head_dim, W = l.qkv_width();
@@ -112,7 +102,7 @@ TEST(KvCacheWrite, AnFp8CacheReadsBackAsTheRoundedValues) {
     const Tensor qkv = test_qkv(l, T, dtype);
     Tensor rounded = qkv.to(Device::cpu);
     round_kv_to_fp8(rounded, l);
-    PagedKv cache = fp8_cache(l, 3, 4);
+    PagedKv cache = poisoned_fp8_cache(l, 3, 4);
     const std::vector<int32_t> slots{5, 0, 11, 2, 7, 3};
     Tensor slot_tensor = Tensor::empty({T}, DType::i32);
     std::memcpy(slot_tensor.data(), slots.data(), sizeof(int32_t) * slots.size());
@@ -141,7 +131,7 @@ TEST(KvCacheWrite, AnFp8CacheNeedsItsScales) {
   const Tensor qkv = random_tensor({1, l.qkv_width()}, DType::bf16, 3);
   Tensor slot = Tensor::empty({1}, DType::i32);
   slot.data_as<int32_t>()[0] = 0;
-  PagedKv cache = fp8_cache(l, 2, 4);
+  PagedKv cache = poisoned_fp8_cache(l, 2, 4);
   PagedKv no_scales = cache;
   no_scales.v_scale = Tensor();
   expect_error([&] { kv_cache_write(no_scales, qkv, slot, l); }, {"kv_cache_write", "v_scale"});

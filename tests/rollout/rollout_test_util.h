@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "rollout/engine.h"
@@ -21,6 +22,16 @@ inline std::vector<GenerationRequest> make_requests(const std::vector<int>& prom
     requests.back().sampling.seed = seed * 1000 + requests.size();
   }
   return requests;
+}
+
+// A recipe for the engine tests, with or without the fp8 KV cache, and its test-name suffix.
+struct EngineCase {
+  Recipe recipe;
+  bool fp8_kv_cache = false;
+  TransformerOptions options() const { return {.fp8_kv_cache = fp8_kv_cache}; }
+};
+inline std::string engine_case_name(const EngineCase& c) {
+  return std::string(recipe_name(c.recipe)) + (c.fp8_kv_cache ? "_fp8_kv_cache" : "");
 }
 
 struct ChiSquare {

@@ -20,6 +20,8 @@
 namespace lockstep {
 namespace {
 
+using testing::engine_case_name;
+using testing::EngineCase;
 using testing::expect_error;
 using testing::make_requests;
 using testing::pack;
@@ -92,18 +94,11 @@ void expect_training_logprobs(Transformer& model, const std::vector<GenerationRe
   }
 }
 
-// A recipe, with or without the fp8 KV cache.
-struct EngineCase {
-  Recipe recipe;
-  bool fp8_kv_cache = false;
-};
-
 class EngineRecipe : public ::testing::TestWithParam<EngineCase> {};
 
 TEST_P(EngineRecipe, GreedyIsTheStepwiseArgmaxOfTheTrainingForward) {
   const ModelConfig config = engine_config();
-  Transformer model(config, random_parameters(config, 21), GetParam().recipe,
-                    {.fp8_kv_cache = GetParam().fp8_kv_cache});
+  Transformer model(config, random_parameters(config, 21), GetParam().recipe, GetParam().options());
   SamplingParams greedy;
   greedy.temperature = 0;
   greedy.max_new_tokens = 10;
@@ -131,8 +126,7 @@ TEST_P(EngineRecipe, GreedyIsTheStepwiseArgmaxOfTheTrainingForward) {
 // prompt blocks copied on write — and every logprob still equals the training forward's.
 TEST_P(EngineRecipe, SampledLogprobsEqualTheTrainingForwardBitForBit) {
   const ModelConfig config = engine_config();
-  Transformer model(config, random_parameters(config, 22), GetParam().recipe,
-                    {.fp8_kv_cache = GetParam().fp8_kv_cache});
+  Transformer model(config, random_parameters(config, 22), GetParam().recipe, GetParam().options());
   SamplingParams sampling;
   sampling.n = 3;
   sampling.temperature = 0.8f;
@@ -154,10 +148,7 @@ TEST_P(EngineRecipe, SampledLogprobsEqualTheTrainingForwardBitForBit) {
 INSTANTIATE_TEST_SUITE_P(Recipes, EngineRecipe,
                          ::testing::Values(EngineCase{Recipe::bf16}, EngineCase{Recipe::fp8},
                                            EngineCase{Recipe::bf16, true}, EngineCase{Recipe::fp8, true}),
-                         [](const auto& info) {
-                           return std::string(recipe_name(info.param.recipe)) +
-                                  (info.param.fp8_kv_cache ? "_fp8_kv_cache" : "");
-                         });
+                         [](const auto& info) { return engine_case_name(info.param); });
 
 // Many requests of different lengths, n and max_new_tokens through a cache a fraction of their
 // size: the same tokens and logprobs as with room for everything.
