@@ -10,7 +10,7 @@
 //   store is a full 128-byte line per 8 lanes (transposed) or per half-warp (rowwise).
 // - Amax of bf16 data compares two values per instruction on their raw magnitude bits; a token's
 //   128-feature group spans a half-warp, whose 8 token maxima are reduce-scattered (8 shuffles).
-// - Rows only at T ≤ kSmallT (decode) skips the tiles, mostly padding there: a thread per 8-wide
+// - Rows only at T ≤ kRowsOnlyT (decode) skips the tiles, mostly padding there: a thread per 8-wide
 //   vector, a half-warp per group (quantize_vector_rows).
 #include <cstdint>
 #include <type_traits>
@@ -52,7 +52,7 @@ __global__ void __launch_bounds__(Bf16::kThreads, kColumnwise ? 2 : 3) quantize_
       });
 }
 
-// quantize_activation_kernel's rows for T ≤ kSmallT: one 8-wide vector of x a thread (vector i of
+// quantize_activation_kernel's rows for T ≤ kRowsOnlyT: one 8-wide vector of x a thread (vector i of
 // [T, K]), grouped by quantize_vector_rows.
 __global__ void __launch_bounds__(kSmallThreads) quantize_rows_small_kernel(
     const uint16_t* __restrict__ x, int64_t T, int64_t K, uint8_t* __restrict__ q, float* __restrict__ s,
@@ -151,7 +151,7 @@ void quantize_rows_and_columns(Fp8Rows* out, Fp8Rows* out_t, const Tensor& x, bo
   auto* st = out_t ? out_t->scales.data_as<float>() : nullptr;
   if (out && out_t) {
     launch_activation<true, true>(tiles, xp, T, K, q, s, qt, st, Tp, pow2);
-  } else if (out && T <= kSmallT) {
+  } else if (out && T <= kRowsOnlyT) {
     LaunchConfig(dim3(small_grid(T * K / 8)), dim3(kSmallThreads), 0)
         .early_start_in_scope()
         .run(quantize_rows_small_kernel, xp, T, K, q, s, pow2);

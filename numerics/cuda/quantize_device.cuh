@@ -288,6 +288,11 @@ __device__ __forceinline__ void quantize_tile_rows(const Bf16& f, int64_t t0, in
 // decode_*_ncu_*.txt). There one thread holds one 8-value vector of a token row, and the 16 lanes of
 // each half-warp one 128-value group, in order.
 constexpr int64_t kSmallT = 64;
+// Without a columnwise copy (inference) the rows kernels serve up to kRowsOnlyT rows: a decode step
+// at batch 256 gave the tile kernels 2 row tiles, too few CTAs to stream their bytes (the SwiGLU's
+// at 1.2 TB/s, docs/results/decode_trace_b256_fp8_h200_2026-11-22-s13.txt); with the rows kernels
+// fp8 decode at B = 128 ran 2.9% faster, at B = 256 0.7% (H200, docs/benchmarks.md, session 13).
+constexpr int64_t kRowsOnlyT = 256;
 constexpr int kSmallThreads = 128;  // a block of the small-T kernels: more blocks, more SMs at T = 1
 
 // Blocks of kSmallThreads for `vectors` 8-wide vectors, one a thread.

@@ -13,7 +13,7 @@
 // that run's partial sums; add_partial_sums adds the runs to dw in a fixed order. No atomics: the
 // same bits every run.
 //
-// rmsnorm_forward_fp8: for T ≤ quant::kSmallT rows only (decode), the forward's row kernel quantizes
+// rmsnorm_forward_fp8: for T ≤ quant::kRowsOnlyT rows only (decode), the forward's row kernel quantizes
 // each row's y in place of storing it (one launch; the same rstd and y bits, so the same bytes).
 // Otherwise the rstd pass of the forward (the same kernel, so the same rstd bits), then a
 // tile kernel that recomputes y = bf16(x · rstd · w) with the forward's operations into a bf16
@@ -80,7 +80,7 @@ __device__ __forceinline__ uint4 load_input(const uint16_t* x, const uint16_t* r
 }
 
 // What rmsnorm_rows_kernel writes besides rstd: nothing (the rstd pass of the fp8 tile kernel), y,
-// or y's rowwise fp8 bytes and scales (rmsnorm_forward_fp8's rows for T ≤ quant::kSmallT: one
+// or y's rowwise fp8 bytes and scales (rmsnorm_forward_fp8's rows for T ≤ quant::kRowsOnlyT: one
 // kernel where the tile kernel would take 128-row tiles and a second launch).
 enum class RowsOut { rstd, y, fp8 };
 
@@ -320,7 +320,7 @@ void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x,
 void rmsnorm_forward_fp8(Fp8Rows& y_rows, Fp8Rows* y_cols, Tensor& rstd, Tensor& x,
                          const Tensor* residual, const Tensor& w, float eps, bool pow2) {
   if (x.dim(0) == 0) return;
-  if (!y_cols && x.dim(0) <= quant::kSmallT) {
+  if (!y_cols && x.dim(0) <= quant::kRowsOnlyT) {
     launch_rows<RowsOut::fp8>(x, residual, w, eps, rstd, nullptr, &y_rows, pow2);
     return;
   }

@@ -7,7 +7,7 @@
 // up tiles, computes the output with the forward's operations into a bf16 Fragment and quantizes it
 // with numerics/cuda/quantize_device.cuh without storing it: the bytes of swiglu_forward followed by
 // quantize_rows(_and_columns). HBM traffic per output element: 4 bytes read plus 1 or 2 fp8 bytes,
-// against 4 + 2 (swiglu) + 2 + 2 (quantization) unfused. Rows only at T ≤ quant::kSmallT (decode),
+// against 4 + 2 (swiglu) + 2 + 2 (quantization) unfused. Rows only at T ≤ quant::kRowsOnlyT (decode),
 // where 128-row tiles would be mostly padding: a thread per 8-wide output vector
 // (quant::quantize_vector_rows), the same operations and bytes.
 //
@@ -145,7 +145,7 @@ __global__ void __launch_bounds__(Bf16::kThreads, 2) swiglu_quantize_kernel(
   quant::for_each_tile<GluTile, Bf16::kThreads, kRingStages>(T, I, ring, load, compute);
 }
 
-// swiglu_quantize_kernel's rows for T ≤ quant::kSmallT: one 8-wide output vector a thread (vector i
+// swiglu_quantize_kernel's rows for T ≤ quant::kRowsOnlyT: one 8-wide output vector a thread (vector i
 // of the [T, I] output), grouped by quant::quantize_vector_rows; the same operations on the same
 // values, so the same bytes.
 __global__ void __launch_bounds__(quant::kSmallThreads) swiglu_quantize_rows_small_kernel(
@@ -216,7 +216,7 @@ void launch_quantize(const Tensor& gate_up, Fp8Rows& rows, Fp8Rows* cols, bool p
   const int64_t T = gate_up.dim(0), I = gate_up.dim(1) / 2, Tp = round_up(T, quant::kTile);
   const int64_t tiles = Tp / quant::kTile * (I / quant::kTile);
   if (tiles == 0) return;
-  if (!kColumnwise && T <= quant::kSmallT) {
+  if (!kColumnwise && T <= quant::kRowsOnlyT) {
     LaunchConfig(dim3(quant::small_grid(T * I / kVec)), dim3(quant::kSmallThreads), 0)
         .early_start_in_scope()
         .run(swiglu_quantize_rows_small_kernel, bf16_data(gate_up), T, I, static_cast<uint8_t*>(rows.data.data()),

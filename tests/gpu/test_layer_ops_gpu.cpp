@@ -267,10 +267,11 @@ INSTANTIATE_TEST_SUITE_P(Shapes, RmsNormFp8Gpu,
                          ::testing::Combine(::testing::Values(1, 7, 300, 1001),
                                             ::testing::Values(128, 2048, 6144),
                                             ::testing::Values(ScaleFormat::fp32, ScaleFormat::pow2)));
-// Decode sizes: rows only at T ≤ 64 is one row kernel (65 the tile kernels), compared above with the
-// tile kernels' bytes; 640 columns: 5 groups, so the last warp's second half-warp holds none.
+// Decode sizes: rows only at T ≤ 256 is one row kernel (its rows sliced over a cluster up to 64;
+// 257 the tile kernels), compared above with the tile kernels' bytes; 640 columns: 5 groups, so the
+// last warp's second half-warp holds none.
 INSTANTIATE_TEST_SUITE_P(Decode, RmsNormFp8Gpu,
-                         ::testing::Combine(::testing::Values(1, 3, 64, 65), ::testing::Values(640, 4096),
+                         ::testing::Combine(::testing::Values(1, 3, 64, 65, 256, 257), ::testing::Values(640, 4096),
                                             ::testing::Values(ScaleFormat::fp32, ScaleFormat::pow2)));
 // 20 × 32 = 640 tiles: several a persistent block, so the tile loop refills its loads.
 INSTANTIATE_TEST_SUITE_P(ManyTiles, RmsNormFp8Gpu,
@@ -334,11 +335,12 @@ TEST_P(RmsNormResidualGpu, SameBitsAsAddIntoThenRmsNorm) {
 }
 
 // Rows: 1 and 64 the decode kernels (a row sliced over a cluster of blocks where it is wide
-// enough), 65 and 300 one block a row (and the fp8 tile kernels). Columns: 200 and 640 one block a
+// enough), 65, 256 and 300 one block a row (fp8 rows only: the row kernel up to 256, the tile
+// kernels at 300; with columns the tile kernels). Columns: 200 and 640 one block a
 // row at every size; 4096 (Qwen3-8B) 2 slices, 6144 3 (a cluster of 4, its last block past the
 // row), 20480 10 (capped at 8, two vectors a thread). 200: no fp8 (not a multiple of 128).
 INSTANTIATE_TEST_SUITE_P(Shapes, RmsNormResidualGpu,
-                         ::testing::Combine(::testing::Values(1, 7, 64, 65, 300),
+                         ::testing::Combine(::testing::Values(1, 7, 64, 65, 256, 300),
                                             ::testing::Values(200, 640, 4096, 6144, 20480)),
                          [](const auto& info) {
                            return shape_name(std::get<0>(info.param), std::get<1>(info.param));
@@ -417,10 +419,10 @@ INSTANTIATE_TEST_SUITE_P(Shapes, SwiGluFp8Gpu,
                          ::testing::Combine(::testing::Values(1, 7, 300, 1001),
                                             ::testing::Values(128, 2048, 3072),
                                             ::testing::Values(ScaleFormat::fp32, ScaleFormat::pow2)));
-// Decode sizes: rows only at T ≤ 64 is a thread-per-vector kernel (65 the tile kernel), compared above
-// with the tile kernel's bytes; 640 columns: 80 vectors a row, so blocks straddle rows.
+// Decode sizes: rows only at T ≤ 256 is a thread-per-vector kernel (257 the tile kernel), compared
+// above with the tile kernel's bytes; 640 columns: 80 vectors a row, so blocks straddle rows.
 INSTANTIATE_TEST_SUITE_P(Decode, SwiGluFp8Gpu,
-                         ::testing::Combine(::testing::Values(1, 3, 64, 65), ::testing::Values(640, 12288),
+                         ::testing::Combine(::testing::Values(1, 3, 64, 65, 256, 257), ::testing::Values(640, 12288),
                                             ::testing::Values(ScaleFormat::fp32, ScaleFormat::pow2)));
 INSTANTIATE_TEST_SUITE_P(ManyTiles, SwiGluFp8Gpu,
                          ::testing::Values(std::make_tuple(int64_t(2500), int64_t(4096), ScaleFormat::fp32)));

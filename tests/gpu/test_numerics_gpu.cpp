@@ -81,11 +81,11 @@ INSTANTIATE_TEST_SUITE_P(
     Shapes, ActivationQuantGpu,
     ::testing::Combine(::testing::Values(1, 5, 128, 300, 1000), ::testing::Values(128, 640, 2048),
                        ::testing::Values(ScaleFormat::fp32, ScaleFormat::pow2)));
-// Decode sizes: rows only at T ≤ 64 is a thread-per-vector kernel, 65 the tile kernel; 640 columns:
-// 80 vectors a row, so blocks of 128 threads straddle rows.
+// Decode sizes: rows only at T ≤ 256 is a thread-per-vector kernel, 257 the tile kernel; 640
+// columns: 80 vectors a row, so blocks of 128 threads straddle rows.
 INSTANTIATE_TEST_SUITE_P(
     Decode, ActivationQuantGpu,
-    ::testing::Combine(::testing::Values(1, 3, 64, 65), ::testing::Values(640, 4096),
+    ::testing::Combine(::testing::Values(1, 3, 64, 65, 256, 257), ::testing::Values(640, 4096),
                        ::testing::Values(ScaleFormat::fp32, ScaleFormat::pow2)));
 // More 128×128 tiles than the device holds persistent blocks (2 or 3 per SM), so blocks quantize
 // several tiles each, the later ones loaded while the earlier are processed, and the last tile row
