@@ -10,7 +10,7 @@
 //   store is a full 128-byte line per 8 lanes (transposed) or per half-warp (rowwise).
 // - Amax of bf16 data compares two values per instruction on their raw magnitude bits; a token's
 //   128-feature group spans a half-warp, whose 8 token maxima are reduce-scattered (8 shuffles).
-// - Rows only at T ≤ kRowsOnlyT (decode) skips the tiles, mostly padding there: a thread per 8-wide
+// - Rows only at T ≤ kRowsOnlyT (decode) skips the tiles, few or mostly padding there: a thread per 8-wide
 //   vector, a half-warp per group (quantize_vector_rows).
 #include <cstdint>
 #include <type_traits>

@@ -8,7 +8,7 @@
 // with numerics/cuda/quantize_device.cuh without storing it: the bytes of swiglu_forward followed by
 // quantize_rows(_and_columns). HBM traffic per output element: 4 bytes read plus 1 or 2 fp8 bytes,
 // against 4 + 2 (swiglu) + 2 + 2 (quantization) unfused. Rows only at T ≤ quant::kRowsOnlyT (decode),
-// where 128-row tiles would be mostly padding: a thread per 8-wide output vector
+// where 128-row tiles would be few or mostly padding: a thread per 8-wide output vector
 // (quant::quantize_vector_rows), the same operations and bytes.
 //
 // From an E4M3 gate_up (the fp8 recompute path): the backward and the fused forward read the bytes
