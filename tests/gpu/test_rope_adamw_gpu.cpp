@@ -169,28 +169,28 @@ INSTANTIATE_TEST_SUITE_P(
         RopeCase{{4, 2, 80}, 37, true},
         // The largest head_dim (groups of 16 lanes) and the smallest (one lane a head).
         RopeCase{{2, 1, 256}, 9, true}, RopeCase{{4, 4, 16}, 5, true},
-        // Qwen3-8B at decode sizes: T ≤ 64 spreads a row's 48 heads over 2 CTAs (32 a CTA), 65
+        // Qwen3-8B at decode sizes: T ≤ 256 spreads a row's 48 heads over 2 CTAs (32 a CTA), 257
         // takes the row kernel.
-        RopeCase{{32, 8, 128}, 1, true}, RopeCase{{32, 8, 128}, 3, true}, RopeCase{{32, 8, 128}, 64, true},
-        RopeCase{{32, 8, 128}, 65, true}, RopeCase{{32, 8, 128}, 1, false}),
+        RopeCase{{32, 8, 128}, 1, true}, RopeCase{{32, 8, 128}, 3, true}, RopeCase{{32, 8, 128}, 256, true},
+        RopeCase{{32, 8, 128}, 257, true}, RopeCase{{32, 8, 128}, 1, false}),
     ::testing::PrintToStringParamName());
 
-// At T ≤ 64 the forward spreads a row's heads over CTAs (another kernel, the same per-head code):
-// its rows have the bits of the row kernel's (T = 65) for the same rows. Layouts: the last CTA of a
+// At T ≤ 256 the forward spreads a row's heads over CTAs (another kernel, the same per-head code):
+// its rows have the bits of the row kernel's (T = 257) for the same rows. Layouts: the last CTA of a
 // row partly idle (48 heads, 32 a CTA; 20 heads, 16 a CTA) and idle lanes (head_dim 80).
 TEST(QkvRopeGpuDecode, SmallBatchesGiveTheBitsOfTheRowKernel) {
   LOCKSTEP_REQUIRE_GPU();
   for (const HeadLayout layout : {HeadLayout{32, 8, 128}, HeadLayout{4, 2, 80}, HeadLayout{12, 4, 256}})
     for (const bool norm : {true, false}) {
-      const RopeCase big{layout, 65, norm};
+      const RopeCase big{layout, 257, norm};
       const RopeInputs in(big, 11);
       const Tensor qkv = gpu(in.qkv), positions = gpu(in.positions), inv_freq = gpu(in.inv_freq);
       const Tensor q_norm = gpu_or_empty(in.q_norm), k_norm = gpu_or_empty(in.k_norm);
       const int64_t width = layout.qkv_width(), heads = layout.q_heads + layout.kv_heads;
-      Tensor out = poisoned({65, width}, DType::bf16, Device::cuda);
-      Tensor rstd = norm ? poisoned({65, heads}, DType::f32, Device::cuda) : Tensor();
+      Tensor out = poisoned({257, width}, DType::bf16, Device::cuda);
+      Tensor rstd = norm ? poisoned({257, heads}, DType::f32, Device::cuda) : Tensor();
       qkv_rope_forward(out, rstd, qkv, positions, inv_freq, q_norm, k_norm, layout, kEps);
-      for (const int64_t T : {1, 3, 64}) {
+      for (const int64_t T : {1, 3, 64, 256}) {
         SCOPED_TRACE(::testing::Message() << "head_dim " << layout.head_dim << " T " << T << " norm " << norm);
         Tensor small = poisoned({T, width}, DType::bf16, Device::cuda);
         Tensor small_rstd = norm ? poisoned({T, heads}, DType::f32, Device::cuda) : Tensor();
@@ -207,11 +207,11 @@ TEST(QkvRopeGpuDecode, SmallBatchesGiveTheBitsOfTheRowKernel) {
 // The inference form (the cache written from the op's kernel) gives the bytes of CUDA qkv_rope
 // followed by CUDA kv_cache_write: out, rstd and both caches, whose other slots keep their bytes.
 // Slots: distinct, random over a cache of twice the rows, and (T ≥ 3) one negative and one past the
-// end, which both paths skip. T ≤ 64 the heads kernel, 65 and 301 the row kernel.
+// end, which both paths skip. T ≤ 256 the heads kernel, 257 and 301 the row kernel.
 TEST(QkvRopeGpuCache, SameBytesAsQkvRopeThenKvCacheWrite) {
   LOCKSTEP_REQUIRE_GPU();
   for (const HeadLayout layout : {HeadLayout{32, 8, 128}, HeadLayout{16, 2, 64}})
-    for (const int64_t T : {1, 3, 64, 65, 301})
+    for (const int64_t T : {1, 3, 64, 256, 257, 301})
       for (const bool norm : {true, false}) {
         SCOPED_TRACE(::testing::Message() << "head_dim " << layout.head_dim << " T " << T << " norm " << norm);
         const RopeCase c{layout, T, norm};
