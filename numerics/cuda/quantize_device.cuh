@@ -283,15 +283,13 @@ __device__ __forceinline__ void quantize_tile_rows(const Bf16& f, int64_t t0, in
   if (lane % 2 == 0 && t0 + r0 + lane / 2 < T) s[k0 / kTile * T + t0 + r0 + lane / 2] = scale;
 }
 
-// Decode token counts (T ≤ kSmallT) take rows-only kernels without the tile loop: at T ≤ 64 a
-// 128×128 tile is mostly padding rows, whose work (and persistent grid) dominated (docs/results/
-// decode_*_ncu_*.txt). There one thread holds one 8-value vector of a token row, and the 16 lanes of
-// each half-warp one 128-value group, in order.
-constexpr int64_t kSmallT = 64;
-// Without a columnwise copy (inference) the rows kernels serve up to kRowsOnlyT rows: a decode step
-// at batch 256 gave the tile kernels 2 row tiles, too few CTAs to stream their bytes (the SwiGLU's
-// at 1.2 TB/s, docs/results/decode_trace_b256_fp8_h200_2026-11-22-s13.txt); with the rows kernels
-// fp8 decode at B = 128 ran 2.9% faster, at B = 256 0.7% (H200, docs/benchmarks.md, session 13).
+// Without a columnwise copy (inference), up to kRowsOnlyT token rows take rows-only kernels without
+// the tile loop: one thread holds one 8-value vector of a token row, and the 16 lanes of each
+// half-warp one 128-value group, in order. At T ≤ 64 a 128×128 tile is mostly padding rows, whose
+// work (and persistent grid) dominated (docs/results/decode_*_ncu_*.txt); at batch 256 the tile
+// kernels had 2 row tiles, too few CTAs to stream their bytes (the SwiGLU's at 1.2 TB/s,
+// docs/results/decode_trace_b256_fp8_h200_2026-11-22-s13.txt): with the rows kernels up to 256
+// rows instead of 64, fp8 decode at B = 128 ran 2.9% faster, at B = 256 0.7% (H200, session 13).
 constexpr int64_t kRowsOnlyT = 256;
 constexpr int kSmallThreads = 128;  // a block of the small-T kernels: more blocks, more SMs at T = 1
 

@@ -241,11 +241,12 @@ __global__ void __launch_bounds__(Bf16::kThreads, kColumnwise ? 2 : 3) rmsnorm_q
 
 const uint16_t* bf16_data(const Tensor& t) { return static_cast<const uint16_t*>(t.data()); }
 
-// Blocks a row's output is sliced over: at decode sizes (R ≤ quant::kSmallT) one vector a thread,
-// so that R = 1 is not one block walking the row; larger batches have blocks enough, and one a row
+// Blocks a row's output is sliced over: at decode sizes (R ≤ kSlicedRows) one vector a thread, so
+// that R = 1 is not one block walking the row; larger batches have blocks enough, and one a row
 // reads the row from memory once.
+constexpr int64_t kSlicedRows = 64;
 unsigned row_slices(int64_t R, int64_t C) {
-  return R <= quant::kSmallT ? unsigned((C / kVec + row_threads(C) - 1) / row_threads(C)) : 1;
+  return R <= kSlicedRows ? unsigned((C / kVec + row_threads(C) - 1) / row_threads(C)) : 1;
 }
 
 // The most blocks a row is sliced over with a residual: the portable cluster size.
