@@ -82,16 +82,22 @@ inline double worst_row_error(const std::vector<double>& out, const std::vector<
   return worst;
 }
 
+// An output the op must overwrite: every byte 0xFF, NaN in f32, bf16 and e4m3, so an element the op
+// forgets to write fails the test.
+inline Tensor poisoned(const Shape& shape, DType dtype, Device device = Device::cpu) {
+  Tensor t = Tensor::empty(shape, dtype, device);
+  t.fill_bytes(0xFF);
+  return t;
+}
+
 // An e4m3 paged KV cache (ops/attention.h) of num_blocks blocks of block_size slots on `device`,
-// every byte and scale 0xFF (NaN): a slot the op forgets to write stays NaN.
+// every byte and scale poisoned: a slot the op forgets to write stays NaN.
 inline PagedKv poisoned_fp8_cache(const HeadLayout& layout, int64_t num_blocks, int64_t block_size,
                                   Device device = Device::cpu) {
   const Shape values{num_blocks, block_size, layout.kv_heads, layout.head_dim};
   const Shape scales{num_blocks, block_size, layout.kv_heads};
-  PagedKv c{Tensor::empty(values, DType::e4m3, device), Tensor::empty(values, DType::e4m3, device),
-            Tensor::empty(scales, DType::f32, device), Tensor::empty(scales, DType::f32, device)};
-  for (Tensor* t : {&c.k, &c.v, &c.k_scale, &c.v_scale}) t->fill_bytes(0xFF);
-  return c;
+  return {poisoned(values, DType::e4m3, device), poisoned(values, DType::e4m3, device),
+          poisoned(scales, DType::f32, device), poisoned(scales, DType::f32, device)};
 }
 
 inline bool same_bytes(const Tensor& a, const Tensor& b) {

@@ -736,10 +736,18 @@ struct DecodeSmem {
 // scales, powers of two, are applied exactly in fp32 to the scores (k) and to the probabilities
 // before they are rounded for P·V (v). Same math as the bf16 cache's path but for where the
 // roundings fall (f16 P is finer than bf16's).
-template <int D, bool kQuantized, bool kFp8Cache = false>
+// kSmallGrid (bf16 cache; a grid of at most one CTA an SM, batch 1–2): both tiles of the ring are
+// requested before the early-start wait, the step's own row (len − 1, which the RoPE kernel before
+// this one writes) left out of them and read after the wait. At batch 1 a partition holds 1–3 tiles
+// of a 512–1536-key context; the CTA has ~1.6 µs before its wait (the RoPE kernel's run). fp8 B = 1
+// decode 337 / 337 tokens/s against 333 / 333, B = 2 662 / 662 against 653 / 654 (H200, session 14).
+// A 4-tile ring with three tiles before the wait lost (B = 2 −8%): its 132 KB a CTA left no room
+// for the next GEMM's CTAs, launched early beside it.
+template <int D, bool kQuantized, bool kFp8Cache = false, bool kSmallGrid = false>
 __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm) decode_kernel(const DecodeArgs a,
                                                                             const QuantizedOut qo,
                                                                             const CacheScales cs) {
+  static_assert(!(kSmallGrid && kFp8Cache), "the small grid's early tiles are the bf16 cache's");
   // The bf16 cache's code is written as it was before the e4m3 cache came (if constexpr apart), so
   // that its kernels compile to the same SASS (scripts/sass_diff.sh): their speed at batch 64 moved
   // by 1–2% with changes outside the main loop (session 11).
@@ -794,7 +802,9 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm) decode_kernel(cons
     }
   };
   fetch_blocks(0);
-  auto load_stage = [&](int j) {  // tile j's copies (zeros past p_end), then tile j + 1's blocks
+  // Tile j's copies (zeros past p_end), then tile j + 1's blocks; under kSmallGrid, not the row at
+  // position skip.
+  auto load_stage = [&](int j, [[maybe_unused]] int skip = -1) {
     if (j < tiles) {
       if constexpr (kFp8Cache) {
         const uint8_t* k8 = reinterpret_cast<const uint8_t*>(a.k_cache) + int64_t(g) * D;  // the kv head's bytes
@@ -820,6 +830,7 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm) decode_kernel(cons
 #pragma unroll
       for (int i = 0; i < kRowsPerThread; ++i) {
         const int r = row0 + kRowStep * i, p = p_begin + j * kTileRows + r, block = blocks[i];
+        if (kSmallGrid && p == skip) continue;  // no copy at all: the row is stored after the wait
         int64_t offset = -1;
         if (p < p_end) {
           if (block < 0 || block >= a.num_blocks) bad = true;
@@ -836,8 +847,17 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm) decode_kernel(cons
   // Tile 0's K/V rows too when none of them is this step's: those come from earlier steps, while the
   // step writes only the row at len − 1 (the RoPE kernel before this one). +0.8% fp8 tokens/s at
   // batch 1, +0.2% at 64 (H200, session 11).
+  // Under kSmallGrid both ring tiles, without the step's row.
   const bool tile0_early = tiles > 0 && min(p_begin + kTileRows, p_end) <= len - 1;
-  if (tile0_early) load_stage(0);
+  [[maybe_unused]] int early = 0;  // kSmallGrid: the tiles requested before the wait (≤ 2)
+  if constexpr (kSmallGrid) {
+    // The loop's first wait (for all copies but the newest kStages − 2 groups) then also covers the
+    // queries, committed after these tiles.
+    static_assert(kStages == 2);
+    for (; early < min(tiles, kStages); ++early) load_stage(early, len - 1);
+  } else {
+    if (tile0_early) load_stage(0);
+  }
 
   wait_for_previous_kernel();  // launched with an early start in decode steps (core/early_start.h)
   let_next_kernel_start();
@@ -863,7 +883,24 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm) decode_kernel(cons
   const uint16_t* q = a.qkv + int64_t(t) * a.qkv_width + int64_t(g) * a.group * D;
   load_tile<D, kGroupRows>(sq, q, [&](int r) { return r < a.group ? q + int64_t(r) * D : nullptr; });
   cp_async_commit();  // the queries: a group of their own, older than tile 1's, so waited for with tile 0
-  for (int j = tile0_early ? 1 : 0; j < kStages - 1; ++j) load_stage(j);
+  if constexpr (kSmallGrid) {
+    // The step's row, if an early tile left it out: its 16-byte chunks by the threads whose row and
+    // chunk they are in load_stage's split, stored before the loop's first barrier.
+    const int r_now = len - 1 - p_begin;
+    if (0 <= r_now && r_now < early * kTileRows && r_now % kTileRows % kRowStep == row0) {
+      const int block = table[block_of(len - 1)];
+      if (block < 0 || block >= a.num_blocks) {
+        bad = true;
+      } else {
+        const int64_t offset = (int64_t(block) * a.block_size + (len - 1 - block_of(len - 1) * a.block_size)) * ld + c0 * 8;
+        const int at = r_now / kTileRows * kTileRows * D + swizzle<kChunks>(r_now % kTileRows, c0);
+        *reinterpret_cast<uint4*>(sk + at) = *reinterpret_cast<const uint4*>(k + offset);
+        *reinterpret_cast<uint4*>(sv + at) = *reinterpret_cast<const uint4*>(v + offset);
+      }
+    }
+  } else {
+    for (int j = tile0_early ? 1 : 0; j < kStages - 1; ++j) load_stage(j);
+  }
 
   float o[D / 8][4] = {};
   OnlineSoftmax softmax;
@@ -875,7 +912,8 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm) decode_kernel(cons
   for (int j = 0; j < tiles; ++j) {
     cp_async_wait<kStages - 2>();  // tile j has landed (this thread's copies) ...
     __syncthreads();               // ... everyone's; and everyone is done with tile j − 1
-    load_stage(j + kStages - 1);   // into tile j − 1's buffers
+    if (!kSmallGrid || j + kStages - 1 >= early) load_stage(j + kStages - 1);  // into tile j − 1's buffers
+    else cp_async_commit();  // (kSmallGrid: tile j + 1 came before the wait)
     if (!kFp8Cache && j == 0) qa.load(sq, 0);
     // This warp's 16 keys of the tile.
     float sc[2][4];
@@ -1465,14 +1503,24 @@ void paged(uint16_t* out, const QuantizedOut* quantized, const Tensor& qkv, cons
     // One-row sequences first: fwd_kernel, which takes the multi-row ones, also overwrites every
     // row with NaN when cu_seqlens_q is malformed, and must come last for that.
     if (a.S > 0) {
-      constexpr auto bf16_out = decode_kernel<D, false, kFp8Cache>, fp8_out = decode_kernel<D, true, kFp8Cache>;
-      constexpr size_t smem = DecodeSmem<D, kFp8Cache>::kBytes;
-      allow_dynamic_smem<bf16_out>(smem);
-      allow_dynamic_smem<fp8_out>(smem);
-      LaunchConfig(dim3(unsigned(d.max_parts), unsigned(a.kv_heads), unsigned(a.S)), dim3(kThreads), smem,
-                   dim3(unsigned(d.max_parts), 1, 1))
-          .early_start_in_scope()
-          .run(quantized ? fp8_out : bf16_out, d, quantized ? *quantized : QuantizedOut{}, scales);
+      // A grid of at most one CTA an SM requests both ring tiles early (bf16 cache): at batch 64 both
+      // in flight was slower (session 10).
+      const bool small_grid = !kFp8Cache && int64_t(d.max_parts) * a.kv_heads * a.S <= device_sm_count();
+      auto launch = [&](auto small) {
+        constexpr bool kSmallGrid = decltype(small)::value;
+        constexpr auto bf16_out = decode_kernel<D, false, kFp8Cache, kSmallGrid>;
+        constexpr auto fp8_out = decode_kernel<D, true, kFp8Cache, kSmallGrid>;
+        constexpr size_t smem = DecodeSmem<D, kFp8Cache>::kBytes;
+        allow_dynamic_smem<bf16_out>(smem);
+        allow_dynamic_smem<fp8_out>(smem);
+        LaunchConfig(dim3(unsigned(d.max_parts), unsigned(a.kv_heads), unsigned(a.S)), dim3(kThreads), smem,
+                     dim3(unsigned(d.max_parts), 1, 1))
+            .early_start_in_scope()
+            .run(quantized ? fp8_out : bf16_out, d, quantized ? *quantized : QuantizedOut{}, scales);
+      };
+      if constexpr (kFp8Cache) launch(std::false_type());
+      else if (small_grid) launch(std::true_type());
+      else launch(std::false_type());
     }
     if (one_row_each) return;  // no multi-row sequence; decode_kernel NaNs misplaced rows itself
     // Persistent CTAs: how many rows belong to multi-row sequences is known only on the device.

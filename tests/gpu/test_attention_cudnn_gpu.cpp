@@ -34,6 +34,7 @@ namespace {
 
 #if LOCKSTEP_HAS_CUDNN
 
+using testing::poisoned;
 using testing::random_tensor;
 using testing::to_double;
 
@@ -45,12 +46,6 @@ constexpr double kOutTol = 1e-2, kLseTol = 1e-3, kGradTol = 2e-2, kZeroGradTol =
     if (!cudnn::sdpa_available())                                                          \
       GTEST_SKIP() << "cuDNN SDPA unavailable here (needs cuDNN >= 9.6 and SM 9.x/10.x)"; \
   } while (0)
-
-Tensor poisoned(Shape shape, DType dtype) {
-  Tensor t = Tensor::empty(std::move(shape), dtype, Device::cuda);
-  t.fill_bytes(0xFF);  // NaN in bf16 and f32
-  return t;
-}
 
 Tensor cu_seqlens_of(const std::vector<int32_t>& lengths) {
   Tensor cu = Tensor::empty({int64_t(lengths.size()) + 1}, DType::i32);
@@ -153,7 +148,7 @@ void expect_lse_close(const Tensor& gpu, const Tensor& cpu) {
 template <class Forward>
 void check_forward(const Batch& b, Forward forward) {
   const Tensor qkv = b.qkv.to(Device::cuda), cu = b.cu.to(Device::cuda);
-  Tensor out = poisoned(b.out.shape(), DType::bf16), lse = poisoned(b.lse.shape(), DType::f32);
+  Tensor out = poisoned(b.out.shape(), DType::bf16, Device::cuda), lse = poisoned(b.lse.shape(), DType::f32, Device::cuda);
   forward(out, lse, qkv, cu, b.layout);
   expect_close_per_sequence(out, b.out, b, {{"out", 0, b.layout.q_width()}}, kOutTol);
   expect_lse_close(lse, b.lse);
@@ -166,7 +161,7 @@ void check_backward(const Batch& b, uint64_t seed, Backward backward) {
   const Tensor dout = random_tensor(b.out.shape(), DType::bf16, seed);
   Tensor dqkv = Tensor::empty(b.qkv.shape(), DType::bf16);
   attention_backward(dqkv, dout, b.qkv, b.out, b.lse, b.cu, l);
-  Tensor dqkv_gpu = poisoned(b.qkv.shape(), DType::bf16);
+  Tensor dqkv_gpu = poisoned(b.qkv.shape(), DType::bf16, Device::cuda);
   backward(dqkv_gpu, dout.to(Device::cuda), b.qkv.to(Device::cuda), b.out.to(Device::cuda),
            b.lse.to(Device::cuda), b.cu.to(Device::cuda), l);
   expect_close_per_sequence(dqkv_gpu, dqkv, b,

@@ -36,6 +36,7 @@ void PrintTo(const HeadLayout& l, std::ostream* os) { *os << layout_name(l); }
 namespace {
 
 using testing::expect_error;
+using testing::poisoned;
 using testing::poisoned_fp8_cache;
 using testing::random_tensor;
 using testing::rel_error;
@@ -83,12 +84,6 @@ void on_cores(F&& f) {
 Tensor i32_tensor(const std::vector<int32_t>& v) {
   Tensor t = Tensor::empty({int64_t(v.size())}, DType::i32);
   std::copy(v.begin(), v.end(), t.data_as<int32_t>());
-  return t;
-}
-
-Tensor poisoned(const Shape& shape, DType dtype, Device device) {
-  Tensor t = Tensor::empty(shape, dtype, device);
-  t.fill_bytes(0xFF);  // NaN in f32 and bf16: an element the op forgets to write fails the test
   return t;
 }
 
@@ -330,6 +325,12 @@ std::vector<PagedCase> paged_cases() {
       {"batch64_decode_q32_kv8_d128_bs16", {32, 8, 128}, 16, batch64},
       // A block size that is not a power of two (the decode kernel divides instead of shifting).
       {"decode_q32_kv8_d128_bs24", {32, 8, 128}, 24, {{3001, 1}, {50, 1}, {777, 1}, {24, 1}}},
+      // Batch 1 and 2 at the rollout benchmark's contexts: each context split over a cluster of 8
+      // partitions of 1–3 tiles, a partition's tile 0 read before the early-start wait when it holds
+      // no row of this step; a block size that is not a power of two.
+      {"batch1_decode_q32_kv8_d128_bs16", {32, 8, 128}, 16, {{700, 1}}},
+      {"batch2_decode_q32_kv8_d128_bs16", {32, 8, 128}, 16, {{1500, 1}, {1100, 1}}},
+      {"batch1_decode_q32_kv8_d128_bs24", {32, 8, 128}, 24, {{1000, 1}}},
   };
 }
 
@@ -620,6 +621,21 @@ TEST(AttentionGpuBadIndices, PagedBadBlockOrLengthGivesNaNRows) {
   EXPECT_TRUE(all_nan(rows(out, 1, 2))) << "decode row with a bad block id";
   EXPECT_TRUE(all_nan(rows(out, 2, 22))) << "prefill rows with a context past the block table";
   EXPECT_TRUE(all_nan(rows(out, 22, 42))) << "prefill rows with a bad block id";
+  device_synchronize();
+}
+
+// Batch 1: a bad block id in a tile the decode kernel reads before the early-start wait (block 2:
+// partition 0's tile 0), or in the last row's block (partition 5's tile 0, read after the wait),
+// makes the row NaN.
+TEST(AttentionGpuBadIndices, Batch1DecodeBadBlockGivesNaN) {
+  LOCKSTEP_REQUIRE_GPU();
+  const HeadLayout layout{32, 8, 128};
+  for (const int64_t block : {int64_t(2), int64_t(699 / 16)}) {
+    PagedBatch batch({{700, 1}}, 16, layout, 32);
+    EXPECT_TRUE(all_finite(to_double(batch.run_gpu(layout, true))));
+    batch.block_tables.data_as<int32_t>()[block] = int32_t(batch.k_cache.dim(0));
+    EXPECT_TRUE(all_nan(to_double(batch.run_gpu(layout, true)))) << "bad block " << block;
+  }
   device_synchronize();
 }
 

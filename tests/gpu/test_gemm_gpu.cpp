@@ -18,6 +18,7 @@ namespace lockstep {
 namespace {
 
 using testing::kSmallTMax;
+using testing::poisoned;
 using testing::random_tensor;
 using testing::rel_error;
 using testing::same_bytes;
@@ -57,12 +58,6 @@ bool uses_small_t(int64_t tokens, int64_t rows, int64_t k, DType out) {
 // than fp32's bits: 3e-5 to 1.7e-4 measured on an H200 (docs/benchmarks.md), hence 1e-3.
 double tolerance(DType out) { return out == DType::bf16 ? 2e-3 : 1e-5; }
 constexpr double kFp8F32Tol = 1e-3;
-
-Tensor poisoned(Shape s, DType d, Device dev) {
-  Tensor t = Tensor::empty(s, d, dev);
-  t.fill_bytes(0xFF);  // NaN in both bf16 and f32
-  return t;
-}
 
 struct GemmCase {
   int64_t T, N, K;

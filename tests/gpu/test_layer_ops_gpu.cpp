@@ -25,6 +25,7 @@ namespace lockstep {
 namespace {
 
 using testing::expect_error;
+using testing::poisoned;
 using testing::random_tensor;
 using testing::rel_error;
 using testing::same_bytes;
@@ -47,12 +48,6 @@ constexpr double kFp8Tol = 1e-2;
 // group then moves by up to one E4M3 step, ~1.5% of a 2048-wide row per group.
 constexpr double kFp8Pow2Tol = 5e-2;
 double fp8_tolerance(ScaleFormat f) { return f == ScaleFormat::pow2 ? kFp8Pow2Tol : kFp8Tol; }
-
-Tensor poisoned(const Shape& shape, DType dtype, Device device) {
-  Tensor t = Tensor::empty(shape, dtype, device);
-  t.fill_bytes(0xFF);  // NaN in f32, bf16 and e4m3
-  return t;
-}
 
 Fp8Rows poisoned_rows(int64_t rows, int64_t cols, Device device, bool columnwise) {
   Fp8Rows q = columnwise ? Fp8Rows::empty_columnwise(rows, cols, device)

@@ -24,6 +24,7 @@ namespace lockstep {
 namespace {
 
 using testing::expect_error;
+using testing::poisoned;
 using testing::random_targets;
 using testing::random_values;
 using testing::rel_error;
@@ -41,12 +42,6 @@ constexpr double kFoldTol = 5e-6;
 constexpr double kGradTol = 2e-3;
 // A bf16 dh then rounds values ~2.5e-4 apart, which moves a few % of them by one bf16 step: ~1e-3.
 constexpr double kBf16GradTol = 5e-3;
-
-Tensor poisoned(Shape shape, DType dtype, Device device) {
-  Tensor t = Tensor::empty(shape, dtype, device);
-  t.fill_bytes(0xFF);  // NaN in f32 and bf16: an element the op does not write fails
-  return t;
-}
 
 std::vector<double> minus(const std::vector<double>& a, const std::vector<double>& b) {
   std::vector<double> d(a.size());

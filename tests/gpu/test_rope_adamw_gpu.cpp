@@ -20,19 +20,13 @@
 namespace lockstep {
 namespace {
 
+using testing::poisoned;
 using testing::random_tensor;
 using testing::rel_error;
 using testing::same_bytes;
 using testing::to_double;
 
 Tensor gpu(const Tensor& t) { return t.to(Device::cuda); }
-
-// An output the op must overwrite: all-ones bytes are NaN in f32 and bf16.
-Tensor poisoned(const Shape& shape, DType dtype, Device device) {
-  Tensor t = Tensor::empty(shape, dtype, device);
-  t.fill_bytes(0xFF);
-  return t;
-}
 
 // ---- qkv_rope ----------------------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ namespace lockstep {
 namespace {
 
 using testing::expect_error;
+using testing::poisoned;
 using testing::random_tensor;
 using testing::rel_error;
 using testing::same_bytes;
@@ -45,12 +46,6 @@ Tensor tensor_of(const Vec& v, const Shape& shape, DType dtype) {
   Tensor b = Tensor::empty(shape, DType::bf16);
   for (size_t i = 0; i < v.size(); ++i) b.data_as<bf16>()[i] = float_to_bf16(float(v[i]));
   return b;
-}
-
-Tensor poisoned(const Shape& shape, DType dtype) {
-  Tensor t = Tensor::empty(shape, dtype);
-  t.fill_bytes(0xFF);  // NaN in f32 and bf16: an element the op forgets to write fails the test
-  return t;
 }
 
 // Packed sequences of the given lengths.

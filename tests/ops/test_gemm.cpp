@@ -17,6 +17,7 @@ namespace lockstep {
 namespace {
 
 using testing::expect_error;
+using testing::poisoned;
 using testing::random_tensor;
 using testing::rel_error;
 using testing::to_double;
@@ -51,12 +52,6 @@ std::vector<double> dequantized(const Fp8Blocks& q) {
   Tensor f = Tensor::empty(q.data.shape(), DType::f32);
   dequantize(f, q);
   return to_double(f);
-}
-
-Tensor poisoned(Shape shape, DType dtype) {
-  Tensor t = Tensor::empty(shape, dtype);
-  t.fill_bytes(0xFF);  // NaN in f32 and bf16: an element the GEMM does not write fails
-  return t;
 }
 
 constexpr int64_t T = 45, N = 256, K = 384;

@@ -22,6 +22,7 @@ namespace lockstep {
 namespace {
 
 using testing::expect_error;
+using testing::poisoned;
 using testing::random_tensor;
 using testing::rel_error;
 using testing::same_bytes;
@@ -38,13 +39,6 @@ constexpr double kBf16Tol = 4e-3;
 double tol(DType out) { return out == DType::bf16 ? kBf16Tol : kF32Tol; }
 
 const DType kActs[] = {DType::f32, DType::bf16};
-
-// An output the op must overwrite: all-ones bytes are NaN in f32 and bf16.
-Tensor poisoned(const Shape& shape, DType dtype) {
-  Tensor t = Tensor::empty(shape, dtype);
-  t.fill_bytes(0xFF);
-  return t;
-}
 
 void with_threads(int threads, const std::function<void()>& f) {
   const int before = omp_get_max_threads();

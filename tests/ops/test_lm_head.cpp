@@ -17,17 +17,12 @@ namespace lockstep {
 namespace {
 
 using testing::expect_error;
+using testing::poisoned;
 using testing::random_targets;
 using testing::random_values;
 using testing::rel_error;
 using testing::same_bytes;
 using testing::to_double;
-
-Tensor poisoned(Shape shape, DType dtype) {
-  Tensor t = Tensor::empty(shape, dtype);
-  t.fill_bytes(0xFF);  // NaN: an element the op does not write fails
-  return t;
-}
 
 // z[t][v] = (h[t] · w[v]) / temperature in double, from the values h and w hold.
 std::vector<double> logits_double(const Tensor& h, const Tensor& w, double temperature) {
