@@ -10,10 +10,11 @@
 // was given before it began (RoPE reads the positions; the paged decode attention its row, context
 // length and first cache blocks from cu_seqlens, the lengths and the block tables), and the K/V
 // cache rows of earlier steps (the decode attention's first tile, when it holds no row of this
-// step: a step writes only its own new rows, in the RoPE kernel). Never anything else a kernel of
-// the scope writes, and no write at all: a scope's temporaries may reuse memory the kernel before
-// still reads (core/graph_arena.h). The decode steps of the rollout engine run in one
-// (rollout/decode_graph.cpp). Outside any scope every launch is an ordinary one.
+// step, and at batch 1–2 both tiles of its ring but the step's row: a step writes only its own new
+// rows, in the RoPE kernel). Never anything else a kernel of the scope writes, and no write at all:
+// a scope's temporaries may reuse memory the kernel before still reads (core/graph_arena.h). The
+// decode steps of the rollout engine run in one (rollout/decode_graph.cpp). Outside any scope every
+// launch is an ordinary one.
 //
 // In a CUDA graph an early start becomes a programmatic edge only between two kernel nodes: the
 // graph must hold no allocation nodes between them (core/graph_arena.h).
