@@ -4,13 +4,18 @@
 # instruction for instruction (addresses and comments aside). The decode kernels' speed moved by
 # 1–2% with source changes that did not touch their main loops (docs/benchmarks.md, session 11):
 # check that a change leaves the kernels it does not mean to change compiled exactly as before.
-#   scripts/sass_diff.sh BEFORE.o AFTER.o [REGEX]      e.g. ... attention.cu.o attention.cu.o decode_kernel
+#   scripts/sass_diff.sh [--rename SED] BEFORE.o AFTER.o [REGEX]   e.g. ... attention.cu.o attention.cu.o decode_kernel
 # Kernels are paired by name; when REGEX matches one kernel in each file, those two are compared
-# whatever their names (e.g. 'decode_kernelILi128E' after a template parameter was added).
+# whatever their names (e.g. 'decode_kernelILi128E' after a template parameter was added). With
+# --rename, the sed -E expression SED turns BEFORE's names into AFTER's for the pairing, e.g. after
+# a defaulted bool template parameter was appended to decode_kernel<int, bool, bool>:
+#   --rename 's/(decode_kernelILi[0-9]+(ELb[01]){2}E)EEv/\1Lb0EEEv/'
 # cuobjdump and nvdisasm come from NVIDIA's PyPI wheels, into .deps/cuda-tools (git-ignored), when
 # the CUDA toolkit here lacks them.
 set -euo pipefail
-[[ $# -ge 2 ]] || { sed -n 2,9p "$0"; exit 2; }
+rename='s/^//'
+[[ ${1:-} == --rename ]] && { rename=${2:?sass_diff: --rename needs a sed expression}; shift 2; }
+[[ $# -ge 2 ]] || { sed -n 2,12p "$0"; exit 2; }
 before=$1 after=$2 regex=${3:-.}
 for f in "$before" "$after"; do [[ -f $f ]] || { echo "sass_diff: no such file: $f" >&2; exit 2; }; done
 
@@ -62,8 +67,10 @@ if [[ $(usage "$before" | wc -l) == 1 && $(usage "$after" | wc -l) == 1 ]]; then
   compare "$n1" "$n2" "$r1" "$s1" "$l1" "$r2" "$s2" "$l2"
   exit 0
 fi
-join -v1 <(usage "$before") <(usage "$after") | sed 's/^/only before: /'
-join -v2 <(usage "$before") <(usage "$after") | sed 's/^/only after:  /'
-join <(usage "$before") <(usage "$after") | while read -r name r1 s1 l1 r2 s2 l2; do
-  compare "$name" "$name" "$r1" "$s1" "$l1" "$r2" "$s2" "$l2"
+# BEFORE's kernels as "name-after-rename name REG STACK LOCAL".
+keyed_before() { usage "$before" | while read -r n r s l; do echo "$(sed -E "$rename" <<<"$n") $n $r $s $l"; done | sort; }
+join -v1 <(keyed_before) <(usage "$after") | cut -d' ' -f2- | sed 's/^/only before: /'
+join -v2 <(keyed_before) <(usage "$after") | sed 's/^/only after:  /'
+join <(keyed_before) <(usage "$after") | while read -r key name r1 s1 l1 r2 s2 l2; do
+  compare "$name" "$key" "$r1" "$s1" "$l1" "$r2" "$s2" "$l2"
 done
