@@ -624,18 +624,19 @@ TEST(AttentionGpuBadIndices, PagedBadBlockOrLengthGivesNaNRows) {
   device_synchronize();
 }
 
-// Batch 1: a bad block id in a tile the decode kernel reads before the early-start wait (block 2:
-// partition 0's tile 0), or in the last row's block (partition 5's tile 0, read after the wait),
-// makes the row NaN.
+// Batch 1: a bad block id in a tile the decode kernel requests before the early-start wait (block
+// 2: partition 0's tile 0), or in the block of the last row (partition 5's only tile; the row itself
+// is read after the wait), makes the row NaN; from a bf16 and from an e4m3 cache.
 TEST(AttentionGpuBadIndices, Batch1DecodeBadBlockGivesNaN) {
   LOCKSTEP_REQUIRE_GPU();
   const HeadLayout layout{32, 8, 128};
-  for (const int64_t block : {int64_t(2), int64_t(699 / 16)}) {
-    PagedBatch batch({{700, 1}}, 16, layout, 32);
-    EXPECT_TRUE(all_finite(to_double(batch.run_gpu(layout, true))));
-    batch.block_tables.data_as<int32_t>()[block] = int32_t(batch.k_cache.dim(0));
-    EXPECT_TRUE(all_nan(to_double(batch.run_gpu(layout, true)))) << "bad block " << block;
-  }
+  for (const bool fp8 : {false, true})
+    for (const int64_t block : {int64_t(2), int64_t(699 / 16)}) {
+      PagedBatch batch({{700, 1}}, 16, layout, 32, fp8);
+      EXPECT_TRUE(all_finite(to_double(batch.run_gpu(layout, true))));
+      batch.block_tables.data_as<int32_t>()[block] = int32_t(batch.k_cache.dim(0));
+      EXPECT_TRUE(all_nan(to_double(batch.run_gpu(layout, true)))) << "bad block " << block << (fp8 ? " fp8" : "");
+    }
   device_synchronize();
 }
 
