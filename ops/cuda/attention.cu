@@ -892,7 +892,8 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm) decode_kernel(cons
       if (block < 0 || block >= a.num_blocks) {
         bad = true;
       } else {
-        const int64_t offset = (int64_t(block) * a.block_size + (len - 1 - block_of(len - 1) * a.block_size)) * ld + c0 * 8;
+        const int64_t slot = int64_t(block) * a.block_size + (len - 1 - block_of(len - 1) * a.block_size);
+        const int64_t offset = slot * ld + c0 * 8;
         const int at = r_now / kTileRows * kTileRows * D + swizzle<kChunks>(r_now % kTileRows, c0);
         *reinterpret_cast<uint4*>(sk + at) = *reinterpret_cast<const uint4*>(k + offset);
         *reinterpret_cast<uint4*>(sv + at) = *reinterpret_cast<const uint4*>(v + offset);

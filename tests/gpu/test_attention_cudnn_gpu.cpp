@@ -148,7 +148,8 @@ void expect_lse_close(const Tensor& gpu, const Tensor& cpu) {
 template <class Forward>
 void check_forward(const Batch& b, Forward forward) {
   const Tensor qkv = b.qkv.to(Device::cuda), cu = b.cu.to(Device::cuda);
-  Tensor out = poisoned(b.out.shape(), DType::bf16, Device::cuda), lse = poisoned(b.lse.shape(), DType::f32, Device::cuda);
+  Tensor out = poisoned(b.out.shape(), DType::bf16, Device::cuda);
+  Tensor lse = poisoned(b.lse.shape(), DType::f32, Device::cuda);
   forward(out, lse, qkv, cu, b.layout);
   expect_close_per_sequence(out, b.out, b, {{"out", 0, b.layout.q_width()}}, kOutTol);
   expect_lse_close(lse, b.lse);
