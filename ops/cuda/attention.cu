@@ -1504,9 +1504,9 @@ void paged(uint16_t* out, const QuantizedOut* quantized, const Tensor& qkv, cons
     // One-row sequences first: fwd_kernel, which takes the multi-row ones, also overwrites every
     // row with NaN when cu_seqlens_q is malformed, and must come last for that.
     if (a.S > 0) {
-      // A grid of at most one CTA an SM requests both ring tiles early (bf16 cache): at batch 64 both
-      // in flight was slower (session 10).
-      const bool small_grid = !kFp8Cache && int64_t(d.max_parts) * a.kv_heads * a.S <= device_sm_count();
+      // A grid of at most one CTA an SM requests both ring tiles early (bf16 cache only): at batch 64
+      // both in flight was slower (session 10).
+      const bool small_grid = int64_t(d.max_parts) * a.kv_heads * a.S <= device_sm_count();
       auto launch = [&](auto small) {
         constexpr bool kSmallGrid = decltype(small)::value;
         constexpr auto bf16_out = decode_kernel<D, false, kFp8Cache, kSmallGrid>;
