@@ -34,7 +34,10 @@
 // A recipe name with "-kv8" (bf16-kv8, fp8-kv8) runs that recipe with the fp8 KV cache
 // (TransformerOptions::fp8_kv_cache): e4m3 keys and values, half the bytes of each context token.
 //
-// Usage: bench_rollout [--model qwen3-8b|qwen3-1.7b] [--layers N] [--prompt 512] [--new 1024,4096]
+// --model-path DIR runs a Hugging Face checkpoint folder (config.json + safetensors) instead of a
+// random model of a named shape: a real model's weights, the same random prompt tokens.
+//
+// Usage: bench_rollout [--model qwen3-8b|qwen3-1.7b | --model-path DIR] [--layers N] [--prompt 512] [--new 1024,4096]
 //                      [--batch 1,16,64,256] [--recipes bf16,fp8[,bf16-kv8,fp8-kv8]] [--max-seconds 60]
 //                      [--memory-fraction 0.9] [--max-step-tokens 8192] [--graphs 1|0|0,1]
 //                      [--json FILE]
@@ -53,6 +56,8 @@
 #include "bench/gpu_timing.h"
 #include "core/cuda_check.h"
 #include "core/device.h"
+#include "io/config.h"
+#include "model/hf_checkpoint.h"
 #include "model/transformer.h"
 #include "rollout/engine.h"
 
@@ -63,6 +68,7 @@ namespace {
 
 struct Options {
   std::string model = "qwen3-8b";
+  std::string model_path;  // a checkpoint folder instead of random weights
   int64_t layers = -1;  // the model's own count
   int64_t prompt = 512;
   std::vector<int64_t> news = {1024, 4096};
@@ -100,6 +106,7 @@ Options parse(int argc, char** argv) {
     LOCKSTEP_CHECK(i + 1 < argc, arg, " needs a value");
     const std::string value = argv[++i];
     if (arg == "--model") o.model = value;
+    else if (arg == "--model-path") o.model_path = value;
     else if (arg == "--layers") o.layers = parse_int(arg, value);
     else if (arg == "--prompt") o.prompt = parse_int(arg, value);
     else if (arg == "--new") o.news = parse_ints(arg, value, 2);  // at least one decode step
@@ -113,6 +120,7 @@ Options parse(int argc, char** argv) {
     else fail("unknown option " + arg);
   }
   LOCKSTEP_CHECK(o.prompt > 0, "--prompt must be positive");
+  LOCKSTEP_CHECK(o.model_path.empty() || o.layers < 0, "--layers applies to a named --model, not to --model-path");
   for (const int64_t g : o.graphs)
     LOCKSTEP_CHECK(g == 0 || g == 1, "--graphs: expected 0 and/or 1, got ", g);
   for (const std::string& r : o.recipes)
@@ -364,17 +372,19 @@ void write_json(const std::string& path, const std::string& text) {
 int main(int argc, char** argv) try {
   const Options o = parse(argc, argv);
   LOCKSTEP_CHECK(cuda_device_available(), "bench_rollout needs a GPU");
-  ModelConfig c = model_config(o.model);
+  const bool real = !o.model_path.empty();
+  ModelConfig c = real ? load_model_config(o.model_path) : model_config(o.model);
   if (o.layers >= 0) c.num_hidden_layers = o.layers;
   cudaDeviceProp prop;
   LOCKSTEP_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   const double copy_gbs = copy_bandwidth_gbs(20);  // median of 20 copies of 1 GiB
   auto t0 = std::chrono::steady_clock::now();
-  const ModelParameters host = ModelParameters::initialized(c, 7);
-  std::printf("%s: %s, %lld layers, %lld parameters (initialized in %.1f s); prompts of %lld "
+  const ModelParameters host = real ? load_hf_parameters(c, o.model_path) : ModelParameters::initialized(c, 7);
+  std::printf("%s: %s, %lld layers, %lld parameters (%s in %.1f s); prompts of %lld "
               "tokens; device-to-device copy %.0f GB/s\n",
-              prop.name, o.model.c_str(), (long long)c.num_hidden_layers,
-              (long long)parameter_count(c), seconds_since(t0), (long long)o.prompt, copy_gbs);
+              prop.name, real ? o.model_path.c_str() : o.model.c_str(), (long long)c.num_hidden_layers,
+              (long long)parameter_count(c), real ? "loaded" : "initialized", seconds_since(t0),
+              (long long)o.prompt, copy_gbs);
   std::printf("%-8s %6s %5s %5s %8s %9s %9s %8s %8s %9s %7s %7s %7s\n", "recipe", "graphs", "batch",
               "new", "wall s", "prefill s", "tokens/s", "ms/step", "GB/step", "roofline", "host us",
               "steps", "preempt");
@@ -408,7 +418,7 @@ int main(int argc, char** argv) try {
                   "{\n  \"device\": \"%s\",\n  \"model\": \"%s\",\n  \"layers\": %lld,\n  "
                   "\"prompt_tokens\": %lld,\n  \"max_step_tokens\": %lld,\n  "
                   "\"memory_fraction\": %.3f,\n  \"copy_gbs\": %.1f,\n  \"results\": [",
-                  prop.name, o.model.c_str(), (long long)c.num_hidden_layers,
+                  prop.name, (real ? o.model_path : o.model).c_str(), (long long)c.num_hidden_layers,
                   (long long)o.prompt, (long long)o.max_step_tokens, o.memory_fraction, copy_gbs);
     write_json(o.json, head + rows + "\n  ]\n}\n");
   }
