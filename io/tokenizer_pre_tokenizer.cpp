@@ -250,8 +250,11 @@ void PreTokenizer::split(std::string_view text, bool at_text_start, std::vector<
           break;
         case Kind::byte_level: {
           Piece current = piece;
-          if (step.add_prefix_space && current.text[0] != ' ')
-            current.text = keep(" " + std::string(current.text));
+          if (step.add_prefix_space && current.text[0] != ' ') {
+            std::string prefixed(1, ' ');
+            prefixed += current.text;
+            current.text = keep(std::move(prefixed));
+          }
           if (step.regex == nullptr) {
             next.push_back(current);
             break;

@@ -43,8 +43,12 @@ class PreTokenizer {
   bool byte_level() const { return byte_level_; }
 
   // Appends the pieces of `text` (valid UTF-8, normalized, holding no added token). at_text_start:
-  // the stretch begins the encoded text (Metaspace's prepend_scheme "first"). A piece points into
-  // `text` or into storage of this thread that the next call reuses. Thread-safe.
+  // the stretch begins the encoded text, for Metaspace's prepend_scheme "first", which HF applies to
+  // a piece whose offset in the original text is 0; a piece split off at the stretch's first byte
+  // counts as such. (HF, tracking offsets through the normalizer, would not count it when a Strip
+  // normalizer removed leading whitespace and a splitting pre-tokenizer runs before Metaspace: no
+  // published tokenizer.json combines these.) A piece points into `text` or into storage of this
+  // thread that the next call reuses. Thread-safe.
   void split(std::string_view text, bool at_text_start, std::vector<std::string_view>& pieces) const;
 
  private:
