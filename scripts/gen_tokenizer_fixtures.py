@@ -185,11 +185,24 @@ def smollm2_style(corpus):
     tokens = sorted((i, t) for t, i in model["vocab"].items() if t not in missing)
     model["vocab"] = {t: new_id for new_id, (_, t) in enumerate(tokens)}
     assert all(model["vocab"][s] == i for i, s in enumerate(SMOLLM2_SPECIALS))
+    add_merges(model, [("1", "2"), ("2", "4"), ("0", "0")], first=False)
     spec["added_tokens"] = [added(s, i) for i, s in enumerate(SMOLLM2_SPECIALS)]
     spec["decoder"] = component(decoders.ByteLevel(add_prefix_space=True, trim_offsets=True, use_regex=True))
     spec["post_processor"] = component(processors.ByteLevel(add_prefix_space=True, trim_offsets=False,
                                                             use_regex=True))
     return spec
+
+
+def add_merges(model, pairs, first):
+    """Adds hand-made merges (and their tokens) before or after the trained ones: merges the trainer
+    never learns but that make a component's effect visible in the ids (a multi-digit token shows
+    whether Digits splits digits one by one)."""
+    for left, right in pairs:
+        assert left in model["vocab"] and right in model["vocab"]
+        assert left + right not in model["vocab"], left + right
+        model["vocab"][left + right] = len(model["vocab"])
+    merges = [list(p) for p in pairs]
+    model["merges"] = merges + model["merges"] if first else model["merges"] + merges
 
 
 def sentencepiece_vocab(corpus, vocab_size, limit_alphabet, pre_tokenizer=None, normalizer=None, **model):
@@ -234,10 +247,12 @@ def mistral_style(corpus):
 
 
 def metaspace_unk(corpus):
-    """Metaspace(always, split) over NFKC text, a small alphabet and no byte fallback: characters
-    outside it become <unk>, one each (fuse_unk false); decoder Metaspace."""
-    normalizer = normalizers.NFKC()
+    """Metaspace(always, split) over NFKC + Strip text, a small alphabet and no byte fallback:
+    characters outside it become <unk>, one each (fuse_unk false); decoder Metaspace. A first-rank
+    merge "▁▁", which only unsplit text can use, shows that the split happens."""
+    normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Strip(left=True, right=True)])
     spec = sentencepiece_vocab(corpus, 500, 60, normalizer=normalizer, unk_token="<unk>", fuse_unk=False)
+    add_merges(spec["model"], [("\u2581", "\u2581")], first=True)
     spec["pre_tokenizer"] = component(pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always",
                                                                split=True))
     spec["decoder"] = component(decoders.Metaspace(replacement="\u2581", prepend_scheme="always"))
@@ -263,21 +278,25 @@ def words_style(corpus):
 
 
 def split_style(corpus):
-    """Split with every behavior and invert, WhitespaceSplit, Punctuation(Contiguous); NFKD, Replace
-    (regex and string), left Strip; byte fallback with <unk>; decoder ByteFallback/Replace/Strip/Fuse."""
-    normalizer = normalizers.Sequence([normalizers.NFKD(), normalizers.Replace(Regex(r"\s+"), " "),
+    """Split with every behavior and invert, WhitespaceSplit, Punctuation(MergedWithPrevious); NFKD,
+    Replace (regex and string), left Strip; byte fallback with <unk>; decoder
+    ByteFallback/Replace/Strip/Fuse. Two first-rank merges ("e-", "0%") show where a split keeps a
+    delimiter."""
+    normalizer = normalizers.Sequence([normalizers.NFKD(), normalizers.Replace(Regex(r"[!?]+"), "!"),
                                        normalizers.Replace("'", "\u2019"), normalizers.Strip(left=True, right=False)])
+    # Each split acts on characters of its own, so that none undoes another.
     pre = pre_tokenizers.Sequence([
         pre_tokenizers.WhitespaceSplit(),
         pre_tokenizers.Split(Regex(r"\d"), behavior="merged_with_next"),
         pre_tokenizers.Split("-", behavior="merged_with_previous"),
-        pre_tokenizers.Split(Regex(r"\p{L}+"), behavior="merged_with_previous", invert=True),
-        pre_tokenizers.Split(Regex(r"[.,]"), behavior="removed"),
+        pre_tokenizers.Split(Regex(r"[^,]+"), behavior="removed", invert=True),
+        pre_tokenizers.Split(Regex(r"[.]"), behavior="isolated"),
         pre_tokenizers.Split(Regex(r"o"), behavior="contiguous"),
-        pre_tokenizers.Punctuation(behavior="contiguous"),
+        pre_tokenizers.Punctuation(behavior="merged_with_previous"),
     ])
     spec = train_bpe(corpus, 500, pre, normalizer=normalizer, specials=SENTENCEPIECE_SPECIALS + BYTE_TOKENS,
                      limit_alphabet=70, unk_token="<unk>", fuse_unk=True, byte_fallback=True)
+    add_merges(spec["model"], [("e", "-"), ("0", "%")], first=True)
     # Drop two byte tokens so that some characters fall back to <unk> instead of bytes.
     model = spec["model"]
     for gone in ["<0xE4>", "<0xF0>"]:
@@ -314,6 +333,58 @@ COMPONENT_FIXTURES = {
     "split_style": split_style,
     "gpt2_style": gpt2_style,
 }
+
+
+# Proof that the fixtures can fail: changing any of these settings changes HF's ids or decoded text
+# for some text of the corpus, so a component lockstep ignored or got wrong would show in the tests.
+# (fixture, path in tokenizer.json, other value)
+SENSITIVITY = [
+    ("smollm2_style", "pre_tokenizer.pretokenizers.0.individual_digits", False),
+    ("llama2_style", "normalizer.normalizers.0.prepend", "x"),
+    ("llama2_style", "normalizer.normalizers.1.content", "_"),
+    ("llama2_style", "decoder.decoders.3.start", 0),
+    ("mistral_style", "pre_tokenizer.prepend_scheme", "always"),
+    ("mistral_style", "decoder.decoders.0.prepend_scheme", "never"),
+    ("mistral_style", "model.byte_fallback", False),
+    ("metaspace_unk", "pre_tokenizer.split", False),
+    ("metaspace_unk", "model.fuse_unk", True),
+    ("metaspace_unk", "normalizer.normalizers.1.strip_left", False),
+    ("metaspace_unk", "normalizer.normalizers.1.strip_right", False),
+    ("metaspace_unk", "normalizer.normalizers.0", {"type": "NFC"}),
+    ("words_style", "pre_tokenizer.pretokenizers.1.behavior", "Removed"),
+    ("words_style", "pre_tokenizer.pretokenizers.2.individual_digits", True),
+    ("words_style", "normalizer.normalizers.0", {"type": "NFC"}),
+    ("words_style", "normalizer.normalizers.1", {"type": "NFC"}),
+    ("split_style", "pre_tokenizer.pretokenizers.1.behavior", "MergedWithPrevious"),
+    ("split_style", "pre_tokenizer.pretokenizers.2.behavior", "Isolated"),
+    ("split_style", "pre_tokenizer.pretokenizers.3.invert", False),
+    ("split_style", "pre_tokenizer.pretokenizers.4.behavior", "Removed"),
+    ("split_style", "pre_tokenizer.pretokenizers.5.behavior", "Isolated"),
+    ("split_style", "pre_tokenizer.pretokenizers.6.behavior", "Contiguous"),
+    ("split_style", "normalizer.normalizers.0", {"type": "NFC"}),
+    ("split_style", "normalizer.normalizers.1.content", "?"),
+    ("split_style", "decoder.decoders.1.content", "x"),
+    ("split_style", "decoder.decoders.2.stop", 0),
+    ("gpt2_style", "pre_tokenizer.add_prefix_space", False),
+    ("gpt2_style", "normalizer.normalizers.0", {"type": "NFC"}),
+    ("gpt2_style", "normalizer.normalizers.1", {"type": "NFC"}),
+]
+
+
+def check_sensitivity(specs, texts):
+    def outputs(spec):
+        tok = Tokenizer.from_str(json.dumps(spec))
+        ids = [tok.encode(t).ids for t in texts]
+        return ids, [tok.decode(i) for i in ids]
+    base = {name: outputs(spec) for name, spec in specs.items()}
+    for name, path, value in SENSITIVITY:
+        spec = json.loads(json.dumps(specs[name]))
+        *parents, last = path.split(".")
+        node = spec
+        for key in parents:
+            node = node[int(key)] if isinstance(node, list) else node[key]
+        node[int(last) if isinstance(node, list) else last] = value
+        assert outputs(spec) != base[name], f"{name}: {path} = {value!r} changes nothing: the fixture cannot fail"
 
 
 def train_llama3_style(gsm8k_train):
@@ -462,6 +533,9 @@ def main():
             "decoded": [tok.decode(ids, skip_special_tokens=False) for ids in with_special],
             "decoded_skip_special": [tok.decode(ids, skip_special_tokens=True) for ids in with_special],
         }
+
+    check_sensitivity({name: json.loads((OUT / f"tokenizer_{name}.json").read_text())
+                       for name in COMPONENT_FIXTURES}, texts)
 
     decode_texts = ["<|im_start|>user\nhi<|im_end|>\n", "<think>\nreasoning\n</think>\n\nanswer",
                     "<|begin_of_text|>hi<|eot_id|>", "a <mask> b [SW] <x><y>", "Cafe\u0301 😀"]
