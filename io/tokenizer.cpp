@@ -136,7 +136,7 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_to
   std::vector<std::string> tokens;
   tokens.reserve(ids.size());
   for (int32_t id : ids)
-    if (wanted(id)) tokens.push_back(im.decoded_of_id[size_t(id)]);
+    if (wanted(id)) tokens.push_back(im.decoder_input(id));
   return im.decoder->decode(std::move(tokens));
 }
 

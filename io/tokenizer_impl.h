@@ -66,13 +66,19 @@ struct Tokenizer::Impl {
   std::vector<int32_t> prefix_ids, suffix_ids;  // post-processor template around the text's ids
 
   // Indexed by id, over [0, vocab_size).
-  std::vector<std::string> token_of_id;   // vocab spelling or added content
-  std::vector<std::string> decoded_of_id; // what decode() hands the decoder: as token_of_id, but a
-                                          // normalized added token's normalized content (as HF)
-  std::vector<std::string> bytes_of_id;   // what a lone ByteLevel decoder makes of it
+  std::vector<std::string> token_of_id;  // vocab spelling or added content
+  std::vector<std::string> bytes_of_id;  // what a lone ByteLevel decoder makes of it
   std::vector<uint8_t> known_id;         // 0 where no token has this id
   std::vector<uint8_t> special_id;
   std::unordered_map<std::string, int32_t> added_ids;
+  // What decode() hands the decoder for an added token marked normalized: its normalized content,
+  // as HF does (other tokens: token_of_id).
+  std::unordered_map<int32_t, std::string> normalized_added;
+
+  const std::string& decoder_input(int32_t id) const {
+    const auto it = normalized_added.find(id);
+    return it == normalized_added.end() ? token_of_id[size_t(id)] : it->second;
+  }
 
   std::optional<int32_t> eos, bos, pad;
 

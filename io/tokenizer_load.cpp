@@ -164,12 +164,11 @@ void build_id_tables(Tokenizer::Impl& im) {
     im.known_id[size_t(token.id)] = 1;
     im.special_id[size_t(token.id)] = token.special;
   }
-  im.decoded_of_id = im.token_of_id;
   for (const AddedToken& token : im.added_tokens)
     if (token.normalized && !im.normalizer.empty())
-      im.decoded_of_id[size_t(token.id)] = im.normalizer.normalize(token.content);
+      im.normalized_added[token.id] = im.normalizer.normalize(token.content);
   for (size_t id = 0; id < size; ++id)
-    if (im.known_id[id]) im.bytes_of_id[id] = byte_level_decoded(im.decoded_of_id[id]);
+    if (im.known_id[id]) im.bytes_of_id[id] = byte_level_decoded(im.decoder_input(int32_t(id)));
 }
 
 void load_tokenizer_json(const json& root, Tokenizer::Impl& im) {
