@@ -67,7 +67,8 @@ void AddedTokenMatcher::split(std::string_view text, std::vector<TextPiece>& out
   if (start_offset < text.size()) out.push_back({text.substr(start_offset), -1});
 }
 
-void Tokenizer::Impl::encode_stretch(std::string_view text, bool at_text_start, std::vector<int32_t>& ids) const {
+void Tokenizer::Impl::encode_stretch(std::string_view text, bool at_text_start,
+                                     std::vector<int32_t>& ids) const {
   if (text.empty()) return;
   thread_local std::vector<std::string_view> pieces;
   pieces.clear();

@@ -47,10 +47,8 @@ void Decoder::add(const json& spec, const std::string& path) {
   } else if (type == "Strip") {
     step.kind = Kind::strip;
     step.content = string_member(spec, path, "content");
-    int length = 0;
-    LOCKSTEP_CHECK(!step.content.empty() && unicode::find_invalid_utf8(step.content) == std::string::npos &&
-                       (unicode::code_point_at(step.content, 0, &length), size_t(length) == step.content.size()),
-                   field(path, "content"), " must be one character, not '", step.content, "'");
+    LOCKSTEP_CHECK(unicode::is_one_character(step.content), field(path, "content"),
+                   " must be one character, not '", step.content, "'");
     step.start = count_member(spec, path, "start");
     step.stop = count_member(spec, path, "stop");
   } else if (type == "Replace") {

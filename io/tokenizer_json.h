@@ -16,7 +16,9 @@ using json = nlohmann::json;
 inline std::string field(const std::string& path, std::string_view key) {
   return path.empty() ? std::string(key) : path + "." + std::string(key);
 }
-inline std::string field(const std::string& path, size_t index) { return path + "[" + std::to_string(index) + "]"; }
+inline std::string field(const std::string& path, size_t index) {
+  return path + "[" + std::to_string(index) + "]";
+}
 
 inline void expect_object(const json& value, const std::string& path) {
   LOCKSTEP_CHECK(value.is_object(), (path.empty() ? "the top level" : path), " must be an object, not ",

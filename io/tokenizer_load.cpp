@@ -86,7 +86,8 @@ std::unique_ptr<BpeModel> load_model(const json& model, bool byte_level) {
   options.ignore_merges = bool_member(model, "model", "ignore_merges", false);
   options.byte_fallback = bool_member(model, "model", "byte_fallback", false);
   options.fuse_unk = bool_member(model, "model", "fuse_unk", false);
-  if (const json* unk = optional_member(model, "model", "unk_token")) options.unk_token = as_string(*unk, "model.unk_token");
+  if (const json* unk = optional_member(model, "model", "unk_token"))
+    options.unk_token = as_string(*unk, "model.unk_token");
 
   const json& vocab_json = member(model, "model", "vocab");
   LOCKSTEP_CHECK(vocab_json.is_object(), "model.vocab must be an object mapping tokens to ids");

@@ -118,7 +118,8 @@ void split_whitespace(const Piece& piece, std::vector<Piece>& out) {
       c = unicode::is_word_char(ch) ? word : unicode::is_white_space(ch) ? space : other;
     }
     if (pos == text.size() || c != run) {
-      if (run != space) out.push_back({text.substr(run_start, pos - run_start), piece.at_start && run_start == 0});
+      if (run != space)
+        out.push_back({text.substr(run_start, pos - run_start), piece.at_start && run_start == 0});
       run = c;
       run_start = pos;
     }
@@ -135,12 +136,7 @@ bool starts_with(std::string_view text, std::string_view prefix) {
 MetaspaceOptions metaspace_from_json(const json& spec, const std::string& path) {
   MetaspaceOptions options;
   options.replacement = string_member(spec, path, "replacement");
-  LOCKSTEP_CHECK(!options.replacement.empty() && unicode::find_invalid_utf8(options.replacement) ==
-                                                     std::string::npos,
-                 field(path, "replacement"), " must be one character");
-  int length = 0;
-  unicode::code_point_at(options.replacement, 0, &length);
-  LOCKSTEP_CHECK(size_t(length) == options.replacement.size(), field(path, "replacement"),
+  LOCKSTEP_CHECK(unicode::is_one_character(options.replacement), field(path, "replacement"),
                  " must be one character, not '", options.replacement, "'");
   if (const json* scheme = optional_member(spec, path, "prepend_scheme")) {
     const std::string name = as_string(*scheme, field(path, "prepend_scheme"));
@@ -176,7 +172,8 @@ PreTokenizer PreTokenizer::from_json(const json* spec, const std::string& path) 
 
 void PreTokenizer::add(const json& spec, const std::string& path) {
   const std::string type = type_of(spec, path);
-  LOCKSTEP_CHECK(!byte_level_, path, ": a pre-tokenizer after ByteLevel is not supported (ByteLevel must come last)");
+  LOCKSTEP_CHECK(!byte_level_, path,
+                 ": a pre-tokenizer after ByteLevel is not supported (ByteLevel must come last)");
   Step step;
   if (type == "Sequence") {
     const json& list = array_member(spec, path, "pretokenizers");
@@ -214,13 +211,15 @@ void PreTokenizer::add(const json& spec, const std::string& path) {
                         ? behavior_from_json(spec, path, "behavior")
                         : SplitBehavior::isolated;
   } else {
-    unsupported(field(path, "type"), "'" + type + "'",
-                "Sequence, Split, ByteLevel, Digits, Metaspace, Whitespace, WhitespaceSplit, Punctuation, null");
+    unsupported(
+        field(path, "type"), "'" + type + "'",
+        "Sequence, Split, ByteLevel, Digits, Metaspace, Whitespace, WhitespaceSplit, Punctuation, null");
   }
   steps_.push_back(std::move(step));
 }
 
-void PreTokenizer::split(std::string_view text, bool at_text_start, std::vector<std::string_view>& out) const {
+void PreTokenizer::split(std::string_view text, bool at_text_start,
+                         std::vector<std::string_view>& out) const {
   if (text.empty()) return;
   thread_local std::vector<Piece> pieces, next;
   thread_local std::vector<Match> matches;
@@ -268,7 +267,8 @@ void PreTokenizer::split(std::string_view text, bool at_text_start, std::vector<
         case Kind::digits:
           char_matches(piece.text, unicode::is_numeric, matches);
           split_by_behavior(piece, matches,
-                            step.individual_digits ? SplitBehavior::isolated : SplitBehavior::contiguous, next);
+                            step.individual_digits ? SplitBehavior::isolated : SplitBehavior::contiguous,
+                            next);
           break;
         case Kind::metaspace: {
           const MetaspaceOptions& m = step.metaspace;

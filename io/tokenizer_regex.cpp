@@ -89,7 +89,8 @@ SplitRegex::SplitRegex(std::string_view pattern, bool literal) {
 
 SplitRegex::~SplitRegex() { pcre2_code_free(code_); }
 
-SplitRegex::SplitRegex(SplitRegex&& other) noexcept : code_(other.code_), literal_(std::move(other.literal_)) {
+SplitRegex::SplitRegex(SplitRegex&& other) noexcept
+    : code_(other.code_), literal_(std::move(other.literal_)) {
   other.code_ = nullptr;
 }
 
@@ -129,7 +130,8 @@ void SplitRegex::find_matches(std::string_view text, std::vector<Match>& out) co
     size_t start = 0, end = 0;
     if (!search(text, search_from, start, end)) break;
     if (start == end && matched_before && last_match_end == end) {
-      search_from += search_from < text.size() ? utf8_length(static_cast<unsigned char>(text[search_from])) : 1;
+      search_from +=
+          search_from < text.size() ? utf8_length(static_cast<unsigned char>(text[search_from])) : 1;
       continue;
     }
     search_from = end;

@@ -94,7 +94,9 @@ bool is_numeric(char32_t c) {
 }
 
 bool is_punctuation(char32_t c) {
-  if (c < 0x80) return (c >= '!' && c <= '/') || (c >= ':' && c <= '@') || (c >= '[' && c <= '`') || (c >= '{' && c <= '~');
+  if (c < 0x80)
+    return (c >= '!' && c <= '/') || (c >= ':' && c <= '@') || (c >= '[' && c <= '`') ||
+           (c >= '{' && c <= '~');
   switch (utf8proc_category(utf8proc_int32_t(c))) {
     case UTF8PROC_CATEGORY_PC:
     case UTF8PROC_CATEGORY_PD:
@@ -124,6 +126,13 @@ std::string normalize(std::string_view text, NormalForm form) {
   std::string result(reinterpret_cast<const char*>(mapped), size_t(length));
   std::free(mapped);
   return result;
+}
+
+bool is_one_character(std::string_view text) {
+  if (text.empty() || find_invalid_utf8(text) != std::string_view::npos) return false;
+  int length = 0;
+  code_point_at(text, 0, &length);
+  return size_t(length) == text.size();
 }
 
 void append_utf8(std::string& out, char32_t c) {

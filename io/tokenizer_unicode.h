@@ -37,6 +37,9 @@ inline std::string nfc(std::string_view text) { return normalize(text, NormalFor
 // Rust's char::to_lowercase applied to each character (no context: a final sigma stays σ).
 std::string lowercase(std::string_view text);
 
+// True when `text` is valid UTF-8 holding exactly one character.
+bool is_one_character(std::string_view text);
+
 // Appends the UTF-8 encoding of c.
 void append_utf8(std::string& out, char32_t c);
 

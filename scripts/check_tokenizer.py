@@ -60,7 +60,8 @@ def main():
     ap.add_argument("--shared-data", default=str(REPO.parent / "shared" / "data"))
     ap.add_argument("--splits", nargs="+", default=["test"], choices=["test", "train"])
     ap.add_argument("--tokenizer", action="append", default=[],
-                    help="a tokenizer.json or a directory holding one (repeatable); default: Qwen3 and the fixtures")
+                    help="a tokenizer.json or a directory holding one (repeatable); "
+                         "default: Qwen3 and the fixtures")
     args = ap.parse_args()
 
     candidates = [pathlib.Path(args.bin)] if args.bin else [

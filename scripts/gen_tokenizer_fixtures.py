@@ -107,7 +107,8 @@ SMOLLM2_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<repo_name>"
                     "<jupyter_output>", "<jupyter_script>", "<empty_output>"]
 # Bytes whose byte-level token the SmolLM2-style vocab lacks (SmolLM2's real vocab lacks 21 such,
 # 0x04 among them): ASCII controls and bytes that valid UTF-8 never holds. HF drops such bytes.
-SMOLLM2_MISSING_BYTES = list(range(0x00, 0x09)) + [0x0E, 0x0F, 0x10, 0x7F, 0xC0, 0xC1] + list(range(0xF5, 0xFB))
+SMOLLM2_MISSING_BYTES = (list(range(0x00, 0x09)) + [0x0E, 0x0F, 0x10, 0x7F, 0xC0, 0xC1] +
+                         list(range(0xF5, 0xFB)))
 
 SENTENCEPIECE_SPECIALS = ["<unk>", "<s>", "</s>"]
 BYTE_TOKENS = [f"<0x{b:02X}>" for b in range(256)]
@@ -273,7 +274,8 @@ def words_style(corpus):
     spec["decoder"] = component(decoders.Fuse())
     spec["added_tokens"] = [added(s, i) for i, s in enumerate(["[UNK]", "[CLS]", "[SEP]"])]
     spec["post_processor"] = component(processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", 1), ("[SEP]", 2)]))
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", 1), ("[SEP]", 2)]))
     return spec
 
 
@@ -283,7 +285,8 @@ def split_style(corpus):
     ByteFallback/Replace/Strip/Fuse. Two first-rank merges ("e-", "0%") show where a split keeps a
     delimiter."""
     normalizer = normalizers.Sequence([normalizers.NFKD(), normalizers.Replace(Regex(r"[!?]+"), "!"),
-                                       normalizers.Replace("'", "\u2019"), normalizers.Strip(left=True, right=False)])
+                                       normalizers.Replace("'", "\u2019"),
+                                       normalizers.Strip(left=True, right=False)])
     # Each split acts on characters of its own, so that none undoes another.
     pre = pre_tokenizers.Sequence([
         pre_tokenizers.WhitespaceSplit(),
@@ -384,7 +387,8 @@ def check_sensitivity(specs, texts):
         for key in parents:
             node = node[int(key)] if isinstance(node, list) else node[key]
         node[int(last) if isinstance(node, list) else last] = value
-        assert outputs(spec) != base[name], f"{name}: {path} = {value!r} changes nothing: the fixture cannot fail"
+        assert outputs(spec) != base[name], \
+            f"{name}: {path} = {value!r} changes nothing: the fixture cannot fail"
 
 
 def train_llama3_style(gsm8k_train):

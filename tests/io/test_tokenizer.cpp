@@ -264,7 +264,8 @@ TEST(TokenizerSmolLM2Style, BytesWithoutTokenAreDropped) {
   EXPECT_TRUE(tokenizer.decodes_piecewise());
   // Digits(individual_digits): each digit a token of its own.
   EXPECT_EQ(tokenizer.encode("2024").size(), 4u);
-  for (const std::string& text : gsm8k_texts("test")) ASSERT_EQ(tokenizer.decode(tokenizer.encode(text)), text);
+  for (const std::string& text : gsm8k_texts("test"))
+    ASSERT_EQ(tokenizer.decode(tokenizer.encode(text)), text);
 }
 
 TEST(TokenizerLlama2Style, BosAndSentencepieceDecoding) {
@@ -420,7 +421,8 @@ TEST_F(TokenizerErrors, UnsupportedModelAndDecoder) {
   spec = minimal_tokenizer();
   spec["decoder"] = {{"type", "WordPiece"}};
   expect_load_error(spec, {"decoder.type 'WordPiece' is not supported"});
-  spec["decoder"] = {{"type", "Sequence"}, {"decoders", json::array({{{"type", "Fuse"}}, {{"type", "CTC"}}})}};
+  spec["decoder"] = {{"type", "Sequence"},
+                     {"decoders", json::array({{{"type", "Fuse"}}, {{"type", "CTC"}}})}};
   expect_load_error(spec, {"decoder.decoders[1].type 'CTC' is not supported"});
   spec["decoder"] = {{"type", "Strip"}, {"content", " "}, {"start", -1}, {"stop", 0}};
   expect_load_error(spec, {"decoder.start must be a non-negative integer"});
@@ -438,14 +440,16 @@ TEST_F(TokenizerErrors, UnsupportedModelAndDecoder) {
 // HF loads a model whose unk_token is not in the vocab, and fails only on a text that needs it.
 TEST_F(TokenizerErrors, UnkTokenNotInVocab) {
   json spec = minimal_tokenizer();
-  spec["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "_"}, {"prepend_scheme", "never"}, {"split", true}};
+  spec["pre_tokenizer"] = {
+      {"type", "Metaspace"}, {"replacement", "_"}, {"prepend_scheme", "never"}, {"split", true}};
   spec["decoder"] = {{"type", "Metaspace"}, {"replacement", "_"}, {"prepend_scheme", "never"}};
   spec["model"]["unk_token"] = "<nope>";
   const std::string path = dir_.file("tokenizer.json");
   testing::write_bytes(path, spec.dump());
   const Tokenizer tokenizer = Tokenizer::from_files(path);
   EXPECT_EQ(tokenizer.encode("hi!"), (std::vector<int32_t>{257}));
-  expect_error([&] { tokenizer.encode("hi\xe4\xbd\xa0"); }, {"model.unk_token '<nope>'", "not in model.vocab"});
+  expect_error([&] { tokenizer.encode("hi\xe4\xbd\xa0"); },
+               {"model.unk_token '<nope>'", "not in model.vocab"});
 }
 
 TEST_F(TokenizerErrors, BadFieldTypes) {
