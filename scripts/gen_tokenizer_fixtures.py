@@ -23,6 +23,7 @@ Outputs (all small, committed):
   tests/data/chat_cases.json                     chat prompts rendered by the real Jinja templates
 """
 import argparse
+import collections
 import json
 import pathlib
 
@@ -145,6 +146,23 @@ def component(obj):
     return json.loads(obj.__getstate__())
 
 
+def tie_free_alphabet_limit(tok, corpus, wanted):
+    """The trainer keeps the `limit` most frequent characters, breaking ties in no fixed order; a
+    limit (at most `wanted`) that falls between two different counts makes the fixture the same on
+    every run. Counts characters as the trainer does: over the normalized, pre-tokenized words."""
+    counts = collections.Counter()
+    for text in corpus:
+        if tok.normalizer is not None:
+            text = tok.normalizer.normalize_str(text)
+        for word, _ in tok.pre_tokenizer.pre_tokenize_str(text):
+            counts.update(word)
+    ranked = sorted(counts.values(), reverse=True)
+    limit = min(wanted, len(ranked))
+    while 0 < limit < len(ranked) and ranked[limit - 1] == ranked[limit]:
+        limit -= 1
+    return limit
+
+
 def train_bpe(corpus, vocab_size, pre_tokenizer, normalizer=None, specials=(), limit_alphabet=None,
               byte_level=False, **model_options):
     tok = Tokenizer(models.BPE(**model_options))
@@ -155,7 +173,7 @@ def train_bpe(corpus, vocab_size, pre_tokenizer, normalizer=None, specials=(), l
     if byte_level:
         options["initial_alphabet"] = pre_tokenizers.ByteLevel.alphabet()
     if limit_alphabet is not None:
-        options["limit_alphabet"] = limit_alphabet
+        options["limit_alphabet"] = tie_free_alphabet_limit(tok, corpus, limit_alphabet)
     tok.train_from_iterator(corpus, trainers.BpeTrainer(**options))
     return to_spec(tok)
 
