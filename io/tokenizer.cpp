@@ -67,16 +67,12 @@ void AddedTokenMatcher::split(std::string_view text, std::vector<TextPiece>& out
   if (start_offset < text.size()) out.push_back({text.substr(start_offset), -1});
 }
 
-// Pre-tokenize one stretch of normalized text (no added tokens in it) and BPE each piece.
-void Tokenizer::Impl::encode_stretch(std::string_view text, std::vector<int32_t>& ids) const {
+void Tokenizer::Impl::encode_stretch(std::string_view text, bool at_text_start,
+                                     std::vector<int32_t>& ids) const {
   if (text.empty()) return;
-  thread_local std::vector<std::string_view> pieces, next;
-  pieces.assign(1, text);
-  for (const SplitRegex& splitter : splitters) {
-    next.clear();
-    for (std::string_view piece : pieces) splitter.split_isolated(piece, next);
-    std::swap(pieces, next);
-  }
+  thread_local std::vector<std::string_view> pieces;
+  pieces.clear();
+  pre_tokenizer.split(text, at_text_start, pieces);
   for (std::string_view piece : pieces) bpe->encode_piece(piece, ids);
 }
 
@@ -101,13 +97,15 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_t
       ids.push_back(raw.id);
       continue;
     }
+    // Metaspace's prepend_scheme "first" asks whether a piece begins the text.
+    const bool raw_at_start = raw.text.data() == text.data();
     std::string_view body = raw.text;
-    if (im.nfc && !unicode::is_ascii(body)) {  // ASCII is its own NFC
-      normalized = unicode::nfc(body);
+    if (!im.normalizer.empty()) {
+      normalized = im.normalizer.normalize(body);
       body = normalized;
     }
     if (im.normalized_matcher.empty()) {
-      im.encode_stretch(body, ids);
+      im.encode_stretch(body, raw_at_start, ids);
       continue;
     }
     normalized_pieces.clear();
@@ -116,7 +114,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_t
       if (piece.id >= 0) {
         ids.push_back(piece.id);
       } else {
-        im.encode_stretch(piece.text, ids);
+        im.encode_stretch(piece.text, raw_at_start && piece.text.data() == body.data(), ids);
       }
     }
   }
@@ -126,13 +124,21 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_t
 
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_tokens) const {
   const Impl& im = *impl_;
-  std::string text;
-  for (int32_t id : ids) {
-    if (id < 0 || size_t(id) >= im.known_id.size() || !im.known_id[size_t(id)]) continue;
-    if (skip_special_tokens && im.special_id[size_t(id)]) continue;
-    text += im.bytes_of_id[size_t(id)];
+  auto wanted = [&](int32_t id) {
+    return id >= 0 && size_t(id) < im.known_id.size() && im.known_id[size_t(id)] &&
+           !(skip_special_tokens && im.special_id[size_t(id)]);
+  };
+  if (im.decoder->byte_level_only()) {  // each token's bytes on their own
+    std::string text;
+    for (int32_t id : ids)
+      if (wanted(id)) text += im.bytes_of_id[size_t(id)];
+    return text;
   }
-  return text;
+  std::vector<std::string> tokens;
+  tokens.reserve(ids.size());
+  for (int32_t id : ids)
+    if (wanted(id)) tokens.push_back(im.decoder_input(id));
+  return im.decoder->decode(std::move(tokens));
 }
 
 std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const {
@@ -148,6 +154,8 @@ std::optional<std::string> Tokenizer::id_to_token(int32_t id) const {
 }
 
 int32_t Tokenizer::vocab_size() const { return int32_t(impl_->known_id.size()); }
+
+bool Tokenizer::decodes_piecewise() const { return impl_->decoder->byte_level_only(); }
 
 bool Tokenizer::is_special(int32_t id) const {
   return id >= 0 && id < vocab_size() && impl_->special_id[size_t(id)];

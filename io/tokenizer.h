@@ -1,11 +1,14 @@
-// io/tokenizer.h — the Hugging Face byte-level BPE tokenizer (tokenizer.json of Qwen3, Qwen2.5,
-// Llama-3): text to token ids and back, giving the ids HF `tokenizers` gives.
+// io/tokenizer.h — Hugging Face BPE tokenizers (tokenizer.json): text to token ids and back, giving
+// the ids and the text HF `tokenizers` 0.23 gives. Byte-level BPE (Qwen3, Qwen2.5, Llama-3,
+// SmolLM2) and sentencepiece-style BPE (Llama-2, Mistral: Metaspace or Prepend + Replace, byte
+// fallback).
 //
 // The pipeline, as in HF: added tokens are cut out of the raw text first (never split); each
-// stretch between them is normalized (NFC or nothing), pre-tokenized by regex, mapped to GPT-2's
-// byte-level characters and merged by BPE rank; the post-processor may wrap the ids in special
-// tokens (Llama-3's <|begin_of_text|>). Anything in tokenizer.json outside what these models use is
-// refused at load with an error naming the file and the field, never silently ignored.
+// stretch between them is normalized (io/tokenizer_normalizer.h), pre-tokenized
+// (io/tokenizer_pre_tokenizer.h) and BPE-encoded piece by piece (io/tokenizer_bpe.h); the
+// post-processor may wrap the ids in special tokens (a BOS). decode() runs the decoder
+// (io/tokenizer_decoder.h). A component outside those is refused at load with an error naming the
+// file and the field, never silently ignored.
 #pragma once
 
 #include <cstdint>
@@ -39,11 +42,15 @@ class Tokenizer {
   // Thread-safe.
   std::vector<int32_t> encode(std::string_view text, bool add_special_tokens = true) const;
 
-  // Ids back to text: the exact bytes encode() started from. Ids the tokenizer does not know (e.g.
-  // embedding rows past the vocab, which a model can sample) decode to nothing, as in HF. Unlike HF,
-  // a sequence cut inside a multi-byte character gives the raw bytes, not U+FFFD, so decoding a
-  // stream piece by piece and concatenating gives the same bytes as decoding it whole.
+  // Ids back to text, as HF's decode gives it (for byte-level BPE, the exact bytes encode() started
+  // from). Ids the tokenizer does not know (e.g. embedding rows past the vocab, which a model can
+  // sample) decode to nothing, as in HF. Unlike HF, a sequence cut inside a multi-byte character
+  // gives the raw bytes, not U+FFFD.
   std::string decode(std::span<const int32_t> ids, bool skip_special_tokens = false) const;
+  // True when decoding a stream piece by piece and concatenating gives the same bytes as decoding it
+  // whole (a ByteLevel decoder). Not so for sentencepiece-style decoders, whose first token loses
+  // its leading space (Metaspace, Strip).
+  bool decodes_piecewise() const;
 
   std::optional<int32_t> token_to_id(std::string_view token) const;
   // The token's string as the vocab spells it (byte-level characters, e.g. "Ġthe"), or the

@@ -1,5 +1,5 @@
 // io/tokenizer_impl.h — the parts of a loaded Tokenizer (private to io/tokenizer*.cpp): added
-// tokens and their matcher, normalizer, pre-tokenizer regexes, BPE model, post-processor template,
+// tokens and their matcher, normalizer, pre-tokenizer, BPE model, post-processor template, decoder,
 // and the per-id tables decode() reads.
 #pragma once
 
@@ -13,7 +13,9 @@
 
 #include "io/tokenizer.h"
 #include "io/tokenizer_bpe.h"
-#include "io/tokenizer_regex.h"
+#include "io/tokenizer_decoder.h"
+#include "io/tokenizer_normalizer.h"
+#include "io/tokenizer_pre_tokenizer.h"
 
 namespace lockstep {
 
@@ -56,22 +58,32 @@ struct Tokenizer::Impl {
   AddedTokenMatcher raw_matcher;         // tokens with normalized=false, found in the raw text
   AddedTokenMatcher normalized_matcher;  // tokens with normalized=true, found after normalization
 
-  bool nfc = false;
-  std::vector<SplitRegex> splitters;  // pre-tokenizer splits, applied in order
+  Normalizer normalizer;
+  PreTokenizer pre_tokenizer;
   std::unique_ptr<BpeModel> bpe;
+  std::unique_ptr<Decoder> decoder;
 
   std::vector<int32_t> prefix_ids, suffix_ids;  // post-processor template around the text's ids
 
   // Indexed by id, over [0, vocab_size).
   std::vector<std::string> token_of_id;  // vocab spelling or added content
-  std::vector<std::string> bytes_of_id;  // what the ByteLevel decoder makes of it
+  std::vector<std::string> bytes_of_id;  // what a lone ByteLevel decoder makes of it
   std::vector<uint8_t> known_id;         // 0 where no token has this id
   std::vector<uint8_t> special_id;
   std::unordered_map<std::string, int32_t> added_ids;
+  // What decode() hands the decoder for an added token marked normalized: its normalized content,
+  // as HF does (other tokens: token_of_id).
+  std::unordered_map<int32_t, std::string> normalized_added;
+
+  const std::string& decoder_input(int32_t id) const {
+    const auto it = normalized_added.find(id);
+    return it == normalized_added.end() ? token_of_id[size_t(id)] : it->second;
+  }
 
   std::optional<int32_t> eos, bos, pad;
 
-  void encode_stretch(std::string_view text, std::vector<int32_t>& ids) const;
+  // Pre-tokenizes one stretch of normalized text (no added tokens in it) and BPE-encodes each piece.
+  void encode_stretch(std::string_view text, bool at_text_start, std::vector<int32_t>& ids) const;
 };
 
 }  // namespace lockstep

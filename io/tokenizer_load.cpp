@@ -1,5 +1,5 @@
 // io/tokenizer_load.cpp — builds a Tokenizer from tokenizer.json (+ tokenizer_config.json),
-// accepting exactly the components byte-level BPE models use and naming the field of anything else.
+// accepting the components of io/tokenizer.h and naming the field of anything else.
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -7,65 +7,13 @@
 #include "core/error.h"
 #include "io/tokenizer.h"
 #include "io/tokenizer_impl.h"
+#include "io/tokenizer_json.h"
 #include "io/tokenizer_unicode.h"
 
 namespace lockstep {
 namespace {
 
-using json = nlohmann::json;
-
-// --- JSON access that names the field on failure (the file name is added by the caller) --------
-
-std::string field(const std::string& path, std::string_view key) {
-  return path.empty() ? std::string(key) : path + "." + std::string(key);
-}
-std::string field(const std::string& path, size_t index) { return path + "[" + std::to_string(index) + "]"; }
-
-void expect_object(const json& value, const std::string& path) {
-  LOCKSTEP_CHECK(value.is_object(), (path.empty() ? "the top level" : path), " must be an object, not ",
-                 value.type_name());
-}
-
-// A member that may be absent or null: nullptr then.
-const json* optional_member(const json& object, const std::string& path, std::string_view key) {
-  expect_object(object, path);
-  const auto it = object.find(key);
-  return it == object.end() || it->is_null() ? nullptr : &*it;
-}
-
-const json& member(const json& object, const std::string& path, std::string_view key) {
-  const json* value = optional_member(object, path, key);
-  LOCKSTEP_CHECK(value != nullptr, field(path, key), " is missing");
-  return *value;
-}
-
-std::string as_string(const json& value, const std::string& path) {
-  LOCKSTEP_CHECK(value.is_string(), path, " must be a string, not ", value.type_name());
-  return value.get<std::string>();
-}
-
-bool bool_member(const json& object, const std::string& path, std::string_view key, bool fallback) {
-  const json* value = optional_member(object, path, key);
-  if (value == nullptr) return fallback;
-  LOCKSTEP_CHECK(value->is_boolean(), field(path, key), " must be true or false, not ", value->type_name());
-  return value->get<bool>();
-}
-
-int32_t as_id(const json& value, const std::string& path) {
-  LOCKSTEP_CHECK(
-      value.is_number_integer() && value.get<int64_t>() >= 0 && value.get<int64_t>() < (int64_t(1) << 31),
-      path, " must be a token id (an integer in [0, 2^31)), not ", value.dump());
-  return int32_t(value.get<int64_t>());
-}
-
-std::string type_of(const json& object, const std::string& path) {
-  return as_string(member(object, path, "type"), field(path, "type"));
-}
-
-[[noreturn]] void unsupported(const std::string& path, const std::string& what,
-                              const std::string& supported) {
-  fail(path + " " + what + " is not supported (supported: " + supported + ")");
-}
+using namespace tokenizer_json;
 
 json read_json(const std::filesystem::path& path) {
   std::ifstream file(path, std::ios::binary);
@@ -79,56 +27,7 @@ json read_json(const std::filesystem::path& path) {
   }
 }
 
-// --- components ----------------------------------------------------------------------------------
-
-void load_normalizer(const json& normalizer, const std::string& path, Tokenizer::Impl& im) {
-  const std::string type = type_of(normalizer, path);
-  if (type == "NFC") {
-    im.nfc = true;
-  } else if (type == "Sequence") {
-    const json& list = member(normalizer, path, "normalizers");
-    LOCKSTEP_CHECK(list.is_array(), field(path, "normalizers"), " must be an array");
-    for (size_t i = 0; i < list.size(); ++i)
-      load_normalizer(list[i], field(field(path, "normalizers"), i), im);
-  } else {
-    unsupported(field(path, "type"), "'" + type + "'", "NFC, Sequence, null");
-  }
-}
-
-// Appends the regex splits to im.splitters; counts the ByteLevel pre-tokenizers seen.
-void load_pre_tokenizer(const json& pre, const std::string& path, Tokenizer::Impl& im, int& byte_levels) {
-  const std::string type = type_of(pre, path);
-  LOCKSTEP_CHECK(byte_levels == 0, path,
-                 ": a pre-tokenizer after ByteLevel is not supported (ByteLevel must come last)");
-  if (type == "Sequence") {
-    const json& list = member(pre, path, "pretokenizers");
-    LOCKSTEP_CHECK(list.is_array(), field(path, "pretokenizers"), " must be an array");
-    for (size_t i = 0; i < list.size(); ++i)
-      load_pre_tokenizer(list[i], field(field(path, "pretokenizers"), i), im, byte_levels);
-  } else if (type == "Split") {
-    const std::string behavior = as_string(member(pre, path, "behavior"), field(path, "behavior"));
-    if (behavior != "Isolated") unsupported(field(path, "behavior"), "'" + behavior + "'", "Isolated");
-    LOCKSTEP_CHECK(!bool_member(pre, path, "invert", false), field(path, "invert"),
-                   " = true is not supported");
-    const json& pattern = member(pre, path, "pattern");
-    const std::string pattern_path = field(path, "pattern");
-    const bool literal = optional_member(pattern, pattern_path, "String") != nullptr;
-    const std::string key = literal ? "String" : "Regex";
-    const std::string text = as_string(member(pattern, pattern_path, key), field(pattern_path, key));
-    try {
-      im.splitters.emplace_back(text, literal);
-    } catch (const Error& e) {
-      fail(field(pattern_path, key) + ": " + e.what());
-    }
-  } else if (type == "ByteLevel") {
-    LOCKSTEP_CHECK(!bool_member(pre, path, "add_prefix_space", false), field(path, "add_prefix_space"),
-                   " = true is not supported");
-    if (bool_member(pre, path, "use_regex", true)) im.splitters.emplace_back(kGpt2SplitPattern, false);
-    ++byte_levels;
-  } else {
-    unsupported(field(path, "type"), "'" + type + "'", "Sequence, Split, ByteLevel");
-  }
-}
+// --- components (the normalizer, pre-tokenizer and decoder parse themselves) ----------------------
 
 // The post-processor's template for a single sequence: ids before and after the text's ids.
 void load_post_processor(const json& post, const std::string& path, Tokenizer::Impl& im, int& templates) {
@@ -172,7 +71,7 @@ void load_post_processor(const json& post, const std::string& path, Tokenizer::I
   LOCKSTEP_CHECK(seen_sequence, single_path, " has no {\"Sequence\": {\"id\": \"A\"}} item");
 }
 
-std::unique_ptr<BpeModel> load_model(const json& model) {
+std::unique_ptr<BpeModel> load_model(const json& model, bool byte_level) {
   const std::string type = type_of(model, "model");
   if (type != "BPE") unsupported("model.type", "'" + type + "'", "BPE");
   if (const json* dropout = optional_member(model, "model", "dropout"))
@@ -181,7 +80,14 @@ std::unique_ptr<BpeModel> load_model(const json& model) {
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
     if (const json* affix = optional_member(model, "model", key))
       LOCKSTEP_CHECK(as_string(*affix, field("model", key)).empty(), "model.", key,
-                     " must be empty for byte-level BPE");
+                     " is not supported (it must be null or empty)");
+  BpeOptions options;
+  options.byte_level = byte_level;
+  options.ignore_merges = bool_member(model, "model", "ignore_merges", false);
+  options.byte_fallback = bool_member(model, "model", "byte_fallback", false);
+  options.fuse_unk = bool_member(model, "model", "fuse_unk", false);
+  if (const json* unk = optional_member(model, "model", "unk_token"))
+    options.unk_token = as_string(*unk, "model.unk_token");
 
   const json& vocab_json = member(model, "model", "vocab");
   LOCKSTEP_CHECK(vocab_json.is_object(), "model.vocab must be an object mapping tokens to ids");
@@ -209,23 +115,7 @@ std::unique_ptr<BpeModel> load_model(const json& model) {
       merges.emplace_back(as_string(merge[0], field(path, 0)), as_string(merge[1], field(path, 1)));
     }
   }
-  return std::make_unique<BpeModel>(std::move(vocab), merges,
-                                    bool_member(model, "model", "ignore_merges", false));
-}
-
-// What HF's ByteLevel decoder makes of one token: its bytes when every character is a byte-level
-// character, else the token's own UTF-8 (added tokens such as "<|im_start|>" take the first road,
-// tokens with spaces or non-Latin text the second).
-std::string byte_level_decoded(const std::string& token) {
-  std::string bytes;
-  for (size_t pos = 0; pos < token.size();) {
-    int length = 0;
-    const int byte = byte_of_byte_level_char(unicode::code_point_at(token, pos, &length));
-    if (byte < 0) return token;
-    bytes += char(byte);
-    pos += size_t(length);
-  }
-  return bytes;
+  return std::make_unique<BpeModel>(std::move(vocab), merges, std::move(options));
 }
 
 void load_added_tokens(const json& list, Tokenizer::Impl& im) {
@@ -247,7 +137,7 @@ void load_added_tokens(const json& list, Tokenizer::Impl& im) {
   }
   for (const AddedToken& token : im.added_tokens) {
     if (token.normalized) {
-      im.normalized_matcher.add(im.nfc ? unicode::nfc(token.content) : token.content, &token);
+      im.normalized_matcher.add(im.normalizer.normalize(token.content), &token);
     } else {
       im.raw_matcher.add(token.content, &token);
     }
@@ -275,8 +165,11 @@ void build_id_tables(Tokenizer::Impl& im) {
     im.known_id[size_t(token.id)] = 1;
     im.special_id[size_t(token.id)] = token.special;
   }
+  for (const AddedToken& token : im.added_tokens)
+    if (token.normalized && !im.normalizer.empty())
+      im.normalized_added[token.id] = im.normalizer.normalize(token.content);
   for (size_t id = 0; id < size; ++id)
-    if (im.known_id[id]) im.bytes_of_id[id] = byte_level_decoded(im.token_of_id[id]);
+    if (im.known_id[id]) im.bytes_of_id[id] = byte_level_decoded(im.decoder_input(int32_t(id)));
 }
 
 void load_tokenizer_json(const json& root, Tokenizer::Impl& im) {
@@ -285,18 +178,10 @@ void load_tokenizer_json(const json& root, Tokenizer::Impl& im) {
     LOCKSTEP_CHECK(optional_member(root, "", key) == nullptr, key, " must be null: ", key,
                    " inside the tokenizer is not supported");
   if (const json* normalizer = optional_member(root, "", "normalizer"))
-    load_normalizer(*normalizer, "normalizer", im);
-
-  int byte_levels = 0;
-  if (const json* pre = optional_member(root, "", "pre_tokenizer"))
-    load_pre_tokenizer(*pre, "pre_tokenizer", im, byte_levels);
-  LOCKSTEP_CHECK(byte_levels == 1,
-                 "pre_tokenizer must end with one ByteLevel pre-tokenizer: only byte-level BPE is supported");
-  const json& decoder = member(root, "", "decoder");
-  const std::string decoder_type = type_of(decoder, "decoder");
-  if (decoder_type != "ByteLevel") unsupported("decoder.type", "'" + decoder_type + "'", "ByteLevel");
-
-  im.bpe = load_model(member(root, "", "model"));
+    im.normalizer = Normalizer::from_json(*normalizer, "normalizer");
+  im.pre_tokenizer = PreTokenizer::from_json(optional_member(root, "", "pre_tokenizer"), "pre_tokenizer");
+  im.decoder = std::make_unique<Decoder>(Decoder::from_json(member(root, "", "decoder"), "decoder"));
+  im.bpe = load_model(member(root, "", "model"), im.pre_tokenizer.byte_level());
   int templates = 0;
   if (const json* post = optional_member(root, "", "post_processor"))
     load_post_processor(*post, "post_processor", im, templates);

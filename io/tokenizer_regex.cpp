@@ -73,8 +73,10 @@ std::string oniguruma_to_pcre2(std::string_view pattern) {
 }
 
 SplitRegex::SplitRegex(std::string_view pattern, bool literal) {
+  if (literal) literal_ = pattern;
   const std::string source = literal ? std::string(pattern) : oniguruma_to_pcre2(pattern);
-  const uint32_t options = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0);
+  // PCRE2 refuses UCP beside LITERAL; a literal needs no character classes anyway.
+  const uint32_t options = literal ? PCRE2_UTF | PCRE2_LITERAL : PCRE2_UTF | PCRE2_UCP;
   int error = 0;
   PCRE2_SIZE offset = 0;
   code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(source.data()), source.size(), options, &error, &offset,
@@ -87,7 +89,60 @@ SplitRegex::SplitRegex(std::string_view pattern, bool literal) {
 
 SplitRegex::~SplitRegex() { pcre2_code_free(code_); }
 
-SplitRegex::SplitRegex(SplitRegex&& other) noexcept : code_(other.code_) { other.code_ = nullptr; }
+SplitRegex::SplitRegex(SplitRegex&& other) noexcept
+    : code_(other.code_), literal_(std::move(other.literal_)) {
+  other.code_ = nullptr;
+}
+
+bool SplitRegex::search(std::string_view text, size_t from, size_t& start, size_t& end) const {
+  pcre2_match_data* data = thread_match_data();
+  const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
+  int rc = pcre2_match(code_, subject, text.size(), from, PCRE2_NO_UTF_CHECK, data, nullptr);
+  if (rc == PCRE2_ERROR_JIT_STACKLIMIT)
+    rc = pcre2_match(code_, subject, text.size(), from, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, data, nullptr);
+  if (rc == PCRE2_ERROR_NOMATCH) return false;
+  LOCKSTEP_CHECK(rc >= 0, "tokenizer regex failed on a ", text.size(), "-byte text: ", pcre2_message(rc));
+  const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(data);
+  start = ovector[0];
+  end = ovector[1];
+  return true;
+}
+
+void SplitRegex::find_matches(std::string_view text, std::vector<Match>& out) const {
+  if (text.empty()) {
+    out.push_back({0, 0, false});
+    return;
+  }
+  size_t previous = 0;  // end of what has been handed out
+  if (!literal_.empty()) {  // leftmost non-overlapping occurrences, as the escaped regex finds them
+    for (size_t at = text.find(literal_); at != std::string_view::npos; at = text.find(literal_, previous)) {
+      if (previous != at) out.push_back({previous, at, false});
+      out.push_back({at, at + literal_.size(), true});
+      previous = at + literal_.size();
+    }
+    if (previous != text.size()) out.push_back({previous, text.size(), false});
+    return;
+  }
+  size_t search_from = 0;  // Oniguruma's last_end
+  bool matched_before = false;
+  size_t last_match_end = 0;
+  while (search_from <= text.size()) {
+    size_t start = 0, end = 0;
+    if (!search(text, search_from, start, end)) break;
+    if (start == end && matched_before && last_match_end == end) {
+      search_from +=
+          search_from < text.size() ? utf8_length(static_cast<unsigned char>(text[search_from])) : 1;
+      continue;
+    }
+    search_from = end;
+    matched_before = true;
+    last_match_end = end;
+    if (previous != start) out.push_back({previous, start, false});
+    out.push_back({start, end, true});
+    previous = end;
+  }
+  if (previous != text.size()) out.push_back({previous, text.size(), false});
+}
 
 void SplitRegex::split_isolated(std::string_view text, std::vector<std::string_view>& out) const {
   pcre2_match_data* data = thread_match_data();

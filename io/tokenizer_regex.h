@@ -1,4 +1,4 @@
-// io/tokenizer_regex.h — the pre-tokenizer's regex split (HF `Split` with behavior Isolated, and
+// io/tokenizer_regex.h — the regexes of tokenizer.json (HF `Split` and `Replace` patterns, and
 // ByteLevel's GPT-2 regex), on PCRE2 with the semantics HF gets from Oniguruma.
 #pragma once
 
@@ -33,8 +33,24 @@ class SplitRegex {
   // between matches, in order. Thread-safe.
   void split_isolated(std::string_view text, std::vector<std::string_view>& out) const;
 
+  // A stretch [start, end) of the text, and whether the regex matched it.
+  struct Match {
+    size_t start, end;
+    bool is_match;
+  };
+  // HF's Pattern::find_matches: `text` cut into contiguous stretches, matches and the text between
+  // them, in order ([(0, 0, false)] for an empty text). Empty matches are kept, except one right at
+  // the end of the previous match (Oniguruma's find_iter skips those). A non-empty literal pattern
+  // is searched bytewise, so `text` may then hold invalid UTF-8 (a decoder's raw bytes); a regex
+  // needs valid UTF-8. Thread-safe.
+  void find_matches(std::string_view text, std::vector<Match>& out) const;
+
  private:
+  // The first match at or after `from`, as [start, end); false when there is none.
+  bool search(std::string_view text, size_t from, size_t& start, size_t& end) const;
+
   pcre2_code_8* code_ = nullptr;
+  std::string literal_;  // the pattern when it is a non-empty literal string
 };
 
 }  // namespace lockstep

@@ -1,4 +1,5 @@
-// io/tokenizer_unicode.cpp — UTF-8 helpers, character classes and NFC (through utf8proc).
+// io/tokenizer_unicode.cpp — UTF-8 helpers, character classes, normalization forms and lowercasing
+// (through utf8proc).
 #include "io/tokenizer_unicode.h"
 
 #include <utf8proc.h>
@@ -82,16 +83,96 @@ bool is_word_char(char32_t c) {
   }
 }
 
-std::string nfc(std::string_view text) {
-  if (text.empty()) return {};
-  utf8proc_uint8_t* composed = nullptr;
+bool is_numeric(char32_t c) {
+  if (c < 0x80) return c >= '0' && c <= '9';
+  switch (utf8proc_category(utf8proc_int32_t(c))) {
+    case UTF8PROC_CATEGORY_ND:
+    case UTF8PROC_CATEGORY_NL:
+    case UTF8PROC_CATEGORY_NO: return true;
+    default: return false;
+  }
+}
+
+bool is_punctuation(char32_t c) {
+  if (c < 0x80)
+    return (c >= '!' && c <= '/') || (c >= ':' && c <= '@') || (c >= '[' && c <= '`') ||
+           (c >= '{' && c <= '~');
+  switch (utf8proc_category(utf8proc_int32_t(c))) {
+    case UTF8PROC_CATEGORY_PC:
+    case UTF8PROC_CATEGORY_PD:
+    case UTF8PROC_CATEGORY_PS:
+    case UTF8PROC_CATEGORY_PE:
+    case UTF8PROC_CATEGORY_PI:
+    case UTF8PROC_CATEGORY_PF:
+    case UTF8PROC_CATEGORY_PO: return true;
+    default: return false;
+  }
+}
+
+std::string normalize(std::string_view text, NormalForm form) {
+  if (text.empty() || is_ascii(text)) return std::string(text);
+  int options = UTF8PROC_STABLE;
+  switch (form) {
+    case NormalForm::nfc: options |= UTF8PROC_COMPOSE; break;
+    case NormalForm::nfd: options |= UTF8PROC_DECOMPOSE; break;
+    case NormalForm::nfkc: options |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT; break;
+    case NormalForm::nfkd: options |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT; break;
+  }
+  utf8proc_uint8_t* mapped = nullptr;
   const utf8proc_ssize_t length =
       utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()), utf8proc_ssize_t(text.size()),
-                   &composed, utf8proc_option_t(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
-  if (length < 0) fail(std::string("NFC normalization failed: ") + utf8proc_errmsg(length));
-  std::string result(reinterpret_cast<const char*>(composed), size_t(length));
-  std::free(composed);
+                   &mapped, utf8proc_option_t(options));
+  if (length < 0) fail(std::string("Unicode normalization failed: ") + utf8proc_errmsg(length));
+  std::string result(reinterpret_cast<const char*>(mapped), size_t(length));
+  std::free(mapped);
   return result;
+}
+
+bool is_one_character(std::string_view text) {
+  if (text.empty() || find_invalid_utf8(text) != std::string_view::npos) return false;
+  int length = 0;
+  code_point_at(text, 0, &length);
+  return size_t(length) == text.size();
+}
+
+void append_utf8(std::string& out, char32_t c) {
+  if (c < 0x80) {
+    out += char(c);
+  } else if (c < 0x800) {
+    out += char(0xC0 | (c >> 6));
+    out += char(0x80 | (c & 0x3F));
+  } else if (c < 0x10000) {
+    out += char(0xE0 | (c >> 12));
+    out += char(0x80 | ((c >> 6) & 0x3F));
+    out += char(0x80 | (c & 0x3F));
+  } else {
+    out += char(0xF0 | (c >> 18));
+    out += char(0x80 | ((c >> 12) & 0x3F));
+    out += char(0x80 | ((c >> 6) & 0x3F));
+    out += char(0x80 | (c & 0x3F));
+  }
+}
+
+std::string lowercase(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t pos = 0; pos < text.size();) {
+    const auto byte = static_cast<unsigned char>(text[pos]);
+    if (byte < 0x80) {  // ASCII: the common case
+      out += char(byte >= 'A' && byte <= 'Z' ? byte + 32 : byte);
+      ++pos;
+      continue;
+    }
+    int length = 0;
+    const char32_t c = code_point_at(text, pos, &length);
+    pos += size_t(length);
+    if (c == 0x130) {  // İ: the one unconditional lowercase mapping to two characters (i + U+0307)
+      out += "i\xCC\x87";
+      continue;
+    }
+    append_utf8(out, char32_t(utf8proc_tolower(utf8proc_int32_t(c))));
+  }
+  return out;
 }
 
 }  // namespace lockstep::unicode

@@ -6,8 +6,11 @@ tests/data/tokenizer_cases.json, and the text decoded back from HF's ids.
   pip install tokenizers
   cmake --build build --target lockstep_tokenize
   python3 scripts/check_tokenizer.py [--bin build/tools/lockstep_tokenize] [--splits test train]
+  python3 scripts/check_tokenizer.py --tokenizer /models/SmolLM2-135M-Instruct [--tokenizer ...]
 
-Checks the real Qwen3 tokenizer (shared data) and the committed Llama-3-style and flags fixtures.
+Checks the real Qwen3 tokenizer (shared data) and every committed tokenizer fixture
+(tests/data/tokenizer_*.json), or only the tokenizers given with --tokenizer (a tokenizer.json, or a
+model directory holding one), with and without the post-processor's special tokens.
 Prints one line per tokenizer, `N texts, M mismatches`, and exits 1 if any text mismatches.
 """
 import argparse
@@ -56,6 +59,9 @@ def main():
     ap.add_argument("--bin", help="lockstep_tokenize (default: build/ or build-tok/tools/lockstep_tokenize)")
     ap.add_argument("--shared-data", default=str(REPO.parent / "shared" / "data"))
     ap.add_argument("--splits", nargs="+", default=["test"], choices=["test", "train"])
+    ap.add_argument("--tokenizer", action="append", default=[],
+                    help="a tokenizer.json or a directory holding one (repeatable); "
+                         "default: Qwen3 and the fixtures")
     args = ap.parse_args()
 
     candidates = [pathlib.Path(args.bin)] if args.bin else [
@@ -77,15 +83,20 @@ def main():
           flush=True)
 
     data = REPO / "tests" / "data"
-    targets = [
-        ("qwen3", shared / "qwen3-tokenizer" / "tokenizer.json", True),
-        ("llama3-style", data / "tokenizer_llama3_style.json", True),
-        ("llama3-style no special", data / "tokenizer_llama3_style.json", False),
-        ("flags", data / "tokenizer_flags.json", True),
-    ]
+    if args.tokenizer:
+        paths = [pathlib.Path(p) for p in args.tokenizer]
+        paths = [p / "tokenizer.json" if p.is_dir() else p for p in paths]
+    else:
+        paths = [shared / "qwen3-tokenizer" / "tokenizer.json"] + sorted(
+            p for p in data.glob("tokenizer_*.json")
+            if p.name not in ("tokenizer_cases.json", "tokenizer_llama3_style_config.json"))
     failures = 0
-    for name, path, add_special in targets:
-        failures += check(name, binary, path, Tokenizer.from_file(str(path)), texts, add_special)
+    for path in paths:
+        name = path.parent.name if path.name == "tokenizer.json" else path.stem.removeprefix("tokenizer_")
+        hf = Tokenizer.from_file(str(path))
+        for add_special in (True, False):
+            label = name if add_special else name + " no special"
+            failures += check(label, binary, path, hf, texts, add_special)
     sys.exit(1 if failures else 0)
 
 
