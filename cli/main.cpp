@@ -205,10 +205,8 @@ int run(int argc, char** argv) {
       return 130;
     }
     if (s.already_complete) {
-      std::printf("%s is already complete (sft.steps = %lld, run.steps = %lld): nothing to do; "
-                  "a larger --run.steps continues it\n",
-                  config.run.out_dir.c_str(), (long long)config.sft.steps,
-                  (long long)(command == "train" ? config.run.steps : 0));
+      std::printf("%s is already complete: nothing to do (a larger --%s continues it)\n",
+                  config.run.out_dir.c_str(), command == "train" ? "run.steps" : "sft.steps");
       if (!std::isnan(s.final_accuracy))
         std::printf("its last held-out accuracy (greedy): %.4f\n", s.final_accuracy);
       return 0;

@@ -4,6 +4,7 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 
@@ -18,7 +19,9 @@ namespace {
 std::string fit_left(std::string_view text, size_t width) {
   if (text.size() <= width) return std::string(text);
   if (width <= 3) return std::string(text.substr(text.size() - width));
-  return "..." + std::string(text.substr(text.size() - (width - 3)));
+  std::string out = "...";
+  out.append(text.substr(text.size() - (width - 3)));
+  return out;
 }
 
 // `head` followed by as many of `fields` (two spaces apart) as fit in kConsoleColumns.
@@ -69,22 +72,28 @@ std::string metric_field(std::string_view name, double value) {
 std::string run_header(std::string_view command, const Setup& setup, std::string_view model_source,
                        std::string_view out_dir) {
   std::string device;
-  if (setup.device == Device::cuda)
+  if (setup.device == Device::cuda) {
     device = cuda_device_name();
-  else
-    device = "CPU (" + std::to_string(omp_get_max_threads()) + " threads)";
+  } else {
+    const int threads = omp_get_max_threads();
+    device = "CPU (" + std::to_string(threads) + (threads == 1 ? " thread)" : " threads)");
+  }
   const ModelConfig& m = setup.model_config;
-  const std::string model_facts = std::string(model_type_name(m.family)) + ", " +
-                                  format_count(double(parameter_count(m))) + " parameters";
+  const std::string facts = " (" + std::string(model_type_name(m.family)) + ", " +
+                            format_count(double(parameter_count(m))) + " parameters)";
   std::string precision = setup.config.model.precision;
   if (setup.config.model.kv_cache == "fp8") precision += ", fp8 KV cache";
   const std::string head = "lockstep " + std::string(command) + " | " + device + " | ";
-  std::string tail = " | " + precision;
-  if (!out_dir.empty()) tail += " | " + std::string(out_dir);
-  const std::string facts = " (" + model_facts + ")";
-  const size_t used = head.size() + facts.size() + tail.size();
-  const size_t room = used < kConsoleColumns ? kConsoleColumns - used : 8;
-  return head + fit_left(model_source, std::max<size_t>(room, 8)) + facts + tail;
+  const std::string middle = facts + " | " + precision + (out_dir.empty() ? "" : " | ");
+  // The two paths share what is left of the line: the model's first, the folder keeping at least
+  // 16 columns or half the room (both are cut from the left, where a path says least).
+  const size_t fixed = head.size() + middle.size();
+  const size_t room = fixed + 8 < kConsoleColumns ? kConsoleColumns - fixed : 8;
+  const size_t for_out =
+      out_dir.empty() ? 0
+                      : std::min(out_dir.size(), std::max(std::min<size_t>(16, room / 2),
+                                                          room - std::min(room, model_source.size())));
+  return head + fit_left(model_source, room - for_out) + middle + fit_left(out_dir, for_out);
 }
 
 ConsoleSink ConsoleSink::standard_output() {
@@ -110,29 +119,33 @@ Progress::~Progress() {
 
 std::string Progress::counts(int64_t done) const {
   const double elapsed = sink_.now() - start_;
-  const double left =
-      done > first_ ? elapsed / double(done - first_) * double(total_ - done) : NAN;
+  const double left = done > first_ ? elapsed / double(done - first_) * double(total_ - done) : NAN;
   const int width = int(std::to_string(total_).size());
   char buf[96];
-  std::snprintf(buf, sizeof buf, "%-4s %*lld/%lld  %s elapsed, %s left", phase_.c_str(), width,
-                (long long)done, (long long)total_, format_duration(elapsed).c_str(),
-                format_duration(left).c_str());
+  std::snprintf(buf, sizeof buf, "%*lld/%lld  %s elapsed, %s left", width, (long long)done,
+                (long long)total_, format_duration(elapsed).c_str(), format_duration(left).c_str());
+  return buf;
+}
+
+std::string Progress::label() const {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%-4s ", phase_.c_str());
   return buf;
 }
 
 std::string Progress::line_text(int64_t done, const std::vector<std::string>& fields) const {
-  return join_fitting(counts(done), fields);
+  return join_fitting(label() + counts(done), fields);
 }
 
 std::string Progress::bar_text(int64_t done, const std::vector<std::string>& status) const {
   constexpr int kBarWidth = 20;
   const double fraction = total_ > 0 ? std::clamp(double(done) / double(total_), 0.0, 1.0) : 1.0;
   const int filled = int(fraction * kBarWidth);
-  std::string bar = "[" + std::string(size_t(filled), '#') + std::string(size_t(kBarWidth - filled), '.') + "]";
-  const std::string c = counts(done);
-  // "grpo [####......] 125/300  ...": the bar after the phase name.
-  const size_t after_phase = c.find(' ');
-  return join_fitting(c.substr(0, after_phase) + " " + bar + c.substr(after_phase), status);
+  std::string head = label() + "[";
+  head.append(size_t(filled), '#');
+  head.append(size_t(kBarWidth - filled), '.');
+  head += "] " + counts(done);
+  return join_fitting(std::move(head), status);
 }
 
 void Progress::clear_bar() {

@@ -26,18 +26,18 @@ struct Setup;
 
 inline constexpr size_t kConsoleColumns = 100;
 
-// "lockstep train | CPU (2 threads) | builtin model: qwen3, 0.40M parameters | fp8 | runs/default":
-// the subcommand, the device (the GPU's name, or the CPU and its OpenMP threads), the model (where
-// its weights come from: `model_source`, its family and parameter count), the precision mode (and
-// an fp8 KV cache), and the output folder when `out_dir` is not empty. At most kConsoleColumns
-// columns: a long model path is shortened from the left ("...").
+// "lockstep train | CPU (2 threads) | builtin (qwen3, 412k parameters) | fp8 | runs/default": the
+// subcommand, the device (the GPU's name, or the CPU and its OpenMP threads), the model (where its
+// weights come from: `model_source`, its family and parameter count), the precision mode (and an
+// fp8 KV cache), and the output folder when `out_dir` is not empty. At most kConsoleColumns
+// columns: long paths are shortened from the left ("...").
 std::string run_header(std::string_view command, const Setup& setup, std::string_view model_source,
                        std::string_view out_dir);
 
 // 0:07, 12:05, 1:02:03 (hours:minutes:seconds); "?" for a negative or non-finite time.
 std::string format_duration(double seconds);
 
-// "0.40M", "1.72B", "950k": a count with three significant digits and a unit.
+// "412k", "1.72B", "15.3M", "999": a count with three significant digits and a unit.
 std::string format_count(double count);
 
 // Where progress goes and how: for tests, the text can go to a string and the clock be a fake.
@@ -71,7 +71,8 @@ class Progress {
   std::string bar_text(int64_t done, const std::vector<std::string>& status) const;
 
  private:
-  std::string counts(int64_t done) const;  // "grpo  125/300  0:24 elapsed, 0:33 left"
+  std::string label() const;               // "sft  ", "grpo ": the phase, padded
+  std::string counts(int64_t done) const;  // "125/300  0:24 elapsed, 0:33 left"
   void clear_bar();
 
   std::string phase_;

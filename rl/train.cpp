@@ -492,7 +492,8 @@ TrainSummary run_train(const Config& config, const TrainHooks& hooks) {
   TrainSummary summary{NAN, NAN, false};
   if (already_complete(run, summary)) return summary;
   if (!sft_phase(run, hooks, summary)) return summary;
-  if (config.sft.steps > 0 && run.state.step == 0) save(run);  // the SFT model, before RL
+  // The SFT model, before RL, when SFT ran here (a run resumed after SFT has that checkpoint).
+  if (run.optimizer && run.state.step == 0) save(run);
 
   const Config& c = run.setup.config;
   const int64_t optimizer_steps = c.run.steps * c.optim.ppo_epochs * c.optim.mini_batches;
