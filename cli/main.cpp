@@ -13,8 +13,11 @@
 //
 // Exit status: 0 done, 1 an error (one message on stderr), 2 a usage error, 130 interrupted by
 // SIGINT (a checkpoint was saved).
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -106,6 +109,7 @@ int eval(const Config& config) {
   const Served served = serving_setup(config, /*need_data=*/true);
   const Setup& setup = served.setup;
   std::printf("%s\n", run_header("eval", setup, served.source, "").c_str());
+  std::fflush(stdout);  // before the first step, in a log too
   Policy policy(setup, initial_parameters(setup, served.checkpoint));
   Engine engine(policy.rollout(), {.num_blocks = 4096, .block_size = config.rollout.block_size},
                 setup.tokenizer.get());
@@ -131,6 +135,7 @@ int generate(const Config& config) {
   if (setup.model_config.vocab_size == kSyntheticVocabSize)
     check_synthetic_text(config.generate.prompt, "generate.prompt");
   std::printf("%s\n", run_header("generate", setup, served.source, "").c_str());
+  std::fflush(stdout);  // before the first step, in a log too
   Policy policy(setup, initial_parameters(setup, served.checkpoint));
   Engine engine(policy.rollout(), {.num_blocks = 4096, .block_size = config.rollout.block_size},
                 setup.tokenizer.get());
@@ -205,8 +210,8 @@ int run(int argc, char** argv) {
       return 130;
     }
     if (s.already_complete) {
-      std::printf("%s is already complete: nothing to do (a larger --%s continues it)\n",
-                  config.run.out_dir.c_str(), command == "train" ? "run.steps" : "sft.steps");
+      std::printf("the run is already complete: nothing to do (a larger --%s continues it)\n",
+                  command == "train" ? "run.steps" : "sft.steps");
       if (!std::isnan(s.final_accuracy))
         std::printf("its last held-out accuracy (greedy): %.4f\n", s.final_accuracy);
       return 0;
@@ -225,9 +230,22 @@ int run(int argc, char** argv) {
   return generate(config);
 }
 
+// OpenMP's threads wait for work by spinning for a while (libgomp's default) before they sleep. On
+// a machine whose cores are busy with other work, a spinning thread takes the core from the thread
+// that would finish the work: beside compiles on 2 cores, the default job's GRPO steps took 8-11 s
+// instead of 2 s (docs/benchmarks.md). Waiting passively sleeps at once and costs a wake-up per
+// parallel region. The runtime reads OMP_WAIT_POLICY only as the program loads, so when it is not
+// set the program starts itself again with it set; a user's own setting is kept.
+void wait_passively_unless_told(char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY")) return;
+  setenv("OMP_WAIT_POLICY", "passive", 1);
+  execv("/proc/self/exe", argv);  // returns only when it failed: go on with the runtime's default
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  wait_passively_unless_told(argv);
   try {
     return run(argc, argv);
   } catch (const Error& e) {

@@ -693,11 +693,23 @@ void draw_no_data(Canvas& canvas, const Rect& a) {
   canvas.text((a.x0 + a.x1 - text_width("no data", kScale)) / 2, (a.y0 + a.y1) / 2 - 8, "no data", kTickText, kScale);
 }
 
+// How a panel draws dense series: a series with more than a point per `dense_px` pixels is drawn as
+// its moving average over about 4 × dense_px pixels, over the raw series in a light tint when
+// `raw_tint`.
+struct Smoothing {
+  size_t dense_px;
+  bool raw_tint;
+};
+// A run's own plot: a noisy band (over a point per 2 px) in a tint under its ~8 px average.
+constexpr Smoothing kRunSmoothing{2, true};
+// plot_compare: several runs' noisy bands would hide each other; averages over ~16 px alone.
+constexpr Smoothing kCompareSmoothing{4, false};
+
 // Axes, the x axis' name, the SFT/GRPO boundary (step 0) when the data spans both phases, then the
-// stack and the lines. A dense series (over a point per 2 px) is a noisy band: drawn raw in a light
-// tint first, then as a moving average over about 8 px in the full colour, above every tint.
+// stack and the lines (dense ones smoothed as `smoothing` says, every tint under every line).
 void draw_data(Canvas& canvas, const Frame& frame, const std::vector<LineSeries>& lines,
-               const std::vector<StackPoint>& stack, size_t stack_first_field, std::string_view x_name) {
+               const std::vector<StackPoint>& stack, size_t stack_first_field, std::string_view x_name,
+               Smoothing smoothing) {
   draw_axes(canvas, frame, true);
   canvas.text((frame.area.x0 + frame.area.x1 - text_width(x_name, kScale)) / 2, frame.area.y1 + 30, x_name,
               kTickText, kScale);
@@ -716,12 +728,13 @@ void draw_data(Canvas& canvas, const Frame& frame, const std::vector<LineSeries>
   }
   if (!stack.empty()) draw_stack(canvas, frame, stack, stack_first_field);
   const size_t width = size_t(frame.area.x1 - frame.area.x0);
-  for (const LineSeries& l : lines)
-    if (l.points.size() * 2 > width) draw_lines(canvas, frame, l.points, tint(l.colour), l.style);
+  const auto dense = [&](const LineSeries& l) { return l.points.size() * smoothing.dense_px > width; };
+  if (smoothing.raw_tint)
+    for (const LineSeries& l : lines)
+      if (dense(l)) draw_lines(canvas, frame, l.points, tint(l.colour), l.style);
   for (const LineSeries& l : lines) {
-    const size_t half_window = l.points.size() * 4 / width;
-    draw_lines(canvas, frame, l.points.size() * 2 > width ? moving_average(l.points, half_window) : l.points,
-               l.colour, l.style);
+    const size_t half_window = l.points.size() * 2 * smoothing.dense_px / width;
+    draw_lines(canvas, frame, dense(l) ? moving_average(l.points, half_window) : l.points, l.colour, l.style);
   }
 }
 
@@ -772,7 +785,7 @@ void draw_panel(Canvas& canvas, const Run& run, const PanelSpec& spec, int left,
     for (const LineSeries& l : lines) points.push_back(l.points);
     frame.y = y_axis_for_lines(points, spec.kind == PanelKind::lines_log_when_wide, spec.from_zero, y_intervals);
   }
-  draw_data(canvas, frame, lines, stack, spec.first_field, x_axis_name(spec, frame));
+  draw_data(canvas, frame, lines, stack, spec.first_field, x_axis_name(spec, frame), kRunSmoothing);
   draw_legend(canvas, left + 16, left + kPanelWidth - 16, top + kLegendTop, legend);
 }
 
@@ -814,7 +827,7 @@ void draw_compare_panel(Canvas& canvas, const std::vector<Run>& runs, const Pane
   std::vector<std::vector<Point>> points;
   for (const LineSeries& l : lines) points.push_back(l.points);
   frame.y = y_axis_for_lines(points, spec.kind == PanelKind::lines_log_when_wide, spec.from_zero, y_intervals);
-  draw_data(canvas, frame, lines, {}, spec.first_field, x_axis_name(spec, frame));
+  draw_data(canvas, frame, lines, {}, spec.first_field, x_axis_name(spec, frame), kCompareSmoothing);
   draw_legend(canvas, left + 16, left + kPanelWidth - 16, top + kLegendTop, legend);
 }
 

@@ -49,7 +49,8 @@
 // (run_colour, named with the run's folder in the header strip). A panel shows fewer fields, told
 // apart by their style (named in grey in its legend): (a) eval greedy (solid) and train reward
 // (dashed), (b) SFT loss, (c) mean |dlogp| (solid) and k3 KL (dashed), (d) each run's total time
-// per step as a line, (e) tokens/s, (f) response length.
+// per step as a line, (e) tokens/s, (f) response length. A series denser than a point per 4 px is
+// drawn as its moving average (over ~16 px) alone: several runs' raw bands would hide each other.
 #pragma once
 
 #include <cstdint>

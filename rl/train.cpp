@@ -168,12 +168,14 @@ Run start_run(const Config& config, std::string_view command) {
                    " (expected ", (run.out_dir / "checkpoint" / "state.json").string(), ")");
   }
   std::printf("%s\n", run_header(command, run.setup, config.model.path, config.run.out_dir).c_str());
+  std::fflush(stdout);  // before the first step, in a log too
   if (run.saved) {
     run.state = run.saved->state;
     const RunState& st = run.state;
-    std::printf("resuming %s from its checkpoint: SFT step %lld of %lld, GRPO step %lld of %lld\n",
-                run.out_dir.c_str(), (long long)st.sft_step, (long long)config.sft.steps,
-                (long long)st.step, (long long)config.run.steps);
+    std::printf("resuming from its checkpoint: SFT step %lld of %lld, GRPO step %lld of %lld\n",
+                (long long)st.sft_step, (long long)config.sft.steps, (long long)st.step,
+                (long long)config.run.steps);
+    std::fflush(stdout);
   }
   write_file_atomically((run.out_dir / "config.toml").string(), to_toml(config));
   run.policy = std::make_unique<Policy>(
@@ -512,7 +514,7 @@ TrainSummary run_train(const Config& config, const TrainHooks& hooks) {
   }
   MetricsLog log(run.out_dir / "metrics.jsonl", run.state.step);
   Progress progress("grpo", c.run.steps, run.state.step);
-  if (run.state.step == 0 && c.run.eval_every > 0) {
+  if (run.state.step == 0 && c.run.eval_every > 0 && c.run.steps > 0) {
     Metrics m;
     add_eval(run, m, progress, 0);
     log.write(0, m);

@@ -94,12 +94,12 @@ check 0 "lockstep eval | CPU" "b/checkpoint/model (qwen3" "held-out accuracy on 
 fact "eval's lines fit 100 columns" fits
 
 # --- resuming: where it resumes, and a complete run says so ---
-check 0 "$work/a is already complete" -- "$bin" sft "${small[@]}" --run.out_dir="$work/a" --run.resume=true
-check 0 "resuming $work/a from its checkpoint: SFT step 3 of 3, GRPO step 0 of 2" \
+check 0 "the run is already complete: nothing to do (a larger --sft.steps continues it)" -- "$bin" sft "${small[@]}" --run.out_dir="$work/a" --run.resume=true
+check 0 "resuming from its checkpoint: SFT step 3 of 3, GRPO step 0 of 2" \
   "held-out accuracy (greedy) after 2 GRPO steps" -- \
   "$bin" train "${small[@]}" --run.steps=2 --run.out_dir="$work/a" --run.resume=true
 fact "train's lines fit 100 columns" fits
-check 0 "$work/a is already complete" "its last held-out accuracy (greedy): " -- \
+check 0 "the run is already complete" "its last held-out accuracy (greedy): " -- \
   "$bin" train "${small[@]}" --run.steps=2 --run.out_dir="$work/a" --run.resume=true
 fact "a complete run prints no NaN" test "${out/nan/}" == "$out"
 
