@@ -232,10 +232,10 @@ int run(int argc, char** argv) {
 
 // OpenMP's threads wait for work by spinning for a while (libgomp's default) before they sleep. On
 // a machine whose cores are busy with other work, a spinning thread takes the core from the thread
-// that would finish the work: beside compiles on 2 cores, the default job's GRPO steps took 8-11 s
-// instead of 2 s (docs/benchmarks.md). Waiting passively sleeps at once and costs a wake-up per
-// parallel region. The runtime reads OMP_WAIT_POLICY only as the program loads, so when it is not
-// set the program starts itself again with it set; a user's own setting is kept.
+// that would finish the work, at every barrier: beside a compile on 2 cores the default job's steps
+// became several times slower. Waiting passively sleeps at once and costs a wake-up per parallel
+// region. The runtime reads OMP_WAIT_POLICY only as the program loads, so when it is not set the
+// program starts itself again with it set; a user's own setting (even an empty one) is kept.
 void wait_passively_unless_told(char** argv) {
   if (std::getenv("OMP_WAIT_POLICY")) return;
   setenv("OMP_WAIT_POLICY", "passive", 1);
