@@ -87,20 +87,23 @@ struct Served {
   Setup setup;
   fs::path checkpoint;  // empty: the configured model
   std::string source;   // for the console
+  std::string note;     // a line after the first, or empty
 };
 
 Served serving_setup(const Config& config, bool need_data) {
   const std::optional<SavedRun> saved = find_checkpoint(config.run.out_dir);
   if (config.model.path != "builtin" || !saved) {
-    Served s{make_setup(config, need_data), {}, config.model.path};
-    if (config.model.path == "builtin")
-      s.source = "builtin (seeded initialization: no checkpoint in " + config.run.out_dir + ")";
+    Served s{make_setup(config, need_data), {}, config.model.path, ""};
+    if (config.model.path == "builtin") {
+      s.source = "builtin, untrained";
+      s.note = "no checkpoint in " + config.run.out_dir + ": the builtin model is its seeded initialization";
+    }
     return s;
   }
   // The checkpoint is a Hugging Face folder with its tokenizer: served as such.
   Config c = config;
   c.model.path = saved->model.string();
-  Served s{make_setup(c, need_data), saved->model, saved->model.string()};
+  Served s{make_setup(c, need_data), saved->model, saved->model.string(), ""};
   s.setup.config.model.path = config.model.path;  // prompts are made as for the builtin model
   return s;
 }
@@ -109,6 +112,7 @@ int eval(const Config& config) {
   const Served served = serving_setup(config, /*need_data=*/true);
   const Setup& setup = served.setup;
   std::printf("%s\n", run_header("eval", setup, served.source, "").c_str());
+  if (!served.note.empty()) std::printf("%s\n", served.note.c_str());
   std::fflush(stdout);  // before the first step, in a log too
   Policy policy(setup, initial_parameters(setup, served.checkpoint));
   Engine engine(policy.rollout(), {.num_blocks = 4096, .block_size = config.rollout.block_size},
@@ -135,6 +139,7 @@ int generate(const Config& config) {
   if (setup.model_config.vocab_size == kSyntheticVocabSize)
     check_synthetic_text(config.generate.prompt, "generate.prompt");
   std::printf("%s\n", run_header("generate", setup, served.source, "").c_str());
+  if (!served.note.empty()) std::printf("%s\n", served.note.c_str());
   std::fflush(stdout);  // before the first step, in a log too
   Policy policy(setup, initial_parameters(setup, served.checkpoint));
   Engine engine(policy.rollout(), {.num_blocks = 4096, .block_size = config.rollout.block_size},
