@@ -159,7 +159,6 @@ void Progress::update(int64_t done, std::vector<std::string> status, bool now) {
   if (!now && bar_shown_ && done < total_ && t - last_draw_ < 0.1) return;
   last_draw_ = t;
   const std::string text = bar_text(done, status);
-  last_status_ = std::move(status);
   clear_bar();
   sink_.write(text);
   bar_shown_ = true;
@@ -174,9 +173,9 @@ void Progress::line(int64_t done, const std::vector<std::string>& fields) {
   const bool redraw = bar_shown_;
   clear_bar();
   sink_.write(text);
-  if (redraw) {
+  if (redraw) {  // without its status, which the line that stays has said (or outdated)
     last_draw_ = -1;
-    update(done, last_status_);
+    update(done);
   }
 }
 

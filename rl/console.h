@@ -63,7 +63,7 @@ class Progress {
   // redrawn at most every 0.1 s unless `now` (a status that must show: "evaluating").
   void update(int64_t done, std::vector<std::string> status = {}, bool now = false);
   // A line that stays: the phase, the counts, elapsed and left, then `fields` (those that fit).
-  // On a terminal it is printed above the bar, which is redrawn below it.
+  // On a terminal it is printed above the bar, which is redrawn below it without a status.
   void line(int64_t done, const std::vector<std::string>& fields);
 
   // The text of line() without printing it (what tests check).
@@ -81,7 +81,6 @@ class Progress {
   double start_;
   double last_draw_ = -1;
   bool bar_shown_ = false;
-  std::vector<std::string> last_status_;  // redrawn under a line that stays
 };
 
 // "name value" with the value to 3 significant digits ("reward 0.406", "loss 1.2e-3"); empty when

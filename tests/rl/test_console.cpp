@@ -73,8 +73,8 @@ TEST(Console, TimeLeftCountsOnlyThisProcessSteps) {
   EXPECT_EQ(console.text, "sft  750/900  0:30 elapsed, 0:30 left\n");
 }
 
-// On a terminal: a bar redrawn in place (at most every 0.1 s), lines that stay above it, and the
-// bar's line ended when the phase ends.
+// On a terminal: a bar redrawn in place (at most every 0.1 s), lines that stay above it (the bar
+// redrawn under them without its status), and the bar's line ended when the phase ends.
 TEST(Console, TerminalGetsALiveBar) {
   FakeConsole console;
   {
@@ -93,7 +93,7 @@ TEST(Console, TerminalGetsALiveBar) {
     progress.line(5, {"loss 2"});
     EXPECT_EQ(console.text,
               "\r\x1b[Ksft   5/10  0:02 elapsed, 0:02 left  loss 2\n"
-              "sft  [##########..........]  5/10  0:02 elapsed, 0:02 left  evaluating");
+              "sft  [##########..........]  5/10  0:02 elapsed, 0:02 left");
     console.text.clear();
   }
   EXPECT_EQ(console.text, "\n");
