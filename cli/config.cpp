@@ -314,7 +314,7 @@ const std::vector<Section>& schema() {
       field("micro_batch_tokens", &O::micro_batch_tokens, "most tokens in one forward/backward",
             at_least(1)),
     }),
-    section<F>("sft", "supervised fine-tuning", {"sft"}, &Config::sft, {
+    section<F>("sft", "supervised fine-tuning", {"train", "sft"}, &Config::sft, {
       field("steps", &F::steps, "SFT optimizer steps (`train` runs them before RL; 0: none)", at_least(0)),
       field("lr", &F::lr, "peak learning rate", above(0)),
       field("batch_size", &F::batch_size, "sequences per step", at_least(1)),
@@ -332,7 +332,9 @@ const std::vector<Section>& schema() {
       field("resume", &U::resume, "continue from the latest checkpoint in out_dir"),
       field("max_skipped_steps", &U::max_skipped_steps, "consecutive non-finite steps tolerated",
             at_least(0)),
-      field("log_every", &U::log_every, "print metrics every this many steps", at_least(1)),
+      field("log_every", &U::log_every,
+            "a console line every this many steps, besides evaluations (0: only at evaluations, "
+            "or every twentieth of a phase without them)", at_least(0)),
     }),
     section<G>("generate", "text generation from one prompt", {"generate"}, &Config::generate, {
       field("prompt", &G::prompt, "the user message (the chat template applies)"),

@@ -115,7 +115,7 @@ struct RunOptions {
   int64_t checkpoint_every = 0;   // 0: only at the end
   bool resume = false;
   int64_t max_skipped_steps = 3;  // consecutive non-finite steps before the run stops
-  int64_t log_every = 1;
+  int64_t log_every = 0;  // 0: lines at evaluations (rl/console.h)
   bool operator==(const RunOptions&) const = default;
 };
 

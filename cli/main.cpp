@@ -5,11 +5,19 @@
 //   lockstep eval     [CONFIG.toml] [--section.key=value ...]   held-out accuracy of a model
 //   lockstep generate [CONFIG.toml] [--section.key=value ...]   complete generate.prompt
 //   lockstep plot     [RUN_DIR]                                 RUN_DIR/metrics.png from its metrics
-//   lockstep <subcommand> --help
+//   lockstep plot --compare RUN_DIR... [--out=PNG]              several runs overlaid in one PNG
+//   lockstep help [SUBCOMMAND], lockstep --help, lockstep <subcommand> --help
 //
 // With no config file every key has its default: the built-in default job (a tiny model learning
 // synthetic arithmetic, SFT then GRPO in the unified fp8 mode), in runs/default.
+//
+// Exit status: 0 done, 1 an error (one message on stderr), 2 a usage error, 130 interrupted by
+// SIGINT (a checkpoint was saved).
+#include <unistd.h>
+
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -18,11 +26,13 @@
 #include "cli/config.h"
 #include "core/error.h"
 #include "rl/checkpoint.h"
+#include "rl/console.h"
 #include "rl/eval.h"
 #include "rl/plot.h"
 #include "rl/setup.h"
 #include "rl/train.h"
 #include "rollout/engine.h"
+#include "tasks/synthetic.h"
 
 using namespace lockstep;
 
@@ -31,24 +41,92 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr const char* kUsage =
-    "usage: lockstep <train|sft|eval|generate|plot> [CONFIG.toml] [--section.key=value ...]\n"
+    "usage: lockstep <train|sft|eval|generate> [CONFIG.toml] [--section.key=value ...]\n"
     "       lockstep plot [RUN_DIR]\n"
-    "       lockstep <subcommand> --help\n";
+    "       lockstep plot --compare RUN_DIR... [--out=PNG]\n"
+    "       lockstep <subcommand> --help     (or: lockstep help <subcommand>)\n";
 
-// The parameters to evaluate or generate with: the run's checkpoint when run.out_dir has one,
-// otherwise the configured model.
-ModelParameters serving_parameters(const Setup& setup) {
-  const std::optional<SavedRun> saved = find_checkpoint(setup.config.run.out_dir);
-  if (saved) std::printf("using the checkpoint in %s\n", saved->model.c_str());
-  return initial_parameters(setup, saved ? saved->model : fs::path());
+constexpr const char* kSubcommands =
+    "\nsubcommands:\n"
+    "  train      SFT warm start (sft.steps), then GRPO (run.steps); writes run.out_dir\n"
+    "  sft        supervised fine-tuning only\n"
+    "  eval       held-out pass@1 (greedy and sampled) of model.path, or of the checkpoint in\n"
+    "             run.out_dir when model.path is \"builtin\"\n"
+    "  generate   complete --generate.prompt=... with the same model\n"
+    "  plot       draw a run's curves (RUN_DIR/metrics.png), or overlay runs (--compare)\n"
+    "\nWith no config file and no options, `lockstep train` runs the built-in default job.\n";
+
+constexpr const char* kPlotHelp =
+    "\nlockstep plot [RUN_DIR]: RUN_DIR/metrics.png from RUN_DIR/metrics.jsonl and\n"
+    "sft_metrics.jsonl (RUN_DIR defaults to runs/default).\n"
+    "lockstep plot --compare RUN_DIR... [--out=PNG]: the runs overlaid, one colour per run, with a\n"
+    "legend naming each folder; written to PNG (default: compare.png in the first run's parent\n"
+    "folder).\n";
+
+constexpr std::string_view kCommands[] = {"train", "sft", "eval", "generate", "plot"};
+
+bool is_help(std::string_view a) { return a == "--help" || a == "-h" || a == "help"; }
+
+int help(const std::string& command) {
+  if (command.empty()) {
+    std::printf("%s%s", kUsage, kSubcommands);
+    return 0;
+  }
+  if (std::ranges::find(kCommands, command) == std::end(kCommands)) {
+    std::fprintf(stderr, "lockstep: unknown subcommand '%s'\n%s", command.c_str(), kUsage);
+    return 2;
+  }
+  std::printf("%s\n%s", kUsage, command == "plot" ? kPlotHelp : config_help(command).c_str());
+  return 0;
+}
+
+// The model to evaluate or generate with, and where its weights come from. model.path wins when it
+// names a model; with model.path = "builtin" (the default job's tiny model, which has no weights of
+// its own), the checkpoint in run.out_dir when there is one.
+struct Served {
+  Setup setup;
+  fs::path checkpoint;  // empty: the configured model
+  std::string source;   // for the console
+  std::string note;     // a line after the first, or empty
+};
+
+Served serving_setup(const Config& config, bool need_data) {
+  const std::optional<SavedRun> saved = find_checkpoint(config.run.out_dir);
+  if (config.model.path != "builtin" || !saved) {
+    Served s{make_setup(config, need_data), {}, config.model.path, ""};
+    if (config.model.path == "builtin") {
+      s.source = "builtin, untrained";
+      s.note = "no checkpoint in " + config.run.out_dir + ": the builtin model is its seeded initialization";
+    }
+    return s;
+  }
+  // The checkpoint is a Hugging Face folder with its tokenizer: served as such.
+  Config c = config;
+  c.model.path = saved->model.string();
+  Served s{make_setup(c, need_data), saved->model, saved->model.string(), ""};
+  s.setup.config.model.path = config.model.path;  // prompts are made as for the builtin model
+  return s;
 }
 
 int eval(const Config& config) {
-  const Setup setup = make_setup(config, /*need_data=*/true);
-  Policy policy(setup, serving_parameters(setup));
+  const Served served = serving_setup(config, /*need_data=*/true);
+  const Setup& setup = served.setup;
+  std::printf("%s\n", run_header("eval", setup, served.source, "").c_str());
+  if (!served.note.empty()) std::printf("%s\n", served.note.c_str());
+  std::fflush(stdout);  // before the first step, in a log too
+  Policy policy(setup, initial_parameters(setup, served.checkpoint));
   Engine engine(policy.rollout(), {.num_blocks = 4096, .block_size = config.rollout.block_size},
                 setup.tokenizer.get());
-  const EvalResult r = Evaluator(setup, engine).evaluate(config.run.eval_problems);
+  Evaluator evaluator(setup, engine);
+  const int64_t problems = evaluator.count(config.run.eval_problems);
+  EvalResult r;
+  {
+    // Every problem twice: greedy, then sampled; a line after each chunk of problems.
+    Progress progress("eval", 2 * problems, 0);
+    progress.update(0, {"greedy, then sampled"}, /*now=*/true);
+    r = evaluator.evaluate(config.run.eval_problems,
+                           [&](int64_t done, int64_t) { progress.line(done, {}); });
+  }
   std::printf("held-out accuracy on %lld problems: greedy %.4f, sampled (temperature %g) %.4f\n",
               (long long)r.problems, r.greedy, config.rollout.temperature, r.sampled);
   return 0;
@@ -56,8 +134,14 @@ int eval(const Config& config) {
 
 int generate(const Config& config) {
   LOCKSTEP_CHECK(!config.generate.prompt.empty(), "generate.prompt is empty: give --generate.prompt=...");
-  const Setup setup = make_setup(config, /*need_data=*/false);
-  Policy policy(setup, serving_parameters(setup));
+  const Served served = serving_setup(config, /*need_data=*/false);
+  const Setup& setup = served.setup;
+  if (setup.model_config.vocab_size == kSyntheticVocabSize)
+    check_synthetic_text(config.generate.prompt, "generate.prompt");
+  std::printf("%s\n", run_header("generate", setup, served.source, "").c_str());
+  if (!served.note.empty()) std::printf("%s\n", served.note.c_str());
+  std::fflush(stdout);  // before the first step, in a log too
+  Policy policy(setup, initial_parameters(setup, served.checkpoint));
   Engine engine(policy.rollout(), {.num_blocks = 4096, .block_size = config.rollout.block_size},
                 setup.tokenizer.get());
   GenerationRequest r;
@@ -75,6 +159,33 @@ int generate(const Config& config) {
   return 0;
 }
 
+// `lockstep plot [RUN_DIR]` and `lockstep plot --compare RUN_DIR... [--out=PNG]`.
+int plot(std::vector<std::string> args) {
+  if (!args.empty() && args[0] == "--compare") {
+    fs::path out;
+    std::vector<fs::path> dirs;
+    for (size_t i = 1; i < args.size(); ++i) {
+      if (args[i].starts_with("--out=")) {
+        out = args[i].substr(6);
+      } else {
+        LOCKSTEP_CHECK(!args[i].starts_with("--"), "plot --compare: unknown option '", args[i],
+                       "' (expected run folders and --out=PNG)");
+        dirs.emplace_back(args[i]);
+      }
+    }
+    LOCKSTEP_CHECK(!dirs.empty(), "plot --compare needs at least one run folder");
+    if (out.empty()) out = dirs[0].lexically_normal().parent_path() / "compare.png";
+    plot_compare(dirs, out);
+    std::printf("wrote %s\n", out.c_str());
+    return 0;
+  }
+  LOCKSTEP_CHECK(args.size() <= 1, "plot takes one argument, the run folder (or --compare RUN_DIR...)");
+  const fs::path dir = args.empty() ? fs::path(Config().run.out_dir) : fs::path(args[0]);
+  plot_run(dir, dir / "metrics.png");
+  std::printf("wrote %s\n", (dir / "metrics.png").c_str());
+  return 0;
+}
+
 int run(int argc, char** argv) {
   if (argc < 2) {
     std::fputs(kUsage, stderr);
@@ -82,18 +193,14 @@ int run(int argc, char** argv) {
   }
   const std::string command = argv[1];
   std::vector<std::string> args(argv + 2, argv + argc);
-  for (const std::string& a : args)
-    if (a == "--help" || a == "-h") {
-      std::printf("%s\n%s", kUsage, command == "plot" ? "" : config_help(command).c_str());
-      return 0;
-    }
-  if (command == "plot") {
-    LOCKSTEP_CHECK(args.size() <= 1, "plot takes one argument, the run folder");
-    const fs::path dir = args.empty() ? fs::path(Config().run.out_dir) : fs::path(args[0]);
-    plot_run(dir / "metrics.jsonl", dir / "metrics.png");
-    std::printf("wrote %s\n", (dir / "metrics.png").c_str());
-    return 0;
+  if (is_help(command)) return help(args.empty() ? "" : args[0]);
+  if (std::ranges::find(kCommands, command) == std::end(kCommands)) {
+    std::fprintf(stderr, "lockstep: unknown subcommand '%s'\n%s", command.c_str(), kUsage);
+    return 2;
   }
+  for (const std::string& a : args)
+    if (a == "--help" || a == "-h") return help(command);
+  if (command == "plot") return plot(args);
   std::optional<fs::path> file;
   if (!args.empty() && !args[0].starts_with("--")) {
     file = args[0];
@@ -107,26 +214,43 @@ int run(int argc, char** argv) {
                   config.run.out_dir.c_str());
       return 130;
     }
+    if (s.already_complete) {
+      std::printf("the run is already complete: nothing to do (a larger --%s continues it)\n",
+                  command == "train" ? "run.steps" : "sft.steps");
+      if (!std::isnan(s.final_accuracy))
+        std::printf("its last held-out accuracy (greedy): %.4f\n", s.final_accuracy);
+      return 0;
+    }
     if (!std::isnan(s.sft_accuracy))
       std::printf("held-out accuracy (greedy) after SFT: %.4f\n", s.sft_accuracy);
     if (command == "train" && config.run.steps > 0) {
       std::printf("held-out accuracy (greedy) after %lld GRPO steps: %.4f\n",
                   (long long)config.run.steps, s.final_accuracy);
-      plot_run(fs::path(config.run.out_dir) / "metrics.jsonl",
-               fs::path(config.run.out_dir) / "metrics.png");
+      plot_run(config.run.out_dir, fs::path(config.run.out_dir) / "metrics.png");
       std::printf("curves: %s\n", (fs::path(config.run.out_dir) / "metrics.png").c_str());
     }
     return 0;
   }
   if (command == "eval") return eval(config);
-  if (command == "generate") return generate(config);
-  std::fprintf(stderr, "lockstep: unknown subcommand '%s'\n%s", command.c_str(), kUsage);
-  return 2;
+  return generate(config);
+}
+
+// OpenMP's threads wait for work by spinning for a while (libgomp's default) before they sleep. On
+// a machine whose cores are busy with other work, a spinning thread takes the core from the thread
+// that would finish the work, at every barrier: beside a compile on 2 cores the default job's steps
+// became several times slower. Waiting passively sleeps at once and costs a wake-up per parallel
+// region. The runtime reads OMP_WAIT_POLICY only as the program loads, so when it is not set the
+// program starts itself again with it set; a user's own setting (even an empty one) is kept.
+void wait_passively_unless_told(char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY")) return;
+  setenv("OMP_WAIT_POLICY", "passive", 1);
+  execv("/proc/self/exe", argv);  // returns only when it failed: go on with the runtime's default
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  wait_passively_unless_told(argv);
   try {
     return run(argc, argv);
   } catch (const Error& e) {

@@ -217,4 +217,16 @@ int device_sm_count() {
 #endif
 }
 
+std::string cuda_device_name() {
+#if LOCKSTEP_HAS_CUDA
+  int device = 0;
+  LOCKSTEP_CUDA_CHECK(cudaGetDevice(&device));
+  cudaDeviceProp prop{};
+  LOCKSTEP_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  return prop.name;
+#else
+  no_cuda();
+#endif
+}
+
 }  // namespace lockstep

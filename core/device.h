@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <string_view>
 
 namespace lockstep {
@@ -42,6 +43,8 @@ void device_synchronize();
 // The GPU's streaming multiprocessors (0 without CUDA), queried once: kernels size their grids by
 // it. (One device per process, as everywhere in lockstep: the device current at the first call.)
 int device_sm_count();
+// The current GPU's name ("NVIDIA H200"); throws without CUDA.
+std::string cuda_device_name();
 
 // CUDA memory (zeros without CUDA): bytes held by live tensors now and at most since the last
 // reset_peak_device_memory(), and the device's free and total memory (the pool keeps freed tensor

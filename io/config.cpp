@@ -293,9 +293,22 @@ ModelConfig parse_model_config(std::string_view json_text, const std::string& so
 }
 
 ModelConfig load_model_config(const std::string& path) {
-  const std::string file =
-      std::filesystem::is_directory(path) ? (std::filesystem::path(path) / "config.json").string() : path;
-  return parse_model_config(read_file(file, "config"), file);
+  namespace fs = std::filesystem;
+  std::error_code error;
+  const fs::file_status status = fs::status(path, error);
+  LOCKSTEP_CHECK(fs::exists(status), "model folder ", path,
+                 " does not exist (a Hugging Face checkpoint folder holds config.json)");
+  if (fs::is_directory(status)) {
+    const std::string file = (fs::path(path) / "config.json").string();
+    LOCKSTEP_CHECK(fs::exists(file), "model folder ", path,
+                   " has no config.json (a Hugging Face checkpoint folder holds one)");
+    return parse_model_config(read_file(file, "config"), file);
+  }
+  // A file: the config.json itself. Any other file is a mistaken model folder.
+  LOCKSTEP_CHECK(fs::path(path).extension() == ".json", path,
+                 " is a file, not a model folder (a Hugging Face checkpoint folder holding "
+                 "config.json)");
+  return parse_model_config(read_file(path, "config"), path);
 }
 
 void save_model_config(const ModelConfig& config, const std::string& path) {

@@ -58,7 +58,8 @@ struct ModelConfig {
 
 // `source` names the text in error messages (normally the file path).
 ModelConfig parse_model_config(std::string_view json_text, const std::string& source);
-// `path`: a config.json, or a folder holding one.
+// `path`: a folder holding config.json, or a .json file itself. A path that does not exist, a
+// folder without config.json or a file not named *.json is an error saying so.
 ModelConfig load_model_config(const std::string& path);
 // Writes `config.to_json()` to `path` atomically.
 void save_model_config(const ModelConfig& config, const std::string& path);

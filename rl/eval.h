@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include "rl/setup.h"
 #include "rollout/engine.h"
@@ -15,14 +16,24 @@ struct EvalResult {
   int64_t problems = 0;
 };
 
+// Called with the generations done and the total (2 per problem: greedy and sampled).
+using EvalProgress = std::function<void(int64_t done, int64_t total)>;
+
 class Evaluator {
  public:
   Evaluator(const Setup& setup, Engine& engine) : setup_(setup), engine_(engine) {}
-  // The first `problems` of the test set (0 or more than there are: all).
-  EvalResult evaluate(int64_t problems);
+  // The first `problems` of the test set (0 or more than there are: all). With `on_progress`, the
+  // problems go to the engine kProgressChunk at a time, with a call after each chunk (each
+  // request's samples depend on its own seed only, so the answers are the same as in one batch).
+  EvalResult evaluate(int64_t problems, const EvalProgress& on_progress = {});
+  // How many problems evaluate(problems) evaluates.
+  int64_t count(int64_t problems) const;
+
+  static constexpr int64_t kProgressChunk = 256;
 
  private:
-  double accuracy(const std::vector<Problem>& problems, float temperature);
+  double accuracy(const std::vector<Problem>& problems, float temperature, int64_t done_before,
+                  const EvalProgress& on_progress);
   const Setup& setup_;
   Engine& engine_;
 };

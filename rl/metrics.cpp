@@ -44,4 +44,14 @@ double metric(const Metrics& metrics, const std::string& name) {
   return NAN;
 }
 
+double last_logged(const std::filesystem::path& path, const std::string& name) {
+  std::ifstream in(path);
+  double last = NAN;
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_object() && j.contains(name) && j[name].is_number()) last = j[name].get<double>();
+  }
+  return last;
+}
+
 }  // namespace lockstep

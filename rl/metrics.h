@@ -33,4 +33,8 @@ class MetricsLog {
 // The value of `name` in `metrics` (NaN when absent).
 double metric(const Metrics& metrics, const std::string& name);
 
+// The last finite value of `name` in the metrics JSONL at `path` (NaN when the file or the value is
+// missing; unreadable lines are passed over).
+double last_logged(const std::filesystem::path& path, const std::string& name);
+
 }  // namespace lockstep

@@ -21,30 +21,38 @@ namespace {
 
 // --- the series --------------------------------------------------------------------------------
 
+enum class Style { none, solid, dashed };
+
 struct FieldSpec {
-  std::string_view name;   // in the metrics JSONL
-  std::string_view label;  // in the legend
+  std::string_view name;      // in metrics.jsonl (GRPO); "sft_loss" is read from sft_metrics.jsonl
+  std::string_view sft_name;  // in sft_metrics.jsonl, or empty when the SFT phase has no such field
+  std::string_view label;     // in the legend
   Rgb colour;
-  double offset;  // added before plotting (mult. prob. error is plotted as its distance from 1)
+  double offset;   // added before plotting (mult. prob. error is plotted as its distance from 1)
+  Style style;     // of a run's own plot: a dashed line lets the series under it show through
+  Style compare;   // of plot_compare (one colour per run): `none` leaves the field out there
 };
 
 // Grouped by panel, in kPanels' order. Colours: Tableau 10 for lines, its newer variant for the
-// stacked areas, so no two series share one.
+// stacked areas, so no two series share one. Train reward and accuracy are equal whenever rewards
+// are 0 or 1: the accuracy is dashed so that the reward shows between its dashes.
 constexpr FieldSpec kFields[] = {
-    {"reward_mean", "train reward", {31, 119, 180}, 0},
-    {"accuracy", "train accuracy", {255, 127, 14}, 0},
-    {"eval_accuracy_greedy", "eval greedy", {44, 160, 44}, 0},
-    {"eval_accuracy_sampled", "eval sampled", {214, 39, 40}, 0},
-    {"mismatch_abs", "mean |dlogp|", {148, 103, 189}, 0},
-    {"mismatch_mult_prob_error", "mult. prob. err - 1", {140, 86, 75}, -1},
-    {"mismatch_k3", "k3 KL", {227, 119, 194}, 0},
-    {"tis_clip_frac", "TIS clip frac", {23, 190, 207}, 0},
-    {"time_rollout", "rollout", {78, 121, 167}, 0},
-    {"time_scoring", "scoring", {242, 142, 43}, 0},
-    {"time_recompute", "recompute", {89, 161, 79}, 0},
-    {"time_update", "update", {225, 87, 89}, 0},
-    {"time_handover", "hand-over", {176, 122, 161}, 0},
-    {"tokens_per_s", "tokens/s", {0, 137, 123}, 0},
+    {"reward_mean", "", "train reward", {31, 119, 180}, 0, Style::solid, Style::dashed},
+    {"accuracy", "", "train accuracy", {255, 127, 14}, 0, Style::dashed, Style::none},
+    {"eval_accuracy_greedy", "eval_accuracy_greedy", "eval greedy", {44, 160, 44}, 0, Style::solid, Style::solid},
+    {"eval_accuracy_sampled", "eval_accuracy_sampled", "eval sampled", {214, 39, 40}, 0, Style::dashed, Style::none},
+    {"sft_loss", "loss", "SFT loss", {188, 189, 34}, 0, Style::solid, Style::solid},
+    {"mismatch_abs", "", "mean |dlogp|", {148, 103, 189}, 0, Style::solid, Style::solid},
+    {"mismatch_mult_prob_error", "", "mult. prob. err - 1", {140, 86, 75}, -1, Style::solid, Style::none},
+    {"mismatch_k3", "", "k3 KL", {227, 119, 194}, 0, Style::solid, Style::dashed},
+    {"tis_clip_frac", "", "TIS clip frac", {23, 190, 207}, 0, Style::solid, Style::none},
+    {"time_rollout", "", "rollout", {78, 121, 167}, 0, Style::solid, Style::none},
+    {"time_scoring", "", "scoring", {242, 142, 43}, 0, Style::solid, Style::none},
+    {"time_recompute", "", "recompute", {89, 161, 79}, 0, Style::solid, Style::none},
+    {"time_update", "", "update", {225, 87, 89}, 0, Style::solid, Style::none},
+    {"time_handover", "", "hand-over", {176, 122, 161}, 0, Style::solid, Style::none},
+    {"tokens_per_s", "", "tokens/s", {0, 137, 123}, 0, Style::solid, Style::solid},
+    {"response_length", "", "response length", {255, 157, 167}, 0, Style::solid, Style::solid},
 };
 constexpr size_t kFieldCount = std::size(kFields);
 
@@ -57,11 +65,13 @@ struct PanelSpec {
   bool from_zero;  // a linear y axis includes 0 (errors, durations, rates)
 };
 
-constexpr PanelSpec kPanels[4] = {
+constexpr PanelSpec kPanels[kPlotPanels] = {
     {"(a) reward and accuracy", 0, 4, PanelKind::lines, false},
-    {"(b) train/rollout mismatch", 4, 4, PanelKind::lines_log_when_wide, true},
-    {"(c) time per step (s)", 8, 5, PanelKind::stacked, true},
-    {"(d) throughput (tokens/s)", 13, 1, PanelKind::lines, true},
+    {"(b) SFT loss (per token)", 4, 1, PanelKind::lines_log_when_wide, true},
+    {"(c) train/rollout mismatch", 5, 4, PanelKind::lines_log_when_wide, true},
+    {"(d) time per step (s)", 9, 5, PanelKind::stacked, true},
+    {"(e) throughput (tokens/s)", 14, 1, PanelKind::lines, true},
+    {"(f) response length (tokens)", 15, 1, PanelKind::lines, true},
 };
 
 // --- reading the metrics -----------------------------------------------------------------------
@@ -69,50 +79,94 @@ constexpr PanelSpec kPanels[4] = {
 // Per field: nullopt = not measured at this step; NaN = a missing value (null), which breaks lines.
 using Record = std::array<std::optional<double>, kFieldCount>;
 
+// A run's records by plotted step: GRPO steps as logged, SFT steps counted back from SFT's last step
+// (which is plotted at 0, where GRPO starts from the same model).
 struct Run {
+  std::string name;           // the run folder, as given
   std::vector<double> steps;  // ascending, distinct
   std::vector<Record> records;
+  int64_t sft_steps = 0;      // SFT's last step (0: no SFT file)
+  bool has_grpo = false;
 };
 
 using json = nlohmann::json;
 
-// Merges one line's fields into `by_step`; throws lockstep::Error saying what is wrong with it.
-void merge_line(std::string_view line, std::map<double, Record>& by_step) {
-  json object;
-  try {
-    object = json::parse(line);
-  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number like 1e400
-    fail(std::string("invalid JSON: ") + e.what());
-  }
-  LOCKSTEP_CHECK(object.is_object(), "expected a JSON object, not ", object.type_name());
-  const auto step = object.find("step");
-  LOCKSTEP_CHECK(step != object.end(), "field \"step\" is missing");
-  LOCKSTEP_CHECK(step->is_number() && std::isfinite(step->get<double>()),
-                 "field \"step\" must be a finite number, not ",
-                 step->is_number() ? step->dump() : std::string(step->type_name()));
-  Record& record = by_step[step->get<double>()];
+enum class Phase { sft, grpo };
+
+// Merges one line's fields into `by_step` (at its step plus `offset`); throws lockstep::Error
+// saying what is wrong with it.
+void merge_line(const json& object, Phase phase, double offset, std::map<double, Record>& by_step) {
+  const double step = object["step"].get<double>() + offset;
+  Record& record = by_step[step];
   for (size_t f = 0; f < kFieldCount; ++f) {
-    const auto it = object.find(kFields[f].name);
+    const std::string_view name = phase == Phase::sft ? kFields[f].sft_name : kFields[f].name;
+    if (name.empty()) continue;
+    const auto it = object.find(name);
     if (it == object.end()) continue;
-    LOCKSTEP_CHECK(it->is_number() || it->is_null(), "field \"", kFields[f].name, "\" must be a number or null, not ",
+    LOCKSTEP_CHECK(it->is_number() || it->is_null(), "field \"", name, "\" must be a number or null, not ",
                    it->type_name());
     const double value = it->is_null() ? NAN : it->get<double>();
     record[f] = std::isfinite(value) ? value : NAN;
   }
 }
 
-Run read_run(const std::filesystem::path& path) {
+// The lines of a metrics file as JSON objects with a finite numeric "step", in file order, with their
+// line numbers.
+using Lines = std::vector<std::pair<size_t, json>>;
+Lines read_lines(const std::filesystem::path& path) {
   const std::string text = read_file(path.string(), "metrics");
-  std::map<double, Record> by_step;
+  Lines lines;
   for_each_nonblank_line(text, [&](std::string_view line, size_t number) {
     try {
-      merge_line(line, by_step);
+      json object;
+      try {
+        object = json::parse(line);
+      } catch (const json::exception& e) {  // parse_error, and out_of_range for a number like 1e400
+        fail(std::string("invalid JSON: ") + e.what());
+      }
+      LOCKSTEP_CHECK(object.is_object(), "expected a JSON object, not ", object.type_name());
+      const auto step = object.find("step");
+      LOCKSTEP_CHECK(step != object.end(), "field \"step\" is missing");
+      LOCKSTEP_CHECK(step->is_number() && std::isfinite(step->get<double>()),
+                     "field \"step\" must be a finite number, not ",
+                     step->is_number() ? step->dump() : std::string(step->type_name()));
+      lines.emplace_back(number, std::move(object));
     } catch (const Error& e) {
       fail(path.string() + ":" + std::to_string(number) + ": " + e.what());
     }
   });
-  LOCKSTEP_CHECK(!by_step.empty(), path.string(), ": no metrics: the file is empty (blank lines aside)");
+  LOCKSTEP_CHECK(!lines.empty(), path.string(), ": no metrics: the file is empty (blank lines aside)");
+  return lines;
+}
+
+void merge_file(const std::filesystem::path& path, Phase phase, double offset, const Lines& lines,
+                std::map<double, Record>& by_step) {
+  for (const auto& [number, object] : lines) {
+    try {
+      merge_line(object, phase, offset, by_step);
+    } catch (const Error& e) {
+      fail(path.string() + ":" + std::to_string(number) + ": " + e.what());
+    }
+  }
+}
+
+Run read_run(const std::filesystem::path& dir) {
+  const std::filesystem::path grpo = dir / "metrics.jsonl", sft = dir / "sft_metrics.jsonl";
+  const bool has_grpo = std::filesystem::exists(grpo), has_sft = std::filesystem::exists(sft);
+  LOCKSTEP_CHECK(has_grpo || has_sft, dir.string(), ": no metrics.jsonl or sft_metrics.jsonl (is it a run folder?)");
+  std::map<double, Record> by_step;
   Run run;
+  run.name = dir.string();
+  run.has_grpo = has_grpo;
+  if (has_sft) {
+    const Lines lines = read_lines(sft);
+    double last = 0;
+    for (const auto& [number, l] : lines) last = std::max(last, l["step"].get<double>());
+    run.sft_steps = int64_t(last);
+    merge_file(sft, Phase::sft, -last, lines, by_step);
+  }
+  // GRPO's lines come after SFT's: at step 0 both evaluate the same model, GRPO's values win.
+  if (has_grpo) merge_file(grpo, Phase::grpo, 0, read_lines(grpo), by_step);
   for (auto& [step, record] : by_step) {
     run.steps.push_back(step);
     run.records.push_back(record);
@@ -229,6 +283,13 @@ struct Rect {
   Rect grown(int by) const { return {x0 - by, y0 - by, x1 + by, y1 + by}; }
 };
 
+// A dash pattern along a polyline: drawn for kOn px of its length, then left out for kOff px.
+struct Dash {
+  static constexpr double kOn = 9, kOff = 7;
+  double travelled = 0;
+  bool on() const { return std::fmod(travelled, kOn + kOff) < kOn; }
+};
+
 class Canvas {
  public:
   Canvas(int width, int height, Rgb background)
@@ -247,8 +308,9 @@ class Canvas {
   }
   void fill(Rect r, Rgb c) { fill(r, c, {0, 0, width_, height_}); }
 
-  // A 2-px line between pixel coordinates (pixel (i, j) spans [i, i+1) × [j, j+1)), inside `clip`.
-  void line(double x0, double y0, double x1, double y1, Rgb c, const Rect& clip) {
+  // A 2-px line between pixel coordinates (pixel (i, j) spans [i, i+1) × [j, j+1)), inside `clip`;
+  // dashed when `dash` is given (its pattern goes on from the previous segment's end).
+  void line(double x0, double y0, double x1, double y1, Rgb c, const Rect& clip, Dash* dash = nullptr) {
     // Liang–Barsky: cut the segment to the clip box first, so a far-off point costs nothing.
     const double dx = x1 - x0, dy = y1 - y0;
     double t0 = 0, t1 = 1;
@@ -266,9 +328,11 @@ class Canvas {
     if (t0 > t1) return;
     const double ax = x0 + t0 * dx, ay = y0 + t0 * dy, bx = x0 + t1 * dx, by = y0 + t1 * dy;
     const int n = std::max(1, int(std::ceil(std::max(std::abs(bx - ax), std::abs(by - ay)))));
+    const double step_length = std::hypot(bx - ax, by - ay) / n;
     for (int i = 0; i <= n; ++i) {
       const double x = ax + (bx - ax) * i / n, y = ay + (by - ay) * i / n;
-      square(x, y, 2, c, clip);
+      if (!dash || dash->on()) square(x, y, 2, c, clip);
+      if (dash && i < n) dash->travelled += step_length;
     }
   }
 
@@ -393,8 +457,8 @@ std::string legend_value(double value) {
 constexpr Rgb kWhite{255, 255, 255}, kText{34, 34, 34}, kTickText{85, 85, 85}, kGrid{226, 226, 226},
     kFrame{110, 110, 110};
 constexpr int kScale = 2;                                    // font pixels → picture pixels
-constexpr int kHeaderHeight = 36;
-constexpr int kPanelWidth = kPlotWidth / 2, kPanelHeight = (kPlotHeight - kHeaderHeight) / 2;
+constexpr int kHeaderHeight = kPlotHeaderHeight;
+constexpr int kPanelWidth = kPlotWidth / kPlotColumns, kPanelHeight = (kPlotHeight - kHeaderHeight) / kPlotRows;
 constexpr int kLegendTop = 38, kLegendLineHeight = 22, kLegendLines = 2;
 constexpr int kMarkerSpacing = 10;  // series with points at least this far apart get markers
 static_assert(kLegendTop + kLegendLines * kLegendLineHeight <= kPanelHeight / 5, "the legend strip is the top fifth");
@@ -499,8 +563,9 @@ void draw_axes(Canvas& canvas, const Frame& frame, bool x_labels) {
   canvas.fill({a.x1, a.y0, outline.x1, a.y1}, kFrame);
 }
 
-void draw_lines(Canvas& canvas, const Frame& frame, const std::vector<Point>& points, Rgb colour) {
+void draw_lines(Canvas& canvas, const Frame& frame, const std::vector<Point>& points, Rgb colour, Style style) {
   const Rect clip = frame.area.grown(1);
+  Dash dash;
   const bool markers =
       points.size() == 1 || (frame.area.x1 - frame.area.x0) >= kMarkerSpacing * int(points.size() - 1);
   double previous_x = 0, previous_y = 0;
@@ -511,7 +576,8 @@ void draw_lines(Canvas& canvas, const Frame& frame, const std::vector<Point>& po
       continue;
     }
     const double x = frame.px(p.x), y = frame.py(p.y);
-    if (joined && !p.breaks) canvas.line(previous_x, previous_y, x, y, colour, clip);
+    if (joined && !p.breaks)
+      canvas.line(previous_x, previous_y, x, y, colour, clip, style == Style::dashed ? &dash : nullptr);
     if (markers) canvas.square(x, y, 6, colour, clip);
     previous_x = x, previous_y = y, joined = true;
   }
@@ -564,84 +630,231 @@ void draw_stack(Canvas& canvas, const Frame& frame, const std::vector<StackPoint
   }
 }
 
-// Legend entries (swatch, label, last value) flowing left to right under the title.
-void draw_legend(Canvas& canvas, int left, int right, int top, const std::vector<std::pair<size_t, double>>& entries) {
+// A legend's mark of a series: a block for a solid line, two short dashes for a dashed one.
+void draw_swatch(Canvas& canvas, int x, int y, Rgb colour, Style style) {
+  if (style == Style::dashed) {
+    canvas.fill({x, y + 5, x + 6, y + 9}, colour);
+    canvas.fill({x + 9, y + 5, x + 15, y + 9}, colour);
+  } else {
+    canvas.fill({x, y + 1, x + 14, y + 13}, colour);
+  }
+}
+
+struct LegendEntry {
+  std::string text;
+  Rgb colour;
+  Style style;
+};
+
+// Legend entries (swatch, text) flowing left to right under the title.
+void draw_legend(Canvas& canvas, int left, int right, int top, const std::vector<LegendEntry>& entries) {
   int x = left, line = 0;
-  for (const auto& [field, last] : entries) {
-    const std::string text = std::string(kFields[field].label) + " " + legend_value(last);
-    const int width = 20 + text_width(text, kScale) + 22;
+  for (const LegendEntry& e : entries) {
+    const int width = 20 + text_width(e.text, kScale) + 22;
     if (x + width > right && x > left && line + 1 < kLegendLines) x = left, ++line;
     const int y = top + line * kLegendLineHeight;
-    canvas.fill({x, y + 1, x + 14, y + 13}, kFields[field].colour);
-    canvas.text(x + 20, y, text, kText, kScale);
+    draw_swatch(canvas, x, y, e.colour, e.style);
+    canvas.text(x + 20, y, e.text, kText, kScale);
     x += width;
   }
 }
 
+// A series to draw as a line: its points, colour and style.
+struct LineSeries {
+  std::vector<Point> points;
+  Rgb colour;
+  Style style;
+};
+
+// The x range of a panel's data: [lo, hi], or nothing when it has none.
+std::optional<std::pair<double, double>> x_range(const std::vector<LineSeries>& lines,
+                                                 const std::vector<StackPoint>& stack) {
+  double lo = INFINITY, hi = -INFINITY;
+  for (const LineSeries& l : lines)
+    for (const Point& p : l.points) lo = std::min(lo, p.x), hi = std::max(hi, p.x);
+  for (const StackPoint& p : stack) lo = std::min(lo, p.x), hi = std::max(hi, p.x);
+  if (lo > hi) return std::nullopt;
+  return std::pair{lo, hi};
+}
+
+// The plot area of a panel whose top-left corner is (left, top).
+Rect plot_area(int left, int top) {
+  return {left + 96, top + kLegendTop + kLegendLines * kLegendLineHeight + 14, left + kPanelWidth - 28,
+          top + kPanelHeight - 52};
+}
+
+void draw_title(Canvas& canvas, std::string_view title, int left, int top) {
+  canvas.text(left + 16, top + 10, title, kText, kScale);
+  canvas.text(left + 17, top + 10, title, kText, kScale);  // bold
+}
+
+void draw_no_data(Canvas& canvas, const Rect& a) {
+  draw_axes(canvas, {a, {}, {}}, false);
+  canvas.text((a.x0 + a.x1 - text_width("no data", kScale)) / 2, (a.y0 + a.y1) / 2 - 8, "no data", kTickText, kScale);
+}
+
+// How a panel draws dense series: a series with more than a point per `dense_px` pixels is drawn as
+// its moving average over about 4 × dense_px pixels, over the raw series in a light tint when
+// `raw_tint`.
+struct Smoothing {
+  size_t dense_px;
+  bool raw_tint;
+};
+// A run's own plot: a noisy band (over a point per 2 px) in a tint under its ~8 px average.
+constexpr Smoothing kRunSmoothing{2, true};
+// plot_compare: several runs' noisy bands would hide each other; averages over ~16 px alone.
+constexpr Smoothing kCompareSmoothing{4, false};
+
+// Axes, the x axis' name, the SFT/GRPO boundary (step 0) when the data spans both phases, then the
+// stack and the lines (dense ones smoothed as `smoothing` says, every tint under every line).
+void draw_data(Canvas& canvas, const Frame& frame, const std::vector<LineSeries>& lines,
+               const std::vector<StackPoint>& stack, size_t stack_first_field, std::string_view x_name,
+               Smoothing smoothing) {
+  draw_axes(canvas, frame, true);
+  canvas.text((frame.area.x0 + frame.area.x1 - text_width(x_name, kScale)) / 2, frame.area.y1 + 30, x_name,
+              kTickText, kScale);
+  if (frame.x.lo < 0 && frame.x.hi > 0) {
+    const int x = int(std::floor(frame.px(0)));
+    canvas.fill({x, frame.area.y0, x + 1, frame.area.y1}, kFrame);
+    canvas.text(x - 8 - text_width("SFT", kScale), frame.area.y0 + 8, "SFT", kTickText, kScale);
+    canvas.text(x + 8, frame.area.y0 + 8, "GRPO", kTickText, kScale);
+  }
+  if (frame.y.log) {
+    const bool left_out = std::ranges::any_of(lines, [](const LineSeries& l) {
+      return std::ranges::any_of(l.points, [](const Point& p) { return p.y <= 0; });
+    });
+    canvas.text(frame.area.x0 + 8, frame.area.y1 - 24, left_out ? "log scale, values <= 0 left out" : "log scale",
+                kTickText, kScale);
+  }
+  if (!stack.empty()) draw_stack(canvas, frame, stack, stack_first_field);
+  const size_t width = size_t(frame.area.x1 - frame.area.x0);
+  const auto dense = [&](const LineSeries& l) { return l.points.size() * smoothing.dense_px > width; };
+  if (smoothing.raw_tint)
+    for (const LineSeries& l : lines)
+      if (dense(l)) draw_lines(canvas, frame, l.points, tint(l.colour), l.style);
+  for (const LineSeries& l : lines) {
+    const size_t half_window = l.points.size() * 2 * smoothing.dense_px / width;
+    draw_lines(canvas, frame, dense(l) ? moving_average(l.points, half_window) : l.points, l.colour, l.style);
+  }
+}
+
+// Panel (b) holds SFT alone: its steps are shown as SFT counts them.
+bool sft_axis(const PanelSpec& spec) { return spec.first_field == 4; }
+
+std::vector<Point> shifted(std::vector<Point> points, double by) {
+  for (Point& p : points) p.x += by;
+  return points;
+}
+
+std::string_view x_axis_name(const PanelSpec& spec, const Frame& frame) {
+  if (sft_axis(spec)) return "SFT step";
+  return frame.x.lo < 0 ? "step (SFT steps < 0, counted back from its end)" : "step";
+}
+
 void draw_panel(Canvas& canvas, const Run& run, const PanelSpec& spec, int left, int top) {
-  canvas.text(left + 16, top + 10, spec.title, kText, kScale);
-  canvas.text(left + 17, top + 10, spec.title, kText, kScale);  // bold
+  draw_title(canvas, spec.title, left, top);
   Frame frame;
-  frame.area = {left + 96, top + kLegendTop + kLegendLines * kLegendLineHeight + 14, left + kPanelWidth - 28,
-                top + kPanelHeight - 52};
+  frame.area = plot_area(left, top);
   const int y_intervals = std::max(2, (frame.area.y1 - frame.area.y0) / 70);
   const int x_intervals = std::max(2, (frame.area.x1 - frame.area.x0) / 110);
-  frame.x = linear_axis(run.steps.front(), run.steps.back(), x_intervals);
 
-  // Legend entries and the data, for the fields present in the file.
-  std::vector<std::pair<size_t, double>> legend;
-  std::vector<std::vector<Point>> lines;
+  // Legend entries and the data, for the fields present in the files.
+  std::vector<LegendEntry> legend;
+  std::vector<LineSeries> lines;
   std::vector<StackPoint> stack;
-  if (spec.kind == PanelKind::stacked) {
-    stack = stack_series(run, spec.first_field, spec.field_count);
-    double hi = 0;
-    for (const StackPoint& p : stack) hi = std::max(hi, p.tops.back());
-    frame.y = linear_axis(0, hi, y_intervals);
-  }
+  if (spec.kind == PanelKind::stacked) stack = stack_series(run, spec.first_field, spec.field_count);
   for (size_t f = spec.first_field; f < spec.first_field + spec.field_count; ++f) {
     std::vector<Point> points = line_series(run, f);
     if (points.empty()) continue;
-    legend.push_back({f, points.back().y});
-    if (spec.kind != PanelKind::stacked) lines.push_back(std::move(points));
+    const Style style = spec.kind == PanelKind::stacked ? Style::solid : kFields[f].style;
+    legend.push_back({std::string(kFields[f].label) + " " + legend_value(points.back().y), kFields[f].colour, style});
+    if (spec.kind != PanelKind::stacked)
+      lines.push_back({shifted(std::move(points), sft_axis(spec) ? double(run.sft_steps) : 0), kFields[f].colour, style});
   }
-  if (legend.empty()) {
-    draw_axes(canvas, {frame.area, {}, {}}, false);
-    const Rect& a = frame.area;
-    canvas.text((a.x0 + a.x1 - text_width("no data", kScale)) / 2, (a.y0 + a.y1) / 2 - 8, "no data", kTickText, kScale);
-    return;
+  if (sft_axis(spec))
+    for (StackPoint& p : stack) p.x += double(run.sft_steps);
+  const auto range = x_range(lines, stack);
+  if (!range) return draw_no_data(canvas, frame.area);
+  frame.x = linear_axis(range->first, range->second, x_intervals);
+  if (spec.kind == PanelKind::stacked) {
+    double hi = 0;
+    for (const StackPoint& p : stack) hi = std::max(hi, p.tops.back());
+    frame.y = linear_axis(0, hi, y_intervals);
+  } else {
+    std::vector<std::vector<Point>> points;
+    for (const LineSeries& l : lines) points.push_back(l.points);
+    frame.y = y_axis_for_lines(points, spec.kind == PanelKind::lines_log_when_wide, spec.from_zero, y_intervals);
   }
-  if (spec.kind != PanelKind::stacked)
-    frame.y = y_axis_for_lines(lines, spec.kind == PanelKind::lines_log_when_wide, spec.from_zero, y_intervals);
+  draw_data(canvas, frame, lines, stack, spec.first_field, x_axis_name(spec, frame), kRunSmoothing);
+  draw_legend(canvas, left + 16, left + kPanelWidth - 16, top + kLegendTop, legend);
+}
 
-  draw_axes(canvas, frame, true);
-  canvas.text((frame.area.x0 + frame.area.x1 - text_width("step", kScale)) / 2, frame.area.y1 + 30, "step",
-              kTickText, kScale);
-  if (frame.y.log) {
-    const bool left_out = std::ranges::any_of(lines, [](const auto& points) {
-      return std::ranges::any_of(points, [](const Point& p) { return p.y <= 0; });
-    });
-    canvas.text(frame.area.x0 + 8, frame.area.y0 + 8, left_out ? "log scale, values <= 0 left out" : "log scale",
-                kTickText, kScale);
+// One panel of plot_compare: the fields with a compare style, a line per run in the run's colour;
+// the time split as each run's total time per step. The legend names the fields by style (in grey):
+// the runs' colours are named in the header.
+void draw_compare_panel(Canvas& canvas, const std::vector<Run>& runs, const PanelSpec& spec, int left, int top) {
+  draw_title(canvas, spec.title, left, top);
+  Frame frame;
+  frame.area = plot_area(left, top);
+  const int y_intervals = std::max(2, (frame.area.y1 - frame.area.y0) / 70);
+  const int x_intervals = std::max(2, (frame.area.x1 - frame.area.x0) / 110);
+  std::vector<LegendEntry> legend;
+  std::vector<LineSeries> lines;
+  for (size_t r = 0; r < runs.size(); ++r) {
+    const double shift = sft_axis(spec) ? double(runs[r].sft_steps) : 0;
+    if (spec.kind == PanelKind::stacked) {
+      std::vector<Point> total;
+      for (const StackPoint& p : stack_series(runs[r], spec.first_field, spec.field_count))
+        total.push_back({p.x + shift, p.tops.back(), p.breaks});
+      if (!total.empty()) lines.push_back({std::move(total), run_colour(r), Style::solid});
+      continue;
+    }
+    for (size_t f = spec.first_field; f < spec.first_field + spec.field_count; ++f) {
+      if (kFields[f].compare == Style::none) continue;
+      std::vector<Point> points = line_series(runs[r], f);
+      if (!points.empty()) lines.push_back({shifted(std::move(points), shift), run_colour(r), kFields[f].compare});
+    }
   }
-  if (spec.kind == PanelKind::stacked) draw_stack(canvas, frame, stack, spec.first_field);
-  // A dense series (over a point per 2 px) is a noisy band: drawn raw in a light tint first, then as
-  // a moving average over about 8 px in the full colour, above every tint.
-  const size_t width = size_t(frame.area.x1 - frame.area.x0);
-  for (size_t i = 0; i < lines.size(); ++i)
-    if (lines[i].size() * 2 > width) draw_lines(canvas, frame, lines[i], tint(kFields[legend[i].first].colour));
-  for (size_t i = 0; i < lines.size(); ++i) {
-    const size_t half_window = lines[i].size() * 4 / width;
-    draw_lines(canvas, frame, lines[i].size() * 2 > width ? moving_average(lines[i], half_window) : lines[i],
-               kFields[legend[i].first].colour);
+  if (spec.kind == PanelKind::stacked) {
+    legend.push_back({"total time per step", kTickText, Style::solid});
+  } else {
+    for (size_t f = spec.first_field; f < spec.first_field + spec.field_count; ++f)
+      if (kFields[f].compare != Style::none) legend.push_back({std::string(kFields[f].label), kTickText, kFields[f].compare});
   }
+  const auto range = x_range(lines, {});
+  if (!range) return draw_no_data(canvas, frame.area);
+  frame.x = linear_axis(range->first, range->second, x_intervals);
+  std::vector<std::vector<Point>> points;
+  for (const LineSeries& l : lines) points.push_back(l.points);
+  frame.y = y_axis_for_lines(points, spec.kind == PanelKind::lines_log_when_wide, spec.from_zero, y_intervals);
+  draw_data(canvas, frame, lines, {}, spec.first_field, x_axis_name(spec, frame), kCompareSmoothing);
   draw_legend(canvas, left + 16, left + kPanelWidth - 16, top + kLegendTop, legend);
 }
 
 // The tail of `s` that fits in `width` pixels, "..." in front when cut.
 std::string fit_left(const std::string& s, int width) {
   const size_t fits = size_t(std::max(0, (width + kScale) / (kGlyphWidth * kScale)));
-  return s.size() <= fits ? s : "..." + s.substr(s.size() - (fits - 3));
+  if (s.size() <= fits) return s;
+  return fits <= 3 ? s.substr(s.size() - fits) : "..." + s.substr(s.size() - (fits - 3));
 }
+
+// "SFT steps 1 to 900, GRPO steps 0 to 300"
+std::string step_summary(const Run& run) {
+  std::string out;
+  if (run.sft_steps > 0) out = "SFT steps 1 to " + std::to_string(run.sft_steps);
+  if (run.has_grpo) {
+    const auto first_grpo = std::lower_bound(run.steps.begin(), run.steps.end(), run.sft_steps > 0 ? 0.0 : -INFINITY);
+    if (first_grpo != run.steps.end())
+      out += (out.empty() ? "" : ", ") + std::string("GRPO steps ") + fixed(std::max(0.0, *first_grpo), 3) + " to " +
+             fixed(run.steps.back(), 3);
+  }
+  return out;
+}
+
+constexpr Rgb kRunColours[kMaxComparedRuns] = {
+    {31, 119, 180}, {255, 127, 14}, {44, 160, 44},  {214, 39, 40},   {148, 103, 189},
+    {140, 86, 75},  {227, 119, 194}, {127, 127, 127}, {188, 189, 34}, {23, 190, 207},
+};
 
 }  // namespace
 
@@ -651,18 +864,44 @@ Rgb series_colour(std::string_view field) {
   fail("series_colour: \"" + std::string(field) + "\" is not a plotted metrics field");
 }
 
-void plot_run(const std::filesystem::path& metrics_jsonl, const std::filesystem::path& png_out) {
-  const Run run = read_run(metrics_jsonl);
+Rgb run_colour(size_t index) {
+  LOCKSTEP_CHECK(index < size_t(kMaxComparedRuns), "run_colour: ", index, " is not below ", kMaxComparedRuns);
+  return kRunColours[index];
+}
+
+void plot_run(const std::filesystem::path& run_dir, const std::filesystem::path& png_out) {
+  const Run run = read_run(run_dir);
   Canvas canvas(kPlotWidth, kPlotHeight, kWhite);
-  const std::string range = "steps " + fixed(run.steps.front(), 3) + " to " + fixed(run.steps.back(), 3) +
-                            ", " + std::to_string(run.steps.size()) + " records";
+  const std::string range = step_summary(run);
   canvas.text(kPlotWidth - 16 - text_width(range, kScale), 10, range, kTickText, kScale);
-  const std::string title =
-      fit_left("lockstep run " + metrics_jsonl.string(), kPlotWidth - 64 - text_width(range, kScale));
+  const std::string title = fit_left("lockstep run " + run.name, kPlotWidth - 64 - text_width(range, kScale));
   canvas.text(16, 10, title, kText, kScale);
   canvas.fill({0, kHeaderHeight - 1, kPlotWidth, kHeaderHeight}, kGrid);
-  for (int i = 0; i < 4; ++i)
-    draw_panel(canvas, run, kPanels[i], (i % 2) * kPanelWidth, kHeaderHeight + (i / 2) * kPanelHeight);
+  for (int i = 0; i < kPlotPanels; ++i)
+    draw_panel(canvas, run, kPanels[i], (i % kPlotColumns) * kPanelWidth, kHeaderHeight + (i / kPlotColumns) * kPanelHeight);
+  write_png(png_out, kPlotWidth, kPlotHeight, canvas.pixels());
+}
+
+void plot_compare(std::span<const std::filesystem::path> run_dirs, const std::filesystem::path& png_out) {
+  LOCKSTEP_CHECK(!run_dirs.empty() && run_dirs.size() <= size_t(kMaxComparedRuns), "plot --compare: give 1 to ",
+                 kMaxComparedRuns, " run folders, not ", run_dirs.size());
+  std::vector<Run> runs;
+  for (const std::filesystem::path& dir : run_dirs) runs.push_back(read_run(dir));
+  Canvas canvas(kPlotWidth, kPlotHeight, kWhite);
+  // The header: each run's colour and folder, sharing the width equally.
+  const std::string head = "lockstep runs:";
+  canvas.text(16, 10, head, kText, kScale);
+  const int first = 16 + text_width(head, kScale) + 16;
+  const int share = (kPlotWidth - 16 - first) / int(runs.size());
+  for (size_t r = 0; r < runs.size(); ++r) {
+    const int x = first + int(r) * share;
+    draw_swatch(canvas, x, 10, run_colour(r), Style::solid);
+    canvas.text(x + 20, 10, fit_left(runs[r].name, share - 36), kText, kScale);
+  }
+  canvas.fill({0, kHeaderHeight - 1, kPlotWidth, kHeaderHeight}, kGrid);
+  for (int i = 0; i < kPlotPanels; ++i)
+    draw_compare_panel(canvas, runs, kPanels[i], (i % kPlotColumns) * kPanelWidth,
+                       kHeaderHeight + (i / kPlotColumns) * kPanelHeight);
   write_png(png_out, kPlotWidth, kPlotHeight, canvas.pixels());
 }
 

@@ -99,6 +99,22 @@ Problems load_set(const Config& c, const std::string& path, SyntheticSplit split
   return Problems::loaded(loaded.problems);
 }
 
+// model.path must be a Hugging Face checkpoint folder: says which file it lacks, before any of them
+// is read.
+void check_model_folder(const std::string& path) {
+  namespace fs = std::filesystem;
+  const std::string where = "model.path = " + path;
+  LOCKSTEP_CHECK(fs::exists(path), where, ": no such folder (a Hugging Face checkpoint folder holds "
+                 "config.json, tokenizer.json and model.safetensors)");
+  LOCKSTEP_CHECK(fs::is_directory(path), where, ": a file, not a folder (a Hugging Face checkpoint "
+                 "folder holds config.json, tokenizer.json and model.safetensors)");
+  const fs::path dir = path;
+  for (const char* file : {"config.json", "tokenizer.json"})
+    LOCKSTEP_CHECK(fs::exists(dir / file), where, ": the folder has no ", file);
+  LOCKSTEP_CHECK(fs::exists(dir / "model.safetensors") || fs::exists(dir / "model.safetensors.index.json"),
+                 where, ": the folder has no model.safetensors (nor model.safetensors.index.json)");
+}
+
 }  // namespace
 
 Setup make_setup(const Config& config, bool need_data) {
@@ -114,6 +130,7 @@ Setup make_setup(const Config& config, bool need_data) {
     s.tokenizer_dir = std::filesystem::path(config.run.out_dir) / "tokenizer";
     write_synthetic_tokenizer(s.tokenizer_dir);
   } else {
+    check_model_folder(config.model.path);
     s.model_config = load_model_config(config.model.path);
     s.tokenizer_dir = config.model.path;
   }

@@ -14,6 +14,7 @@
 #include "model/micro_batch.h"
 #include "model/sft_loss.h"
 #include "rl/checkpoint.h"
+#include "rl/console.h"
 #include "rl/eval.h"
 #include "rl/metrics.h"
 #include "rl/setup.h"
@@ -157,14 +158,24 @@ struct Run {
   std::unique_ptr<Evaluator> evaluator;
 };
 
-Run start_run(const Config& config) {
+// `command` ("train", "sft") names the run on its first console line.
+Run start_run(const Config& config, std::string_view command) {
   Run run{make_setup(config, /*need_data=*/true), config.run.out_dir, {}, {}, {}, {}, {}, {}};
   fs::create_directories(run.out_dir);
   if (config.run.resume) {
     run.saved = find_checkpoint(run.out_dir);
     LOCKSTEP_CHECK(run.saved.has_value(), "run.resume: no checkpoint in ", run.out_dir.string(),
                    " (expected ", (run.out_dir / "checkpoint" / "state.json").string(), ")");
+  }
+  std::printf("%s\n", run_header(command, run.setup, config.model.path, config.run.out_dir).c_str());
+  std::fflush(stdout);  // before the first step, in a log too
+  if (run.saved) {
     run.state = run.saved->state;
+    const RunState& st = run.state;
+    std::printf("resuming from its checkpoint: SFT step %lld of %lld, GRPO step %lld of %lld\n",
+                (long long)st.sft_step, (long long)config.sft.steps, (long long)st.step,
+                (long long)config.run.steps);
+    std::fflush(stdout);
   }
   write_file_atomically((run.out_dir / "config.toml").string(), to_toml(config));
   run.policy = std::make_unique<Policy>(
@@ -387,22 +398,39 @@ Metrics grpo_step(Run& run, Transformer* reference, int64_t step, StepTimes& tim
   return m;
 }
 
-void print_progress(const char* phase, int64_t step, int64_t total, const Metrics& m) {
-  std::string line = std::string(phase) + " " + std::to_string(step) + "/" + std::to_string(total);
-  for (const char* key : {"loss", "reward_mean", "accuracy", "eval_accuracy_greedy",
-                          "eval_accuracy_sampled", "response_length", "entropy", "grad_norm",
-                          "mismatch_abs", "tokens_per_s"}) {
-    const double v = metric(m, key);
-    if (std::isnan(v)) continue;
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "  %s %.4g", key, v);
-    line += buf;
-  }
-  std::printf("%s\n", line.c_str());
-  std::fflush(stdout);
+// Whether step `step` of `total` gets a line that stays: at every evaluation and the last step,
+// and every run.log_every steps (0: when no evaluation comes, every twentieth of the phase).
+bool shows_line(const RunOptions& r, int64_t step, int64_t total, bool evaluated) {
+  if (evaluated || step == total) return true;
+  if (r.log_every > 0) return step % r.log_every == 0;
+  return r.eval_every == 0 && step % std::max<int64_t>(1, total / 20) == 0;
 }
 
-void add_eval(Run& run, Metrics& m) {
+std::vector<std::string> eval_fields(const Metrics& m) {
+  return {metric_field("eval greedy", metric(m, "eval_accuracy_greedy")),
+          metric_field("sampled", metric(m, "eval_accuracy_sampled"))};
+}
+
+std::vector<std::string> sft_fields(const Metrics& m) {
+  std::vector<std::string> f = {metric_field("loss", metric(m, "loss"))};
+  for (std::string& e : eval_fields(m)) f.push_back(std::move(e));
+  f.push_back(metric_field("grad norm", metric(m, "grad_norm")));
+  return f;
+}
+
+std::vector<std::string> grpo_fields(const Metrics& m) {
+  std::vector<std::string> f = {metric_field("reward", metric(m, "reward_mean"))};
+  for (std::string& e : eval_fields(m)) f.push_back(std::move(e));
+  for (auto [label, key] : {std::pair{"len", "response_length"}, {"entropy", "entropy"},
+                            {"mismatch", "mismatch_abs"}, {"tok/s", "tokens_per_s"}})
+    f.push_back(metric_field(label, metric(m, key)));
+  return f;
+}
+
+void add_eval(Run& run, Metrics& m, Progress& progress, int64_t done) {
+  progress.update(done, {"evaluating " + std::to_string(run.evaluator->count(run.setup.config.run.eval_problems)) +
+                         " problems"},
+                  /*now=*/true);
   const EvalResult e = run.evaluator->evaluate(run.setup.config.run.eval_problems);
   m.emplace_back("eval_accuracy_greedy", e.greedy);
   m.emplace_back("eval_accuracy_sampled", e.sampled);
@@ -423,6 +451,7 @@ bool sft_phase(Run& run, const TrainHooks& hooks, TrainSummary& summary) {
   run.optimizer = std::make_unique<AdamW>(run.policy->trainer().params(), optimizer_config(o, c.sft.steps));
   if (run.saved && run.state.sft_step > 0) load_optimizer(run.out_dir, *run.optimizer, run.state.optimizer_steps);
   MetricsLog log(run.out_dir / "sft_metrics.jsonl", run.state.sft_step);
+  Progress progress("sft", c.sft.steps, run.state.sft_step);
   while (run.state.sft_step < c.sft.steps) {
     const auto t0 = Clock::now();
     Metrics m = sft_step(run, run.state.sft_step);
@@ -430,10 +459,13 @@ bool sft_phase(Run& run, const TrainHooks& hooks, TrainSummary& summary) {
     run.state.optimizer_steps = run.optimizer->steps();
     m.emplace_back("time_step", seconds_since(t0));
     const bool last = run.state.sft_step == c.sft.steps;
-    if (last || (c.run.eval_every > 0 && run.state.sft_step % c.run.eval_every == 0)) add_eval(run, m);
+    const bool evaluated = last || (c.run.eval_every > 0 && run.state.sft_step % c.run.eval_every == 0);
+    if (evaluated) add_eval(run, m, progress, run.state.sft_step);
     if (last) summary.sft_accuracy = metric(m, "eval_accuracy_greedy");
     log.write(run.state.sft_step, m);
-    if (last || run.state.sft_step % c.run.log_every == 0) print_progress("sft", run.state.sft_step, c.sft.steps, m);
+    progress.update(run.state.sft_step, {metric_field("loss", metric(m, "loss"))});
+    if (shows_line(c.run, run.state.sft_step, c.sft.steps, evaluated))
+      progress.line(run.state.sft_step, sft_fields(m));
     if (!last && should_stop(hooks, -run.state.sft_step)) {
       save(run);
       summary.interrupted = true;
@@ -444,14 +476,26 @@ bool sft_phase(Run& run, const TrainHooks& hooks, TrainSummary& summary) {
   return true;
 }
 
+// A resumed run whose checkpoint is past every step asked for: nothing to do.
+bool already_complete(const Run& run, TrainSummary& summary) {
+  const Config& c = run.setup.config;
+  if (!run.saved || run.state.sft_step < c.sft.steps || run.state.step < c.run.steps) return false;
+  summary.already_complete = true;
+  const fs::path log = run.out_dir / (c.run.steps > 0 ? "metrics.jsonl" : "sft_metrics.jsonl");
+  summary.final_accuracy = last_logged(log, "eval_accuracy_greedy");
+  return true;
+}
+
 }  // namespace
 
 TrainSummary run_train(const Config& config, const TrainHooks& hooks) {
   SigintGuard sigint;
-  Run run = start_run(config);
+  Run run = start_run(config, "train");
   TrainSummary summary{NAN, NAN, false};
+  if (already_complete(run, summary)) return summary;
   if (!sft_phase(run, hooks, summary)) return summary;
-  if (config.sft.steps > 0 && run.state.step == 0) save(run);  // the SFT model, before RL
+  // The SFT model, before RL, when SFT ran here (a run resumed after SFT has that checkpoint).
+  if (run.optimizer && run.state.step == 0) save(run);
 
   const Config& c = run.setup.config;
   const int64_t optimizer_steps = c.run.steps * c.optim.ppo_epochs * c.optim.mini_batches;
@@ -469,11 +513,12 @@ TrainSummary run_train(const Config& config, const TrainHooks& hooks) {
         TransformerOptions{.trainable = false, .fp8_kv_cache = c.model.kv_cache == "fp8"});
   }
   MetricsLog log(run.out_dir / "metrics.jsonl", run.state.step);
-  if (run.state.step == 0 && c.run.eval_every > 0) {
+  Progress progress("grpo", c.run.steps, run.state.step);
+  if (run.state.step == 0 && c.run.eval_every > 0 && c.run.steps > 0) {
     Metrics m;
-    add_eval(run, m);
+    add_eval(run, m, progress, 0);
     log.write(0, m);
-    print_progress("grpo", 0, c.run.steps, m);
+    progress.line(0, grpo_fields(m));
   }
   while (run.state.step < c.run.steps) {
     const auto t0 = Clock::now();
@@ -492,12 +537,15 @@ TrainSummary run_train(const Config& config, const TrainHooks& hooks) {
     run.state.consecutive_skips = skipped.empty() ? 0 : run.state.consecutive_skips + 1;
     m.emplace_back("skipped", skipped.empty() ? 0.0 : 1.0);
     const bool last = run.state.step == c.run.steps;
-    if (last || (c.run.eval_every > 0 && run.state.step % c.run.eval_every == 0)) add_eval(run, m);
+    const bool evaluated = last || (c.run.eval_every > 0 && run.state.step % c.run.eval_every == 0);
+    if (evaluated) add_eval(run, m, progress, run.state.step);
     if (last) summary.final_accuracy = metric(m, "eval_accuracy_greedy");
     log.write(run.state.step, m);
     if (!skipped.empty())
-      std::fprintf(stderr, "step %lld skipped: non-finite %s\n", (long long)run.state.step, skipped.c_str());
-    if (last || run.state.step % c.run.log_every == 0) print_progress("grpo", run.state.step, c.run.steps, m);
+      progress.line(run.state.step, {"step skipped: non-finite " + skipped});
+    progress.update(run.state.step, {metric_field("reward", metric(m, "reward_mean"))});
+    if (shows_line(c.run, run.state.step, c.run.steps, evaluated))
+      progress.line(run.state.step, grpo_fields(m));
     LOCKSTEP_CHECK(run.state.consecutive_skips <= c.run.max_skipped_steps, "stopping: ",
                    run.state.consecutive_skips, " consecutive steps were skipped for non-finite values (last: ",
                    skipped, "); see ", (run.out_dir / "metrics.jsonl").string());
@@ -515,8 +563,9 @@ TrainSummary run_sft(const Config& config, const TrainHooks& hooks) {
   Config c = config;
   c.run.steps = 0;
   SigintGuard sigint;
-  Run run = start_run(c);
+  Run run = start_run(c, "sft");
   TrainSummary summary{NAN, NAN, false};
+  if (already_complete(run, summary)) return summary;
   if (!sft_phase(run, hooks, summary)) return summary;
   save(run);
   summary.final_accuracy = summary.sft_accuracy;

@@ -19,7 +19,8 @@
 // skipped steps the run stops with an error. Held-out evaluation (greedy and sampled pass@1) every
 // run.eval_every steps and at the end. Checkpoints (rl/checkpoint.h) every run.checkpoint_every
 // steps, at the end, and on SIGINT (then the run returns early); run.resume continues from the
-// checkpoint in run.out_dir exactly.
+// checkpoint in run.out_dir exactly, and says where it resumed; resuming a run whose checkpoint is
+// past every step asked for runs nothing (TrainSummary::already_complete).
 //
 // Outputs in run.out_dir: metrics.jsonl (GRPO), sft_metrics.jsonl, config.toml, checkpoint/.
 #pragma once
@@ -41,6 +42,9 @@ struct TrainSummary {
   double sft_accuracy = 0;    // greedy held-out accuracy after SFT (NaN without SFT)
   double final_accuracy = 0;  // greedy held-out accuracy at the end
   bool interrupted = false;
+  // run.resume found a checkpoint past every step asked for: nothing ran. final_accuracy is then
+  // the last greedy accuracy in the run's metrics log (NaN when it has none).
+  bool already_complete = false;
 };
 
 TrainSummary run_train(const Config& config, const TrainHooks& hooks = {});

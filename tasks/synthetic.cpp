@@ -12,8 +12,7 @@
 namespace lockstep {
 namespace {
 
-// The task's characters, in id order (ids 0..13); the end token takes the next id.
-constexpr std::string_view kChars = "0123456789+-*=";
+constexpr std::string_view kChars = kSyntheticChars;
 static_assert(kChars.size() + 1 == size_t(kSyntheticVocabSize));
 
 // Uniform in [0, n): the high word of word * n (bias below n / 2^32, far under anything measurable).
@@ -109,6 +108,17 @@ Problem synthetic_problem(uint64_t seed, int level, SyntheticSplit split, uint64
 }
 
 std::string synthetic_sft_target(const Problem& problem) { return problem.answer + std::string(kSyntheticEos); }
+
+void check_synthetic_text(std::string_view text, std::string_view what) {
+  const size_t bad = text.find_first_not_of(kChars);
+  if (bad == std::string_view::npos) return;
+  // A byte of a multi-byte UTF-8 character is shown with the rest of that character.
+  size_t end = bad + 1;
+  while (end < text.size() && (uint8_t(text[end]) & 0xC0) == 0x80) ++end;
+  fail(detail::concat(what, ": the builtin model reads only the characters ", kChars,
+                      " (digits, + - * =), not '", text.substr(bad, end - bad), "' at position ",
+                      bad, " of \"", text, "\""));
+}
 
 void write_synthetic_tokenizer(const std::filesystem::path& dir) {
   std::error_code error;

@@ -34,6 +34,8 @@ namespace lockstep {
 inline constexpr int kSyntheticLevels = 3;
 inline constexpr std::string_view kSyntheticEos = "<|endoftext|>";
 inline constexpr int32_t kSyntheticVocabSize = 15;
+// The characters of the task's texts, in id order (ids 0..13); the end token takes id 14.
+inline constexpr std::string_view kSyntheticChars = "0123456789+-*=";
 
 enum class SyntheticSplit { train, held_out };
 
@@ -43,6 +45,11 @@ Problem synthetic_problem(uint64_t seed, int level, SyntheticSplit split, uint64
 
 // What SFT trains the model to generate after the prompt: the answer, then the end token.
 std::string synthetic_sft_target(const Problem& problem);
+
+// Throws lockstep::Error when `text` has a character outside kSyntheticChars (which a model of
+// kSyntheticVocabSize tokens cannot read): the message names `what` (e.g. "generate.prompt"), the
+// first such character and its position, and the characters accepted.
+void check_synthetic_text(std::string_view text, std::string_view what);
 
 // Writes dir/tokenizer.json and dir/tokenizer_config.json (eos and pad "<|endoftext|>"), creating
 // dir if needed, for Tokenizer::from_dir(dir) (io/ loads tokenizers from files only).

@@ -8,6 +8,8 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cmath>
+#include <filesystem>
 #include <cstdint>
 #include <fstream>
 #include <random>
@@ -142,23 +144,25 @@ Hits find(const Image& image, Rgb colour, uint32_t x0, uint32_t y0, uint32_t x1,
   return hits;
 }
 
-// The panels are the picture's quadrants, (a) (b) over (c) (d); their plot areas lie below the
-// legend strip, which takes at most a panel's top fifth: below a quadrant's top quarter is data only.
-struct Quadrant {
+// The panels fill the picture below its header strip, kPlotColumns across, row by row; their plot
+// areas lie below the legend strip, which takes at most a panel's top fifth: below it is data only.
+struct PanelRect {
   uint32_t x0, y0, x1, y1;
 };
-Quadrant quadrant(int panel) {
-  const uint32_t w = kPlotWidth / 2, h = kPlotHeight / 2;
-  return {(panel % 2) * w, (panel / 2) * h, (panel % 2 + 1) * w, (panel / 2 + 1) * h};
+PanelRect panel_rect(int panel) {
+  const uint32_t w = kPlotWidth / kPlotColumns, h = (kPlotHeight - kPlotHeaderHeight) / kPlotRows;
+  const uint32_t col = uint32_t(panel % kPlotColumns), row = uint32_t(panel / kPlotColumns);
+  return {col * w, kPlotHeaderHeight + row * h, (col + 1) * w, kPlotHeaderHeight + (row + 1) * h};
 }
 Hits find_in_panel(const Image& image, Rgb colour, int panel, bool data_only) {
-  const Quadrant q = quadrant(panel);
-  return find(image, colour, q.x0, data_only ? q.y0 + (q.y1 - q.y0) / 4 : q.y0, q.x1, q.y1);
+  const PanelRect q = panel_rect(panel);
+  return find(image, colour, q.x0, data_only ? q.y0 + (q.y1 - q.y0) / 5 : q.y0, q.x1, q.y1);
 }
 
 // Every metric the loop writes, steps 0..steps-1: reward and accuracy rising linearly (a zigzag on
 // top), eval every steps/10 steps on a line of its own (merged into the step's record), mismatch
-// metrics spanning decades, the time split and throughput; plus fields plot_run ignores. Lines are
+// metrics spanning decades, the time split, throughput and response length; plus fields plot_run
+// ignores. Lines are
 // written in a shuffled order: the plot sorts by step.
 std::string full_metrics(int steps = 100) {
   std::vector<std::string> lines;
@@ -170,7 +174,7 @@ std::string full_metrics(int steps = 100) {
          << 1.01 << R"(, "mismatch_k3": )" << 2e-4 * (1 + t) << R"(, "tis_clip_frac": )" << 3e-3
          << R"(, "time_rollout": )" << 10 + 2 * t << R"(, "time_scoring": 1.5, "time_recompute": 3, "time_update": )"
          << 6 << R"(, "time_handover": 0.9, "tokens_per_s": )" << 20000 + 5000 * t
-         << R"(, "lr": 1e-6, "entropy": 0.5, "note": "ignored"})";
+         << R"(, "response_length": )" << 4 + 2 * t << R"(, "lr": 1e-6, "entropy": 0.5, "note": "ignored"})";
     lines.push_back(line.str());
     if (s % (steps / 10) == 0)
       lines.push_back(R"({"step": )" + std::to_string(s) + R"(, "eval_accuracy_greedy": )" +
@@ -186,34 +190,55 @@ std::string full_metrics(int steps = 100) {
   return text;
 }
 
-const char* const kPanelFields[4][5] = {
+// SFT's metrics, steps 1..steps: the loss falling from 2.5 to 0.05 (geometrically), eval every
+// steps/5 steps on the step's line, as rl/train.cpp writes them; `scale` multiplies the loss.
+std::string sft_metrics(int steps = 200, double scale = 1) {
+  std::string text;
+  for (int s = 1; s <= steps; ++s) {
+    const double t = (s - 1) / (steps - 1.0);
+    text += R"({"step": )" + std::to_string(s) + R"(, "loss": )" + std::to_string(scale * 2.5 * std::pow(0.02, t)) +
+            R"(, "lr": 0.002, "grad_norm": 1.5, "skipped": 0, "time_step": 0.05)";
+    if (s % (steps / 5) == 0)
+      text += R"(, "eval_accuracy_greedy": )" + std::to_string(0.2 * t) + R"(, "eval_accuracy_sampled": )" +
+              std::to_string(0.15 * t);
+    text += "}\n";
+  }
+  return text;
+}
+
+const char* const kPanelFields[kPlotPanels][5] = {
     {"reward_mean", "accuracy", "eval_accuracy_greedy", "eval_accuracy_sampled", nullptr},
+    {"sft_loss", nullptr, nullptr, nullptr, nullptr},
     {"mismatch_abs", "mismatch_mult_prob_error", "mismatch_k3", "tis_clip_frac", nullptr},
     {"time_rollout", "time_scoring", "time_recompute", "time_update", "time_handover"},
     {"tokens_per_s", nullptr, nullptr, nullptr, nullptr},
+    {"response_length", nullptr, nullptr, nullptr, nullptr},
 };
+constexpr int kTimePanel = 3, kThroughputPanel = 4;
 
 class Plot : public ::testing::Test {
  protected:
-  Image plot(const std::string& metrics) {
-    write_bytes(dir.file("metrics.jsonl"), metrics);
-    plot_run(dir.file("metrics.jsonl"), dir.file("run.png"));
+  // Writes the run's metrics (an empty text: no such file) and plots the folder.
+  Image plot(const std::string& metrics, const std::string& sft = "") {
+    if (!metrics.empty()) write_bytes(dir.file("metrics.jsonl"), metrics);
+    if (!sft.empty()) write_bytes(dir.file("sft_metrics.jsonl"), sft);
+    plot_run(dir.path(), dir.file("run.png"));
     return read_png(dir.file("run.png"));
   }
   TempDir dir;
 };
 
 TEST_F(Plot, EverySeriesIsDrawnInItsOwnPanelOnly) {
-  const Image image = plot(full_metrics());
+  const Image image = plot(full_metrics(), sft_metrics());
   ASSERT_EQ(image.width, uint32_t(kPlotWidth));
   ASSERT_EQ(image.height, uint32_t(kPlotHeight));
-  for (int panel = 0; panel < 4; ++panel)
+  for (int panel = 0; panel < kPlotPanels; ++panel)
     for (const char* field : kPanelFields[panel]) {
       if (!field) continue;
       const Rgb colour = series_colour(field);
       // A 2-px line or a band across the plot area has well over 1000 pixels; overlaps hide some.
       EXPECT_GT(find_in_panel(image, colour, panel, true).count(), 300u) << field;
-      for (int other = 0; other < 4; ++other)
+      for (int other = 0; other < kPlotPanels; ++other)
         if (other != panel) {
           EXPECT_EQ(find_in_panel(image, colour, other, false).count(), 0u) << field;
         }
@@ -245,8 +270,8 @@ INSTANTIATE_TEST_SUITE_P(Plot, RisingReward, ::testing::Values(100, 2000));
 TEST_F(Plot, TimeSplitIsStackedBottomToTop) {
   const Image image = plot(full_metrics());
   double previous_mean_row = kPlotHeight;
-  for (const char* field : kPanelFields[2]) {
-    const Hits hits = find_in_panel(image, series_colour(field), 2, true);
+  for (const char* field : kPanelFields[kTimePanel]) {
+    const Hits hits = find_in_panel(image, series_colour(field), kTimePanel, true);
     ASSERT_GT(hits.count(), 0u) << field;
     double mean_row = 0;
     for (const uint32_t y : hits.ys) mean_row += y;
@@ -282,8 +307,9 @@ TEST_F(Plot, NullBreaksTheLineAbsentDoesNot) {
   EXPECT_EQ(columns_in_middle(image, "reward_mean").first, 0u);  // steps 40..59 are null
   const auto [eval_columns, width] = columns_in_middle(image, "eval_accuracy_greedy");
   EXPECT_EQ(eval_columns, width);  // steps 40 and 50 joined across the steps without eval
+  // accuracy, dashed, is not interrupted by the null rewards: dashes across the middle.
   const auto [accuracy_columns, accuracy_width] = columns_in_middle(image, "accuracy");
-  EXPECT_EQ(accuracy_columns, accuracy_width);
+  EXPECT_GE(accuracy_columns * 2, accuracy_width);
 }
 
 // Later lines of a step add to its record and override its fields: a resumed run rewriting steps
@@ -297,7 +323,7 @@ TEST_F(Plot, LinesOfOneStepAreMerged) {
   EXPECT_GT(find_in_panel(image, series_colour("reward_mean"), 0, true).count(), 300u);
   EXPECT_EQ(columns_in_middle(image, "reward_mean").first, 0u);
   const auto [accuracy_columns, width] = columns_in_middle(image, "accuracy");
-  EXPECT_EQ(accuracy_columns, width);
+  EXPECT_GE(accuracy_columns * 2, width);  // dashed, but there
 }
 
 TEST_F(Plot, MissingFieldsAreLeftOut) {
@@ -313,8 +339,8 @@ TEST_F(Plot, MissingFieldsAreLeftOut) {
 TEST_F(Plot, OneStepIsEnough) {
   const Image image = plot(R"({"step": 3, "reward_mean": 0.7, "time_rollout": 2, "tokens_per_s": 900})" "\n");
   EXPECT_GT(find_in_panel(image, series_colour("reward_mean"), 0, true).count(), 0u);    // a marker
-  EXPECT_GT(find_in_panel(image, series_colour("time_rollout"), 2, true).count(), 0u);   // a thin bar
-  EXPECT_GT(find_in_panel(image, series_colour("tokens_per_s"), 3, true).count(), 0u);
+  EXPECT_GT(find_in_panel(image, series_colour("time_rollout"), kTimePanel, true).count(), 0u);  // a thin bar
+  EXPECT_GT(find_in_panel(image, series_colour("tokens_per_s"), kThroughputPanel, true).count(), 0u);
 }
 
 TEST_F(Plot, MalformedLinesNameFileAndLine) {
@@ -335,17 +361,103 @@ TEST_F(Plot, MalformedLinesNameFileAndLine) {
   for (const auto& c : cases) {
     write_bytes(dir.file("metrics.jsonl"), c.text);
     try {
-      plot_run(dir.file("metrics.jsonl"), dir.file("run.png"));
+      plot_run(dir.path(), dir.file("run.png"));
       ADD_FAILURE() << "no error for: " << c.text;
     } catch (const Error& e) {
       for (std::string_view part : c.parts)
         EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << "'" << part << "' not in: " << e.what();
     }
   }
-  expect_error([&] { plot_run(dir.file("absent.jsonl"), dir.file("run.png")); },
-               {"cannot read metrics", "absent.jsonl"});
+  expect_error([&] { plot_run(dir.path() / "absent", dir.file("run.png")); },
+               {"absent", "no metrics.jsonl or sft_metrics.jsonl"});
   expect_error([] { series_colour("lr"); }, {"\"lr\"", "not a plotted"});
   EXPECT_EQ(dir.list(), std::vector<std::string>{"metrics.jsonl"});  // no picture, no temporary file
+}
+
+// The SFT phase: its loss in its own panel, falling; its evaluations in panel (a) to the left of
+// GRPO's (SFT steps are plotted before step 0), and its end joined to GRPO's first evaluation.
+TEST_F(Plot, SftPhaseIsPlottedBeforeGrpo) {
+  const Image image = plot(full_metrics(), sft_metrics());
+  const Hits loss = find_in_panel(image, series_colour("sft_loss"), 1, true);
+  ASSERT_GT(loss.count(), 300u);
+  const auto [x_min, x_max] = std::minmax_element(loss.xs.begin(), loss.xs.end());
+  double left_row = 0, right_row = 0, left_n = 0, right_n = 0;
+  for (size_t i = 0; i < loss.count(); ++i) {
+    if (loss.xs[i] < *x_min + (*x_max - *x_min) / 4) left_row += loss.ys[i], ++left_n;
+    if (loss.xs[i] > *x_max - (*x_max - *x_min) / 4) right_row += loss.ys[i], ++right_n;
+  }
+  EXPECT_LT(left_row / left_n + 60, right_row / right_n);  // rows grow downwards: falling
+
+  const Hits eval = find_in_panel(image, series_colour("eval_accuracy_greedy"), 0, true);
+  const Hits reward = find_in_panel(image, series_colour("reward_mean"), 0, true);
+  ASSERT_GT(eval.count(), 0u);
+  ASSERT_GT(reward.count(), 0u);
+  const uint32_t eval_left = *std::min_element(eval.xs.begin(), eval.xs.end());
+  const uint32_t reward_left = *std::min_element(reward.xs.begin(), reward.xs.end());
+  // 200 SFT steps and 100 GRPO steps on one axis: SFT takes about two thirds of it.
+  EXPECT_LT(eval_left + 300, reward_left);
+  const auto [eval_columns, width] = columns_in_middle(image, "eval_accuracy_greedy");
+  EXPECT_EQ(eval_columns, width);  // one line from SFT into GRPO
+}
+
+TEST_F(Plot, SftOnlyRunIsPlotted) {
+  const Image image = plot("", sft_metrics());
+  EXPECT_GT(find_in_panel(image, series_colour("sft_loss"), 1, true).count(), 300u);
+  EXPECT_GT(find_in_panel(image, series_colour("eval_accuracy_greedy"), 0, true).count(), 100u);
+  EXPECT_EQ(find(image, series_colour("reward_mean"), 0, 0, kPlotWidth, kPlotHeight).count(), 0u);
+}
+
+// Binary rewards make train reward and train accuracy the same numbers: the accuracy is dashed, so
+// both colours show along the whole line.
+TEST_F(Plot, EqualSeriesStayDistinguishable) {
+  std::string metrics;
+  for (int s = 0; s < 100; ++s) {
+    const std::string v = std::to_string(0.2 + 0.006 * s + (s % 3 == 0 ? 0.05 : 0));
+    metrics += R"({"step": )" + std::to_string(s) + R"(, "reward_mean": )" + v + R"(, "accuracy": )" + v + "}\n";
+  }
+  const Image image = plot(metrics);
+  const Hits reward = find_in_panel(image, series_colour("reward_mean"), 0, true);
+  const Hits accuracy = find_in_panel(image, series_colour("accuracy"), 0, true);
+  EXPECT_GT(reward.count(), 300u);
+  EXPECT_GT(accuracy.count(), 300u);
+  // Both along the whole line: in each fifth of the reward's x extent.
+  const auto [x_min, x_max] = std::minmax_element(reward.xs.begin(), reward.xs.end());
+  for (int fifth = 0; fifth < 5; ++fifth) {
+    const uint32_t from = *x_min + (*x_max - *x_min) * fifth / 5, to = *x_min + (*x_max - *x_min) * (fifth + 1) / 5;
+    auto in = [&](const Hits& h) { return std::count_if(h.xs.begin(), h.xs.end(), [&](uint32_t x) { return x >= from && x < to; }); };
+    EXPECT_GT(in(reward), 20) << fifth;
+    EXPECT_GT(in(accuracy), 20) << fifth;
+  }
+}
+
+// plot_compare: each run in its colour, in every panel its metrics reach, and its swatch in the
+// header; the picture is of the documented size.
+TEST(PlotCompare, OverlaysRunsOneColourEach) {
+  TempDir root;
+  std::vector<std::filesystem::path> dirs;
+  for (int r = 0; r < 3; ++r) {
+    const std::filesystem::path d = root.path() / ("run" + std::to_string(r));
+    std::filesystem::create_directories(d);
+    write_bytes((d / "metrics.jsonl").string(), full_metrics(100 + 50 * r));
+    write_bytes((d / "sft_metrics.jsonl").string(), sft_metrics(200, 1 + r));
+    dirs.push_back(d);
+  }
+  const std::string out = root.file("compare.png");
+  plot_compare(dirs, out);
+  const Image image = read_png(out);
+  ASSERT_EQ(image.width, uint32_t(kPlotWidth));
+  ASSERT_EQ(image.height, uint32_t(kPlotHeight));
+  for (int r = 0; r < 3; ++r) {
+    const Rgb colour = run_colour(size_t(r));
+    EXPECT_GT(find(image, colour, 0, 0, kPlotWidth, kPlotHeaderHeight).count(), 50u) << r;  // swatch
+    for (int panel = 0; panel < kPlotPanels; ++panel)
+      EXPECT_GT(find_in_panel(image, colour, panel, true).count(), 100u) << "run " << r << " panel " << panel;
+  }
+  EXPECT_EQ(find(image, run_colour(3), 0, 0, kPlotWidth, kPlotHeight).count(), 0u);  // no fourth run
+
+  expect_error([&] { plot_compare(std::vector<std::filesystem::path>(11, dirs[0]), out); }, {"1 to 10", "11"});
+  expect_error([&] { plot_compare(std::vector<std::filesystem::path>{root.path() / "none"}, out); },
+               {"none", "no metrics.jsonl"});
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // a short fixed-seed run of GRPO improves held-out accuracy over its SFT start.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -116,6 +117,29 @@ TEST(Train, Fp8KvCacheKeepsRolloutAndTrainingIdentical) {
     ++steps;
   }
   EXPECT_EQ(steps, 2);
+}
+
+// A run resumed after its last step runs nothing, logs nothing more, and reports the accuracy its
+// log ended with.
+TEST(Train, ResumingACompleteRunRunsNothing) {
+  const fs::path dir = fresh_dir("complete");
+  Config c = small_config(dir);
+  c.run.steps = 2;
+  const TrainSummary first = run_train(c);
+  EXPECT_FALSE(first.already_complete);
+  const auto logged = metrics_without_times(dir / "metrics.jsonl");
+  c.run.resume = true;
+  const TrainSummary again = run_train(c);
+  EXPECT_TRUE(again.already_complete);
+  EXPECT_FALSE(again.interrupted);
+  EXPECT_EQ(again.final_accuracy, first.final_accuracy);
+  EXPECT_FALSE(std::isnan(again.final_accuracy));
+  EXPECT_EQ(metrics_without_times(dir / "metrics.jsonl"), logged);
+  // More steps asked for: the run goes on.
+  c.run.steps = 3;
+  const TrainSummary more = run_train(c);
+  EXPECT_FALSE(more.already_complete);
+  EXPECT_EQ(metrics_without_times(dir / "metrics.jsonl").size(), logged.size() + 1);
 }
 
 TEST(Train, ResumeWithoutACheckpointIsAnError) {
