@@ -6,7 +6,7 @@ transformers reading the GGUF file itself, and lockstep against transformers on 
   cmake --build build --target lockstep_model_check lockstep_tokenize
   python3 scripts/check_real_model.py .deps/models/smollm2-135m-instruct [--gguf FILE]
       [--gsm8k ../shared/data/gsm8k/test.jsonl] [--bin-dir build/tools]
-      [--lockstep-recipe fp32|bf16|fp8] [--lockstep-device cpu|cuda] [--no-lockstep]
+      [--lockstep-recipe fp32 [bf16 fp8]] [--lockstep-device cpu|cuda] [--no-lockstep]
 
 Needs torch, transformers, tokenizers, jinja2 and gguf. Prints one row per check and exits 1 if any
 fails. The checks, and why each tolerance is what it is:

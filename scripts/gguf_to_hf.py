@@ -23,7 +23,6 @@ What the conversion undoes or rebuilds, as transformers' own GGUF loader does
 """
 import argparse
 import json
-import os
 import pathlib
 import sys
 
@@ -312,6 +311,9 @@ def convert_tokenizer(meta):
 
 def convert(gguf_path, out_dir):
     """Writes the Hugging Face folder; returns {file name: size in bytes}."""
+    out_dir = pathlib.Path(out_dir)
+    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
+        raise ConversionError(f"{out_dir}: the output folder exists and is not an empty folder")
     try:
         reader = gguf.GGUFReader(gguf_path)
     except (OSError, ValueError) as e:
@@ -326,10 +328,7 @@ def convert(gguf_path, out_dir):
     generation_config = {k: config[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id")
                          if config[k] is not None}
 
-    out_dir = pathlib.Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    if any(out_dir.iterdir()):
-        raise ConversionError(f"{out_dir}: the output folder is not empty")
     write_safetensors(tensors, out_dir / "model.safetensors")
     for name, obj in (("config.json", config), ("generation_config.json", generation_config),
                       ("tokenizer_config.json", tokenizer_config)):
