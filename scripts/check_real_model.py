@@ -52,12 +52,14 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 transformers.utils.logging.disable_progress_bar()
 
 # lockstep vs transformers fp32 on the folder: max |Δ logprob|, mean |Δ logprob|, ‖Δ logits‖/‖logits‖.
-# fp32: the two differ only in summation order and cos/sin evaluation, through 30 layers
-# [measured on the CPU: TODO]. bf16 and fp8 round activations (and fp8 the GEMM operands) as in
-# scripts/compare_hf.py, whose small-model tolerances these follow.
-TOLERANCE = {"fp32": {"max_dlogprob": 1e-3, "mean_dlogprob": 1e-4, "logits_rel": 1e-5},
-             "bf16": {"max_dlogprob": 1.0, "mean_dlogprob": 0.1, "logits_rel": 2e-2},
-             "fp8": {"max_dlogprob": 4.0, "mean_dlogprob": 0.5, "logits_rel": 2e-1}}
+# fp32: the two differ only in summation order and cos/sin evaluation [measured through the 30
+# layers on the CPU: 4.6e-5, 8.1e-6, 1.5e-6]. bf16: bf16 weights, activations and LM-head input
+# [0.48, 0.040, 2.2e-2 on the CPU]; the bound on the logits is scripts/compare_hf.py's for its
+# 28-layer model. fp8: E4M3 GEMM operands, compare_hf.py's small-model bounds widened as for bf16
+# (not measured on this model yet: lockstep refuses its 576-wide layers in fp8).
+TOLERANCE = {"fp32": {"max_dlogprob": 2e-4, "mean_dlogprob": 4e-5, "logits_rel": 1e-5},
+             "bf16": {"max_dlogprob": 1.5, "mean_dlogprob": 0.1, "logits_rel": 5e-2},
+             "fp8": {"max_dlogprob": 4.0, "mean_dlogprob": 0.5, "logits_rel": 3e-1}}
 
 rows, failures = [], []
 
@@ -146,7 +148,8 @@ def check_tokenizers(args, model_dir, gguf_path, texts):
         binary = pathlib.Path(args.bin_dir) / "lockstep_tokenize"
         ours, error = run_lockstep_tokenize(binary, model_dir, texts)
         if ours is None:
-            report("tokenizer: lockstep_tokenize", f"failed: {error}"[:78], False)
+            report("tokenizer: lockstep_tokenize", "failed:", False)
+            print(f"    {error}")
         else:
             bad = first_mismatch("lockstep_tokenize", texts, ours, ids)
             report("tokenizer: lockstep_tokenize", f"{len(texts)} texts, {len(bad)} differ from tokenizer.json",
@@ -224,7 +227,8 @@ def check_lockstep(args, model_dir, sequences, hf_logits, recipe):
                                "--recipe", recipe, "--device", args.lockstep_device],
                               capture_output=True, text=True)
         if proc.returncode != 0:
-            report(f"lockstep {recipe} vs transformers", f"failed: {proc.stderr.strip()}"[:78], False)
+            report(f"lockstep {recipe} ({args.lockstep_device}) vs transformers fp32", "failed:", False)
+            print(f"    {proc.stderr.strip()}")
             return
         from safetensors.torch import load_file
         out = load_file(tmp / "out" / "outputs.safetensors")
@@ -248,6 +252,26 @@ def check_lockstep(args, model_dir, sequences, hf_logits, recipe):
            f"logits rel {rel:.3g}", ok)
 
 
+def write_fixture(path, texts, sequences, logits):
+    """The reference tests/model/test_real_model.cpp compares lockstep with."""
+    logprob = []
+    for seq, z in zip(sequences, logits):
+        lsm = torch.log_softmax(z, -1)
+        logprob.append(lsm[torch.arange(len(seq) - 1), torch.tensor(seq[1:])].tolist())
+    path.write_text(json.dumps({
+        "source": f"scripts/check_real_model.py --write-fixture: ids from HF tokenizers {tokenizers_version()} on "
+                  f"the folder's tokenizer.json, logprob[i][j] = log p(token j+1 | tokens 0..j) from transformers "
+                  f"{transformers.__version__} (torch {torch.__version__}, fp32, CPU) on the folder written by "
+                  "scripts/get_model.sh smollm2-135m-instruct",
+        "texts": texts, "sequences": sequences, "logprob": logprob}, indent=1) + "\n")
+    print(f"    wrote {path}")
+
+
+def tokenizers_version():
+    import tokenizers
+    return tokenizers.__version__
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("model_dir", type=pathlib.Path)
@@ -258,6 +282,9 @@ def main():
     ap.add_argument("--lockstep-recipe", nargs="+", default=["fp32"], choices=sorted(TOLERANCE))
     ap.add_argument("--lockstep-device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--no-lockstep", action="store_true", help="check only the folder against the GGUF")
+    ap.add_argument("--write-fixture", type=pathlib.Path,
+                    help="also write the chat sequences' texts, ids (HF tokenizers) and transformers' fp32 "
+                         "next-token logprobs as JSON (tests/data/smollm2_135m_reference.json)")
     args = ap.parse_args()
     gguf_path = (args.gguf or find_gguf()).resolve()
     model_dir = args.model_dir.resolve()
@@ -277,13 +304,14 @@ def main():
     check_chat_template(template, folder_tok, gguf_tok, conversations)
 
     # Chat sequences: a question with its worked answer (an SFT example), a bare prompt, a short one.
-    sequences = [reference.encode(render(template, [{"role": "user", "content": problems[i]["question"]},
-                                                    {"role": "assistant", "content": problems[i]["answer"]}],
-                                         False), add_special_tokens=False).ids for i in (0, 1)]
-    sequences.append(reference.encode(render(template, [{"role": "user", "content": "What is the capital of "
-                                                         "France?"}], True), add_special_tokens=False).ids)
+    chat_texts = [render(template, [{"role": "user", "content": problems[i]["question"]},
+                                    {"role": "assistant", "content": problems[i]["answer"]}], False) for i in (0, 1)]
+    chat_texts.append(render(template, [{"role": "user", "content": "What is the capital of France?"}], True))
+    sequences = [e.ids for e in reference.encode_batch(chat_texts, add_special_tokens=False)]
     folder, from_gguf = load_models(model_dir, gguf_path)
     hf_logits = check_weights_and_logits(folder, from_gguf, sequences)
+    if args.write_fixture:
+        write_fixture(args.write_fixture, chat_texts, sequences, hf_logits)
     del from_gguf
     if not args.no_lockstep:
         for recipe in args.lockstep_recipe:
