@@ -20,7 +20,10 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 
 fail() { echo "get_model: $*" >&2; exit 1; }
-[[ $# -eq 2 ]] || { echo "usage: bash scripts/get_model.sh MODEL DIR   (MODEL: smollm2-135m-instruct)" >&2; exit 2; }
+if [[ $# -ne 2 ]]; then
+  echo "usage: bash scripts/get_model.sh MODEL DIR   (MODEL: smollm2-135m-instruct)" >&2
+  exit 2
+fi
 model=$1 dir=$2
 
 case $model in

@@ -86,7 +86,8 @@ class Metadata:
     def positive_int(self, key):
         value = self.get(key)
         if not isinstance(value, int) or value <= 0:
-            raise ConversionError(f"{self.path}: metadata key '{key}' must be a positive integer, got {value!r}")
+            raise ConversionError(f"{self.path}: metadata key '{key}' must be a positive integer, "
+                                  f"got {value!r}")
         return value
 
 
@@ -103,8 +104,10 @@ def reverse_rope_permute(weight, heads):
     [heads, head_dim/2, 2] restores Hugging Face's order."""
     rows = weight.shape[0]
     if rows % (2 * heads):
-        raise ConversionError(f"a q/k projection of {rows} rows does not split into {heads} heads of even size")
-    return weight.reshape(heads, rows // heads // 2, 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
+        raise ConversionError(f"a q/k projection of {rows} rows does not split into {heads} heads of "
+                              "even size")
+    paired = weight.reshape(heads, rows // heads // 2, 2, *weight.shape[1:])
+    return paired.swapaxes(1, 2).reshape(weight.shape)
 
 
 def to_bf16_bits(values):
@@ -148,7 +151,8 @@ def convert_config(meta):
                               f"dimension ({head_dim}); partial RoPE is not supported")
     for key in meta.reader.fields:
         if key.startswith("llama.rope.scaling."):
-            raise ConversionError(f"{meta.path}: '{key}' is set; RoPE scaling is not supported by this converter")
+            raise ConversionError(f"{meta.path}: '{key}' is set; RoPE scaling is not supported by this "
+                                  "converter")
     vocab = len(meta.get("tokenizer.ggml.tokens"))
     return {
         "architectures": ["LlamaForCausalLM"],
@@ -216,8 +220,10 @@ def convert_weights(reader, path, config):
     if not config["tie_word_embeddings"]:
         shapes["lm_head.weight"] = (config["vocab_size"], hidden)
     per_layer = {"input_layernorm": (hidden,), "post_attention_layernorm": (hidden,),
-                 "self_attn.q_proj": (heads * head_dim, hidden), "self_attn.k_proj": (kv_heads * head_dim, hidden),
-                 "self_attn.v_proj": (kv_heads * head_dim, hidden), "self_attn.o_proj": (hidden, heads * head_dim),
+                 "self_attn.q_proj": (heads * head_dim, hidden),
+                 "self_attn.k_proj": (kv_heads * head_dim, hidden),
+                 "self_attn.v_proj": (kv_heads * head_dim, hidden),
+                 "self_attn.o_proj": (hidden, heads * head_dim),
                  "mlp.gate_proj": (config["intermediate_size"], hidden),
                  "mlp.up_proj": (config["intermediate_size"], hidden),
                  "mlp.down_proj": (hidden, config["intermediate_size"])}
@@ -228,7 +234,8 @@ def convert_weights(reader, path, config):
         if name not in out:
             raise ConversionError(f"{path}: no tensor for '{name}'")
         if tuple(out[name][0]) != shape:
-            raise ConversionError(f"{path}: '{name}' has shape {tuple(out[name][0])}, the config implies {shape}")
+            raise ConversionError(f"{path}: '{name}' has shape {tuple(out[name][0])}, the config implies "
+                                  f"{shape}")
     return {name: out[name] for name in shapes}
 
 
@@ -244,8 +251,8 @@ def convert_tokenizer(meta):
                               f"pre-tokenizers of {', '.join(sorted(PRE_TOKENIZERS))}")
     if meta.get("tokenizer.ggml.add_bos_token", False, required=False) or \
             meta.get("tokenizer.ggml.add_eos_token", False, required=False):
-        raise ConversionError(f"{meta.path}: tokenizer.ggml.add_bos_token/add_eos_token is true; this converter "
-                              "writes tokenizers that add no special tokens")
+        raise ConversionError(f"{meta.path}: tokenizer.ggml.add_bos_token/add_eos_token is true; this "
+                              "converter writes tokenizers that add no special tokens")
     tokens = meta.get("tokenizer.ggml.tokens")
     types = meta.get("tokenizer.ggml.token_type")
     merges = meta.get("tokenizer.ggml.merges")
@@ -255,12 +262,13 @@ def convert_tokenizer(meta):
     vocab = {}
     for i, token in enumerate(tokens):
         if token in vocab:
-            raise ConversionError(f"{meta.path}: tokenizer.ggml.tokens[{i}] '{token}' repeats token {vocab[token]}")
+            raise ConversionError(f"{meta.path}: tokenizer.ggml.tokens[{i}] '{token}' repeats token "
+                                  f"{vocab[token]}")
         vocab[token] = i
     pairs = []
     for i, merge in enumerate(merges):
         parts = merge.split(" ")
-        if len(parts) != 2 or parts[0] not in vocab or parts[1] not in vocab or parts[0] + parts[1] not in vocab:
+        if len(parts) != 2 or any(p not in vocab for p in (parts[0], parts[1], parts[0] + parts[1])):
             raise ConversionError(f"{meta.path}: tokenizer.ggml.merges[{i}] '{merge}' is not a merge of two "
                                   "tokens into a token of the vocabulary")
         pairs.append(parts)
@@ -275,10 +283,12 @@ def convert_tokenizer(meta):
         "added_tokens": added,
         "normalizer": None,
         "pre_tokenizer": PRE_TOKENIZERS[pre],
-        "post_processor": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False, "use_regex": True},
+        "post_processor": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False,
+                           "use_regex": True},
         "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
         "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
-                  "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                  "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
+                  "ignore_merges": False,
                   "vocab": vocab, "merges": pairs},
     }
 
@@ -287,19 +297,23 @@ def convert_tokenizer(meta):
         if token_id is None:
             return None
         if not 0 <= token_id < len(tokens):
-            raise ConversionError(f"{meta.path}: {key} ({token_id}) is not a token id (vocabulary of {len(tokens)})")
+            raise ConversionError(f"{meta.path}: {key} ({token_id}) is not a token id (vocabulary of "
+                                  f"{len(tokens)})")
         return tokens[token_id]
 
     tokenizer_config = {
         "add_prefix_space": False,
         "added_tokens_decoder": {
-            str(t["id"]): {k: t[k] for k in ("content", "lstrip", "normalized", "rstrip", "single_word", "special")}
+            str(t["id"]): {k: t[k] for k in ("content", "lstrip", "normalized", "rstrip", "single_word",
+                                             "special")}
             for t in added},
         "bos_token": token_name("tokenizer.ggml.bos_token_id"),
         "clean_up_tokenization_spaces": False,
         "eos_token": token_name("tokenizer.ggml.eos_token_id"),
         "model_max_length": meta.positive_int("llama.context_length"),
         "pad_token": token_name("tokenizer.ggml.padding_token_id"),
+        # Not GPT2Tokenizer (SmolLM2's own choice): transformers 5 rebuilds that class's pipeline
+        # from the class (plain ByteLevel), dropping the Digits step; this one reads tokenizer.json.
         "tokenizer_class": "PreTrainedTokenizerFast",
         "unk_token": token_name("tokenizer.ggml.unknown_token_id"),
     }
