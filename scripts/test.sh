@@ -6,6 +6,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# A real trained model for the `real_model` tests, fetched and converted once into .deps/models/
+# (LOCKSTEP_REAL_MODEL=0 skips it; so does a machine without network, and the tests then skip).
+if [[ ${LOCKSTEP_REAL_MODEL:-1} != 0 && ! -f .deps/models/smollm2-135m-instruct/config.json ]]; then
+  bash scripts/get_model.sh smollm2-135m-instruct .deps/models/smollm2-135m-instruct ||
+    echo "test.sh: could not get SmolLM2-135M-Instruct; the real_model tests will skip" >&2
+fi
 [[ -x /usr/local/cuda/bin/nvcc ]] && export PATH="/usr/local/cuda/bin:$PATH"
 build=${BUILD_DIR:-build}
 # AUTO: CUDA whenever nvcc exists (train_default.sh may have left OFF in the cache).
