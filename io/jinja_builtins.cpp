@@ -555,15 +555,28 @@ bool apply_test(const Value& v, std::string_view name, CallArgs& a, const Builti
   fail("unknown test '" + std::string(name) + "'");
 }
 
-Value method_of(const Value& v, std::string_view name) {
+std::optional<Value> method_of(const Value& v, std::string_view name) {
   const std::string method(name);
   const std::string what = v.type_name() + "." + method + "()";
+  // Python's other methods of these types: refused by name rather than reported as missing.
+  static const std::set<std::string, std::less<>> other_str_methods = {
+      "casefold", "center", "encode", "expandtabs", "format", "format_map", "index", "isalnum", "isalpha",
+      "isascii", "isdecimal", "isdigit", "isidentifier", "islower", "isnumeric", "isprintable", "isspace",
+      "istitle", "isupper", "ljust", "maketrans", "partition", "removeprefix", "removesuffix", "rfind",
+      "rindex", "rjust", "rpartition", "swapcase", "translate", "zfill"};
+  static const std::set<std::string, std::less<>> other_dict_methods = {"copy", "fromkeys", "setdefault", "update",
+                                                                        "popitem", "pop", "clear"};
+  static const std::set<std::string, std::less<>> other_list_methods = {"copy", "index", "count"};
+  if ((v.is_string() && other_str_methods.count(name)) ||
+      (v.kind() == Value::Kind::dict && other_dict_methods.count(name)) ||
+      (v.kind() == Value::Kind::list && other_list_methods.count(name)))
+    return Value::undefined(what + " is not supported by lockstep's Jinja subset");
   if (v.is_string()) {
     const std::string s = v.as_string();
     static const std::set<std::string, std::less<>> str_methods = {
         "startswith", "endswith", "strip", "lstrip", "rstrip", "split", "rsplit", "replace", "upper",
         "lower",      "title",    "capitalize", "find", "count", "join", "splitlines"};
-    if (!str_methods.count(name)) return Value();
+    if (!str_methods.count(name)) return std::nullopt;
     return Value::callable(what, [s, method, what](CallArgs& a) -> Value {
       if (method == "startswith" || method == "endswith") {
         check_arity(a, 1, {}, what);
@@ -616,7 +629,7 @@ Value method_of(const Value& v, std::string_view name) {
     });
   }
   if (v.kind() == Value::Kind::dict) {
-    if (name != "get" && name != "items" && name != "keys" && name != "values") return Value();
+    if (name != "get" && name != "items" && name != "keys" && name != "values") return std::nullopt;
     return Value::callable(what, [v, method, what](CallArgs& a) -> Value {
       if (method == "get") {
         check_arity(a, 2, {}, what);
@@ -640,7 +653,7 @@ Value method_of(const Value& v, std::string_view name) {
     if (mutating.count(name))
       fail("list." + method + "() is not allowed: chat templates render in an immutable sandbox, as in transformers");
   }
-  return Value();
+  return std::nullopt;
 }
 
 }  // namespace lockstep::jinja

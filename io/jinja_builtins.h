@@ -3,6 +3,7 @@
 // Python's) does; an unsupported one is an error naming it.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -24,9 +25,10 @@ bool is_known_test(std::string_view name);
 Value apply_filter(const Value& value, std::string_view name, CallArgs& args, const BuiltinContext& ctx);
 bool apply_test(const Value& value, std::string_view name, CallArgs& args, const BuiltinContext& ctx);
 
-// `value.name` when value is a str, dict or list and name one of its supported methods: a callable
-// bound to value; otherwise Undefined (jinja2 then tries the item `value[name]`).
-Value method_of(const Value& value, std::string_view name);
+// `value.name` when value is a str, dict or list and `name` one of its methods: a callable bound to
+// value, or, for a Python method outside the subset, an Undefined saying so (calling it is then an
+// error naming the method). nullopt when `name` is no method (jinja2 then tries the item value[name]).
+std::optional<Value> method_of(const Value& value, std::string_view name);
 
 // Python's `a < b` for numbers and for strings (code point order); other types are an error.
 bool less_than(const Value& a, const Value& b);

@@ -1,8 +1,8 @@
 // io/jinja_lexer.cpp — template text to pieces and expression tokens, with jinja2's whitespace
 // rules (jinja2/lexer.py): `{%-`/`{{-`/`{#-` strip all whitespace before the tag, `-%}`/`-}}`/`-#}`
 // all whitespace after it; trim_blocks drops the one newline after `%}` and `#}`; lstrip_blocks
-// drops the spaces and tabs between a line's start and `{%` or `{#` (not `{{`) when nothing else is
-// on the line before the tag, unless the tag opens with `+`.
+// drops the whitespace between a line's start and `{%` or `{#` (not `{{`) when nothing else is on
+// the line before the tag, unless the tag opens with `+`.
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
@@ -216,8 +216,9 @@ std::vector<Piece> lex(std::string_view raw, std::string_view name, const LexOpt
       const size_t newline = text.rfind('\n');
       const size_t l_pos = newline == std::string_view::npos ? 0 : newline + 1;
       if (l_pos > 0 || line_starting) {
-        bool blank = l_pos < text.size();
-        for (size_t i = l_pos; i < text.size() && blank; ++i) blank = text[i] == ' ' || text[i] == '\t';
+        // jinja2: `\s+` must match all of the line's start (spaces, tabs, other Unicode whitespace).
+        const std::u32string line_start = utf8_to_u32(text.substr(l_pos));
+        const bool blank = !line_start.empty() && std::all_of(line_start.begin(), line_start.end(), is_python_space);
         if (blank) text = text.substr(0, l_pos);
       }
     }

@@ -315,12 +315,11 @@ class Renderer {
     if (v.kind() == Value::Kind::ns) {
       if (const Value* found = v.namespace_attrs().find(name)) return *found;
     } else {
-      Value method = method_of(v, name);
-      if (!method.is_undefined()) return method;
+      if (std::optional<Value> method = method_of(v, name)) return *method;
       if (v.kind() == Value::Kind::dict)
         if (const Value* found = v.as_dict().find(name)) return *found;
     }
-    return Value::undefined("'" + describe_object(v) + "' has no attribute '" + std::string(name) + "'");
+    return Value::undefined(detail::concat("'", describe_object(v), "' has no attribute '", name, "'"));
   }
 
   Value get_item(const Value& v, const Value& key) {

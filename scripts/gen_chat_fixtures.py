@@ -12,7 +12,11 @@ Inputs (committed, verbatim copies of the models' published templates; data, not
   tests/data/chat_templates/qwen2.5-instruct.jinja       Qwen2.5-*-Instruct
   tests/data/chat_templates/qwen3.jinja                  Qwen3 (= ../shared/data/qwen3-tokenizer/tokenizer_config.json's)
   tests/data/chat_templates/llama-3.2-instruct.jinja     Llama-3.2-*-Instruct (strftime_now for the date)
-  tests/data/chat_templates/llama-3.3-instruct.jinja     Llama-3.3-70B-Instruct (fixed date, builtin_tools)
+  tests/data/chat_templates/llama-3.3-instruct.jinja     Llama-3.3-70B-Instruct (fixed date, builtin_tools); the
+                                                         published Llama-3.1-8B-Instruct template is reported
+                                                         byte-identical (not checked here)
+(Copied from the copies kept under models/templates/ in llama.cpp, the SmolLM2 GGUF and the shared Qwen3
+tokenizer_config.json, with "\n" line ends — jinja2 normalizes line ends anyway.)
 
 Outputs (small, committed):
   tests/data/chat_cases.json           the written-out formats (io/chat.h ChatFormat) against the Qwen3 and
@@ -207,6 +211,7 @@ JINJA_CASES = [
     ("x\n  {% if true %}\n    y\n  {% endif %}\nz", {}),
     ("x\n  {%+ if true %}y{% endif %}\n{# c #}\n  {#- c2 -#}  w\n", {}),
     ("{% for i in [1, 2, 3] %}{{ i }}{% endfor %}\n", {}),
+    ("a\n\u3000 {% if true %}b{% endif %}\n\f{% if true %}c{% endif %} {% if true %}d{% endif %}\r\ne", {}),
     ("a  {% if true %}b{% endif %}  c\n    {{ 'kept indent' }}\n", {}),
     ("{% for x in xs %}{{ loop.index }}/{{ loop.index0 }}/{{ loop.revindex }}/{{ loop.revindex0 }}/"
      "{{ loop.first }}/{{ loop.last }}/{{ loop.length }}/{{ loop.previtem }}/{{ loop.nextitem }}/"

@@ -86,7 +86,10 @@ TEST(Jinja, UnsupportedConstructsNameThemselvesAndTheirLine) {
   expect_error([] { render("\n\n{{ x | wordwrap(5) }}"); }, {"test.jinja:3:", "unknown filter 'wordwrap'"});
   expect_error([] { render("{% if x is prime %}{% endif %}"); }, {"test.jinja:1:", "unknown test 'prime'"});
   expect_error([] { render("{% frobnicate %}"); }, {"test.jinja:1:", "unknown statement '{% frobnicate %}'"});
-  expect_error([] { render("{{ 'a'.zfill(3) }}"); }, {"test.jinja:1:", "'str object' has no attribute 'zfill'"});
+  expect_error([] { render("{{ 'a'.zfill(3) }}"); }, {"test.jinja:1:", "str.zfill() is not supported"});
+  expect_error([] { render("{{ {'a': 1}.update({}) }}"); }, {"test.jinja:1:", "dict.update() is not supported"});
+  expect_error([] { render("{{ 'a'.no_such_method() }}"); },
+               {"test.jinja:1:", "'str object' has no attribute 'no_such_method'"});
   expect_error([] { render("{% set xs = [] %}\n{{ xs.append(1) }}"); },
                {"test.jinja:2:", "list.append() is not allowed"});
   expect_error([] { render("{% if true %}never closed"); }, {"test.jinja", "expected 'elif' or 'else' or 'endif'"});
