@@ -265,9 +265,13 @@ const std::vector<Section>& schema() {
             one_of({"auto", "gsm8k", "jsonl"})),
       field("skip_bad_lines", &D::skip_bad_lines, "skip unreadable JSONL lines instead of failing"),
       field("synthetic_level", &D::synthetic_level, "difficulty of synthetic problems", at_least(1)),
-      field("chat_template", &D::chat_template, "prompt format around each problem",
-            one_of({"none", "chatml", "qwen3-no-think", "llama3"})),
+      field("chat_template", &D::chat_template,
+            "prompt format: auto = the checkpoint's own chat template, else the plain text; model = its "
+            "template (an error without one); none = the plain text; or a format written out",
+            one_of({"auto", "model", "none", "chatml", "qwen3-no-think", "llama3"})),
       field("system_prompt", &D::system_prompt, "system message of chat templates (empty: none)"),
+      field("enable_thinking", &D::enable_thinking,
+            "passed to the checkpoint's chat template (Qwen3: false closes an empty <think></think>)"),
     }),
     section<R>("rollout", "generation of the training batch", {"train", "eval"}, &Config::rollout, {
       field("prompts_per_step", &R::prompts_per_step, "prompts per step (B)", at_least(1)),

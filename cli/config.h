@@ -50,8 +50,11 @@ struct DataOptions {
   std::string format = "auto";         // "auto" | "gsm8k" | "jsonl"
   bool skip_bad_lines = false;
   int64_t synthetic_level = 1;         // ≥ 1
-  std::string chat_template = "none";  // "none" | "chatml" | "qwen3-no-think" | "llama3"
+  // "auto" (the checkpoint's own template, else plain text) | "model" | "none" | "chatml" |
+  // "qwen3-no-think" | "llama3"
+  std::string chat_template = "auto";
   std::string system_prompt;
+  bool enable_thinking = false;        // the template variable (Qwen3: false closes an empty thought)
   bool operator==(const DataOptions&) const = default;
 };
 

@@ -1,14 +1,23 @@
 // io/chat.h — the chat prompt an instruct model was tuned on, for one user message and an optional
 // system prompt, ending with the assistant turn opener so that generation continues as the
-// assistant. The strings reproduce the models' own Jinja chat templates (add_generation_prompt=True);
-// tests/io/test_chat.cpp checks them against renders of those templates.
+// assistant. Two sources:
+//   - ChatTemplate: the checkpoint's own `chat_template` (chat_template.jinja, or tokenizer_config.json),
+//     rendered by io/jinja.h exactly as transformers' apply_chat_template renders it;
+//   - ChatFormat: three written-out formats (ChatML, Qwen3 without thinking, Llama 3), for checkpoints
+//     without a template or to override one.
+// tests/io/test_chat.cpp checks both against jinja2's renders of the real templates.
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "io/jinja.h"
 
 namespace lockstep {
 
@@ -43,5 +52,42 @@ std::string format_chat(ChatFormat format, std::string_view user,
 // encoded with add_special_tokens=false, as HF's apply_chat_template(tokenize=True) does.
 std::vector<int32_t> encode_chat(const Tokenizer& tokenizer, ChatFormat format, std::string_view user,
                                  std::optional<std::string_view> system = std::nullopt);
+
+// The messages of a one-question prompt: [{"role": "system", …}] when a system prompt is given (even
+// empty), then {"role": "user", "content": user}.
+nlohmann::ordered_json chat_messages(std::string_view user, std::optional<std::string_view> system = std::nullopt);
+
+class ChatTemplate {
+ public:
+  // `source` is the Jinja text; `variables` are passed to every render (transformers passes the
+  // tokenizer's special tokens: bos_token, eos_token, …); `name` says where it came from in errors.
+  ChatTemplate(std::string_view source, nlohmann::ordered_json variables, std::string name);
+
+  // A checkpoint folder's template, as transformers loads it: `chat_template.jinja` when present,
+  // else tokenizer_config.json's "chat_template" (a string, or a list of {name, template} of which
+  // "default" is taken). The variables are tokenizer_config.json's special tokens that are set
+  // (bos_token, eos_token, unk_token, sep_token, pad_token, cls_token, mask_token as strings — an
+  // AddedToken object gives its "content" — and additional_special_tokens). nullopt: no template.
+  static std::optional<ChatTemplate> from_model_dir(const std::filesystem::path& dir);
+
+  // apply_chat_template(messages, tokenize=False, add_generation_prompt, **extra): the template
+  // rendered with messages, tools=None, documents=None, add_generation_prompt, the special tokens,
+  // then `extra` (e.g. {"enable_thinking": false}).
+  std::string render(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                     const nlohmann::ordered_json& extra = nlohmann::ordered_json::object(),
+                     const JinjaRenderOptions& options = {}) const;
+
+  // The prompt's ids: the rendered text encoded with add_special_tokens=false, as
+  // apply_chat_template(tokenize=True) does (the template writes any BOS itself).
+  std::vector<int32_t> encode(const Tokenizer& tokenizer, const nlohmann::ordered_json& messages,
+                              bool add_generation_prompt,
+                              const nlohmann::ordered_json& extra = nlohmann::ordered_json::object()) const;
+
+  const std::string& name() const { return template_.name(); }
+
+ private:
+  JinjaTemplate template_;
+  nlohmann::ordered_json variables_;
+};
 
 }  // namespace lockstep

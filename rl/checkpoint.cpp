@@ -25,7 +25,7 @@ void save_checkpoint(const fs::path& out_dir, const ModelConfig& config,
   fs::remove_all(tmp);
   fs::create_directories(tmp);
   save_hf_checkpoint((tmp / "model").string(), config, params, DType::f32);
-  for (const char* name : {"tokenizer.json", "tokenizer_config.json"})
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja"})
     if (fs::exists(tokenizer_dir / name)) fs::copy_file(tokenizer_dir / name, tmp / "model" / name);
 
   NamedTensors moments;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdio>
 
 #include "core/error.h"
 #include "core/philox.h"
@@ -135,6 +136,17 @@ Setup make_setup(const Config& config, bool need_data) {
     s.tokenizer_dir = config.model.path;
   }
   s.tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_dir(s.tokenizer_dir));
+  const std::string& chat = config.data.chat_template;
+  if (chat == "auto" || chat == "model") {
+    if (std::optional<ChatTemplate> found = ChatTemplate::from_model_dir(s.tokenizer_dir))
+      s.chat_template = std::make_shared<const ChatTemplate>(std::move(*found));
+    else if (chat == "model")
+      fail(s.tokenizer_dir.string() + ": data.chat_template = \"model\", but the checkpoint has no chat template "
+           "(neither chat_template.jinja nor a \"chat_template\" in tokenizer_config.json)");
+    else if (!builtin)
+      std::fprintf(stderr, "%s has no chat template: prompts are the plain problem text (data.chat_template)\n",
+                   s.tokenizer_dir.string().c_str());
+  }
   for (int64_t id : s.model_config.eos_token_ids) s.stop_token_ids.push_back(int32_t(id));
   if (const auto eos = s.tokenizer->eos_id();
       eos && std::find(s.stop_token_ids.begin(), s.stop_token_ids.end(), *eos) == s.stop_token_ids.end())
@@ -149,13 +161,17 @@ Setup make_setup(const Config& config, bool need_data) {
 }
 
 std::vector<int32_t> Setup::prompt_tokens(const Problem& problem) const {
+  std::optional<std::string_view> system;
+  if (!config.data.system_prompt.empty()) system = config.data.system_prompt;
+  if (chat_template)
+    return chat_template->encode(*tokenizer, chat_messages(problem.prompt, system), /*add_generation_prompt=*/true,
+                                 {{"enable_thinking", config.data.enable_thinking}});
   const std::string& t = config.data.chat_template;
-  if (t == "none") return tokenizer->encode(problem.prompt, /*add_special_tokens=*/config.model.path != "builtin");
+  if (t == "none" || t == "auto")
+    return tokenizer->encode(problem.prompt, /*add_special_tokens=*/config.model.path != "builtin");
   const ChatFormat format = t == "chatml"           ? ChatFormat::chatml
                             : t == "qwen3-no-think" ? ChatFormat::chatml_qwen3_no_think
                                                     : ChatFormat::llama3;
-  std::optional<std::string_view> system;
-  if (!config.data.system_prompt.empty()) system = config.data.system_prompt;
   return encode_chat(*tokenizer, format, problem.prompt, system);
 }
 

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cli/config.h"
+#include "io/chat.h"
 #include "io/tokenizer.h"
 #include "model/transformer.h"
 #include "tasks/dataset.h"
@@ -54,9 +55,14 @@ struct Setup {
   ModelConfig model_config;
   std::filesystem::path tokenizer_dir;  // copied into checkpoints
   std::unique_ptr<Tokenizer> tokenizer;
+  // The checkpoint's own chat template when data.chat_template is "auto" (and it has one) or "model".
+  std::shared_ptr<const ChatTemplate> chat_template;
   std::vector<int32_t> stop_token_ids;  // end of a response
   Problems train, test;
 
+  // The prompt of a problem: the chat template's render of [system prompt,] user message with the
+  // generation prompt (ids with add_special_tokens=false), or the plain text (with the tokenizer's
+  // special tokens, for a Hugging Face checkpoint) when there is no template.
   std::vector<int32_t> prompt_tokens(const Problem& problem) const;
   // The SFT target text of a problem (the answer and the end token).
   std::string sft_target(const Problem& problem) const;

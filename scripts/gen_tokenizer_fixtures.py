@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Writes the tokenizer and chat test fixtures under tests/data/, using the real Hugging Face
-`tokenizers` library (and jinja2 for the chat templates) as the oracle — never lockstep's own code.
+"""Writes the tokenizer test fixtures under tests/data/, using the real Hugging Face `tokenizers`
+library as the oracle — never lockstep's own code. (The chat fixtures: scripts/gen_chat_fixtures.py.)
 
-  pip install tokenizers jinja2
+  pip install tokenizers
   python3 scripts/gen_tokenizer_fixtures.py [--shared-data ../shared/data]
 
 Outputs (all small, committed):
@@ -20,16 +20,12 @@ Outputs (all small, committed):
                                                  lockstep supports
   tests/data/tokenizer_cases.json                edge-case texts and the ids HF gives for each tokenizer,
                                                  plus decode cases
-  tests/data/chat_cases.json                     chat prompts rendered by the real Jinja templates
 """
 import argparse
 import collections
 import json
 import pathlib
 
-import jinja2
-import jinja2.ext
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers
 from tokenizers import pre_tokenizers, processors, trainers
 
@@ -492,33 +488,6 @@ def decode_cases(tok, texts):
     return cases
 
 
-def render(template, messages, **kwargs):
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[jinja2.ext.loopcontrols])
-    return env.from_string(template).render(messages=messages, add_generation_prompt=True, **kwargs)
-
-
-def chat_cases(qwen3_config, qwen3, llama):
-    users = ["What is 2+2?", "", "  padded question \n", "multi\nline\n\nquestion",
-             "contains <|im_start|> and <think> tokens"]
-    systems = [None, "", "You are a helpful assistant.", " spaced system \n"]
-    cases = []
-    for user in users:
-        for system in systems:
-            messages = ([] if system is None else [{"role": "system", "content": system}])
-            messages.append({"role": "user", "content": user})
-            think = render(qwen3_config["chat_template"], messages)
-            no_think = render(qwen3_config["chat_template"], messages, enable_thinking=False)
-            llama3 = render(LLAMA3_CHAT_TEMPLATE, messages, bos_token="<|begin_of_text|>")
-            cases.append({
-                "user": user, "system": system,
-                "chatml": think, "chatml_qwen3_no_think": no_think, "llama3": llama3,
-                "qwen3_ids_no_think": qwen3.encode(no_think, add_special_tokens=False).ids,
-                "llama3_style_ids": llama.encode(llama3, add_special_tokens=False).ids,
-            })
-    return cases
-
-
 def write_json(path, obj, pretty=True):
     text = json.dumps(obj, ensure_ascii=False, indent=1 if pretty else None)
     path.write_text(text + "\n", encoding="utf-8")
@@ -533,7 +502,6 @@ def main():
     OUT.mkdir(parents=True, exist_ok=True)
 
     qwen3 = Tokenizer.from_file(str(shared / "qwen3-tokenizer" / "tokenizer.json"))
-    qwen3_config = json.loads((shared / "qwen3-tokenizer" / "tokenizer_config.json").read_text())
     llama, llama_config = train_llama3_style(shared / "gsm8k" / "train.jsonl")
     flags, flags_spec = train_flags(EDGE_CASES + FLAG_CASES)
 
@@ -573,8 +541,6 @@ def main():
         "fixtures": fixtures,
     }
     write_json(OUT / "tokenizer_cases.json", cases, pretty=False)
-    write_json(OUT / "chat_cases.json", {"generator": "scripts/gen_tokenizer_fixtures.py",
-                                         "cases": chat_cases(qwen3_config, qwen3, llama)})
 
 
 if __name__ == "__main__":

@@ -150,8 +150,8 @@ TEST(RunConfig, BadChoicesListTheAllowedValues) {
   expect_error([] { load({"--model.kv_cache=e4m3"}); },
                {"option --model.kv_cache", "model.kv_cache must be one of \"bf16\", \"fp8\", got \"e4m3\""});
   expect_error([] { load_text("[data]\nchat_template = \"qwen3\"\n"); },
-               {"run.toml:2:", "data.chat_template must be one of \"none\", \"chatml\", "
-                               "\"qwen3-no-think\", \"llama3\", got \"qwen3\""});
+               {"run.toml:2:", "data.chat_template must be one of \"auto\", \"model\", \"none\", "
+                               "\"chatml\", \"qwen3-no-think\", \"llama3\", got \"qwen3\""});
 }
 
 TEST(RunConfig, SyntaxErrorsAndBadFiles) {
@@ -237,7 +237,7 @@ std::set<std::string> listed_keys(const std::string& text, const std::string& in
 
 TEST(RunConfig, HelpListsEveryKeyWithTypeDefaultAndDescription) {
   const std::set<std::string> all = listed_keys(to_toml(Config{}), "");
-  EXPECT_EQ(all.size(), 62u);  // the keys of config.h
+  EXPECT_EQ(all.size(), 63u);  // the keys of config.h
   EXPECT_EQ(listed_keys(config_help(""), "  "), all);
 
   const std::string help = config_help("");

@@ -1,7 +1,11 @@
-// Chat formats: the prompts equal renders of the models' real Jinja templates (Qwen3's from its
-// tokenizer_config.json, Llama-3-Instruct's), rendered by jinja2 in scripts/gen_tokenizer_fixtures.py,
-// and their ids equal HF's.
+// Chat prompts. The checkpoints' own templates (SmolLM2, Qwen2.5, Qwen3 with thinking on, off and
+// unset, Llama 3.2 and 3.3) rendered by ChatTemplate equal transformers' renders of them
+// (tests/data/chat_template_cases.json, scripts/gen_chat_fixtures.py), and Qwen3's checkpoint folder
+// gives apply_chat_template's text and ids. The written-out formats equal renders of the models'
+// real Jinja templates, and their ids equal HF's.
 #include <gtest/gtest.h>
+
+#include <fstream>
 
 #include <nlohmann/json.hpp>
 
@@ -79,6 +83,141 @@ TEST(TokenizerChat, FormatForModelType) {
   EXPECT_EQ(chat_format_for_model_type("qwen3_moe"), ChatFormat::chatml_qwen3_no_think);
   EXPECT_EQ(chat_format_for_model_type("llama"), ChatFormat::llama3);
   testing::expect_error([] { chat_format_for_model_type("gpt2"); }, {"model_type 'gpt2'"});
+}
+
+using ojson = nlohmann::ordered_json;
+
+const ojson& template_cases() {
+  static const ojson data = [] {
+    std::ifstream file(testing::kTestData / "chat_template_cases.json");
+    if (!file) throw std::runtime_error("cannot open chat_template_cases.json");
+    return ojson::parse(file);
+  }();
+  return data;
+}
+
+// The fixtures' strftime_now clock: 2025-03-07 09:30:00 local time.
+JinjaRenderOptions fixture_clock() {
+  std::tm tm{};
+  tm.tm_year = 2025 - 1900;
+  tm.tm_mon = 2;
+  tm.tm_mday = 7;
+  tm.tm_hour = 9;
+  tm.tm_min = 30;
+  tm.tm_wday = 5;
+  tm.tm_yday = 65;
+  return {tm};
+}
+
+std::string read_text(const std::filesystem::path& path) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) throw std::runtime_error("cannot open " + path.string());
+  return std::string(std::istreambuf_iterator<char>(file), {});
+}
+
+const ChatTemplate& fixture_template(const std::string& name) {
+  static std::map<std::string, ChatTemplate> templates;
+  auto found = templates.find(name);
+  if (found == templates.end()) {
+    const ojson& t = template_cases()["templates"][name];
+    found = templates
+                .emplace(name, ChatTemplate(read_text(testing::kTestData / t["file"].get<std::string>()),
+                                            t["variables"], t["file"].get<std::string>()))
+                .first;
+  }
+  return found->second;
+}
+
+TEST(ChatTemplate, RendersAsTransformers) {
+  std::map<std::string, int> rendered, failed;
+  for (const ojson& c : template_cases()["cases"]) {
+    const std::string name = c["template"].get<std::string>();
+    ojson extra = c["extra"];
+    if (!c["tools"].is_null()) extra["tools"] = c["tools"];
+    const auto run = [&] {
+      return fixture_template(name).render(c["messages"], c["add_generation_prompt"].get<bool>(), extra,
+                                           fixture_clock());
+    };
+    const std::string where = name + " / " + c["conversation"].get<std::string>() + " / generation prompt " +
+                              c["add_generation_prompt"].dump() + " / " + c["extra"].dump();
+    if (c.contains("error")) {
+      testing::expect_error(run, {c["error"].get<std::string>()});
+      ++failed[name];
+      continue;
+    }
+    try {
+      EXPECT_EQ(run(), c["text"].get<std::string>()) << where;
+    } catch (const Error& e) {
+      ADD_FAILURE() << where << ": " << e.what();
+    }
+    ++rendered[name];
+  }
+  // Every template, with and without a generation prompt, over the conversations.
+  for (const char* name : {"smollm2-135m-instruct", "qwen2.5-instruct", "qwen3", "llama-3.2-instruct",
+                           "llama-3.3-instruct"})
+    EXPECT_GE(rendered[name], 14) << name;
+  EXPECT_EQ(failed["llama-3.2-instruct"], 1);
+  EXPECT_EQ(failed["llama-3.3-instruct"], 1);
+}
+
+TEST(ChatTemplate, Qwen3CheckpointGivesApplyChatTemplatesTextAndIds) {
+  LOCKSTEP_REQUIRE_QWEN3();
+  const std::optional<ChatTemplate> chat = ChatTemplate::from_model_dir(testing::kQwen3Dir);
+  ASSERT_TRUE(chat.has_value());
+  const ojson& cases = template_cases()["qwen3_apply_chat_template"];
+  ASSERT_GE(cases.size(), 8u);
+  for (const ojson& c : cases) {
+    EXPECT_EQ(chat->render(c["messages"], true, c["extra"]), c["text"].get<std::string>()) << c["extra"].dump();
+    EXPECT_EQ(chat->encode(*testing::qwen3_tokenizer(), c["messages"], true, c["extra"]),
+              c["ids"].get<std::vector<int32_t>>())
+        << c["conversation"] << " " << c["extra"].dump();
+  }
+}
+
+TEST(ChatTemplate, OneQuestionMessages) {
+  EXPECT_EQ(chat_messages("Q?").dump(), R"([{"role":"user","content":"Q?"}])");
+  EXPECT_EQ(chat_messages("Q?", "").dump(),
+            R"([{"role":"system","content":""},{"role":"user","content":"Q?"}])");
+}
+
+TEST(ChatTemplate, FromModelDirFindsTheTemplateAsTransformersDoes) {
+  testing::TempDir dir;
+  const auto write = [&](const char* name, const std::string& text) { testing::write_bytes(dir.file(name), text); };
+  // No template anywhere: none.
+  write("tokenizer_config.json", R"({"eos_token": "</s>"})");
+  EXPECT_FALSE(ChatTemplate::from_model_dir(dir.path()).has_value());
+  // A string template sees the special tokens, an AddedToken object's content included.
+  write("tokenizer_config.json",
+        R"({"bos_token": {"__type": "AddedToken", "content": "<s>"}, "eos_token": "</s>", "pad_token": null,
+            "chat_template": "{{ bos_token }}|{{ eos_token }}|{{ pad_token is defined }}|{{ messages[0].content }}"})");
+  EXPECT_EQ(ChatTemplate::from_model_dir(dir.path())->render(chat_messages("hi"), true), "<s>|</s>|False|hi");
+  // A list of named templates: "default".
+  write("tokenizer_config.json",
+        R"({"chat_template": [{"name": "tool_use", "template": "T"}, {"name": "default", "template": "D"}]})");
+  EXPECT_EQ(ChatTemplate::from_model_dir(dir.path())->render(chat_messages("hi"), true), "D");
+  // chat_template.jinja wins over tokenizer_config.json.
+  write("chat_template.jinja", "J{{ add_generation_prompt }}\n");
+  EXPECT_EQ(ChatTemplate::from_model_dir(dir.path())->render(chat_messages("hi"), false), "JFalse");
+  std::filesystem::remove(dir.file("chat_template.jinja"));
+
+  testing::expect_error(
+      [&] {
+        write("tokenizer_config.json", R"({"chat_template": [{"name": "tool_use", "template": "T"}]})");
+        ChatTemplate::from_model_dir(dir.path());
+      },
+      {"tokenizer_config.json chat_template", "without one named \"default\""});
+  testing::expect_error(
+      [&] {
+        write("tokenizer_config.json", R"({"chat_template": 7})");
+        ChatTemplate::from_model_dir(dir.path());
+      },
+      {"tokenizer_config.json chat_template must be a string"});
+  testing::expect_error(
+      [&] {
+        write("tokenizer_config.json", R"({"chat_template": "{% for m in messages %}{{ m.content | wordwrap }}"})");
+        ChatTemplate::from_model_dir(dir.path());
+      },
+      {"tokenizer_config.json chat_template:1:", "unknown filter 'wordwrap'"});
 }
 
 }  // namespace

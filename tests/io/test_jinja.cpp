@@ -1,0 +1,124 @@
+// The Jinja engine (io/jinja.h), one construct at a time: each template of
+// tests/data/chat_jinja_cases.json rendered exactly as transformers' jinja2 environment rendered it
+// (scripts/gen_chat_fixtures.py), the errors jinja2 raises raised here too, and the constructs outside
+// the subset refused with an error naming them and their line.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "io/jinja.h"
+#include "io_test_helpers.h"
+#include "tokenizer_test_data.h"
+
+namespace lockstep {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+ojson read_ordered(const std::filesystem::path& path) {
+  std::ifstream file(path);
+  if (!file) throw std::runtime_error("cannot open " + path.string());
+  return ojson::parse(file);
+}
+
+const ojson& jinja_cases() {
+  static const ojson data = read_ordered(testing::kTestData / "chat_jinja_cases.json");
+  return data;
+}
+
+// The fixtures' strftime_now clock: 2025-03-07 09:30:00 local time.
+JinjaRenderOptions fixture_clock() {
+  std::tm tm{};
+  tm.tm_year = 2025 - 1900;
+  tm.tm_mon = 2;
+  tm.tm_mday = 7;
+  tm.tm_hour = 9;
+  tm.tm_min = 30;
+  tm.tm_wday = 5;  // a Friday
+  tm.tm_yday = 65;
+  return {tm};
+}
+
+std::string render(std::string_view source, const ojson& variables = ojson::object()) {
+  return JinjaTemplate(source, "test.jinja").render(variables, fixture_clock());
+}
+
+TEST(Jinja, RendersAsJinja2) {
+  ASSERT_GE(jinja_cases()["cases"].size(), 35u);
+  int rendered = 0;
+  for (const ojson& c : jinja_cases()["cases"]) {
+    if (!c.contains("text")) continue;
+    const std::string source = c["template"].get<std::string>();
+    std::string text;
+    try {
+      text = render(source, c["variables"]);
+    } catch (const Error& e) {
+      ADD_FAILURE() << "template " << ojson(source).dump() << " failed: " << e.what();
+      continue;
+    }
+    EXPECT_EQ(text, c["text"].get<std::string>()) << "template " << ojson(source).dump();
+    ++rendered;
+  }
+  EXPECT_GE(rendered, 30);
+}
+
+TEST(Jinja, FailsWhereJinja2Fails) {
+  int checked = 0;
+  for (const ojson& c : jinja_cases()["cases"]) {
+    if (!c.contains("error")) continue;
+    // jinja2's "UndefinedError: 'x' is undefined": the part after the exception's type.
+    const std::string error = c["error"].get<std::string>();
+    const std::string message = error.substr(error.find(": ") + 2);
+    const std::string source = c["template"].get<std::string>();
+    testing::expect_error([&] { render(source, c["variables"]); }, {"test.jinja:1: ", message});
+    ++checked;
+  }
+  EXPECT_GE(checked, 7);
+}
+
+TEST(Jinja, UnsupportedConstructsNameThemselvesAndTheirLine) {
+  using testing::expect_error;
+  expect_error([] { render("line one\n{% include 'other.jinja' %}"); },
+               {"test.jinja:2:", "'{% include %}' statement is not supported"});
+  expect_error([] { render("{% for x in xs recursive %}{% endfor %}"); }, {"test.jinja:1:", "recursive"});
+  expect_error([] { render("\n\n{{ x | wordwrap(5) }}"); }, {"test.jinja:3:", "unknown filter 'wordwrap'"});
+  expect_error([] { render("{% if x is prime %}{% endif %}"); }, {"test.jinja:1:", "unknown test 'prime'"});
+  expect_error([] { render("{% frobnicate %}"); }, {"test.jinja:1:", "unknown statement '{% frobnicate %}'"});
+  expect_error([] { render("{{ 'a'.zfill(3) }}"); }, {"test.jinja:1:", "str.zfill() is not supported"});
+  expect_error([] { render("{{ {'a': 1}.update({}) }}"); }, {"test.jinja:1:", "dict.update() is not supported"});
+  expect_error([] { render("{{ 'a'.no_such_method() }}"); },
+               {"test.jinja:1:", "'str object' has no attribute 'no_such_method'"});
+  expect_error([] { render("{% set xs = [] %}\n{{ xs.append(1) }}"); },
+               {"test.jinja:2:", "list.append() is not allowed"});
+  expect_error([] { render("{% if true %}never closed"); }, {"test.jinja", "expected 'elif' or 'else' or 'endif'"});
+  expect_error([] { render("{{ 'unterminated }}"); }, {"test.jinja:1:", "unterminated string literal"});
+  expect_error([] { render("{{ 1 +* 2 }}"); }, {"test.jinja:1:", "unexpected '*'"});
+  expect_error([] { render("{% set x = 1 %}{% set x.y = 2 %}"); }, {"not a namespace() object"});
+}
+
+TEST(Jinja, RaiseExceptionCarriesTheTemplatesMessage) {
+  testing::expect_error([] { render("a\nb\n{{ raise_exception('Only user and assistant roles!') }}"); },
+                        {"test.jinja:3: ", "Only user and assistant roles!"});
+}
+
+TEST(Jinja, StrftimeNowUsesTheGivenClockElseNow) {
+  EXPECT_EQ(render("{{ strftime_now('%d %b %Y') }}"), "07 Mar 2025");
+  // Without a clock: this machine's local date, as datetime.now() gives it.
+  const std::time_t now = std::time(nullptr);
+  std::tm local{};
+  localtime_r(&now, &local);
+  char expected[32];
+  std::strftime(expected, sizeof expected, "%Y-%m-%d", &local);
+  EXPECT_EQ(JinjaTemplate("{{ strftime_now('%Y-%m-%d') }}", "t").render(ojson::object()), expected);
+}
+
+TEST(Jinja, KeepsTheCallersKeyOrder) {
+  const ojson vars = ojson::parse(R"({"d": {"zeta": 1, "alpha": 2, "mid": 3}})");
+  EXPECT_EQ(render("{% for k in d %}{{ k }} {% endfor %}{{ d | tojson }}", vars),
+            "zeta alpha mid {\"zeta\": 1, \"alpha\": 2, \"mid\": 3}");
+}
+
+}  // namespace
+}  // namespace lockstep
