@@ -45,7 +45,7 @@ inline ModelConfig tiny_config(ModelFamily family, const TinyShape& s = {}) {
   return c;
 }
 
-// A small Qwen3 whose dimensions fp8 accepts (multiples of 128) and the CUDA attention kernels
+// A small Qwen3 whose dimensions are whole fp8 blocks (multiples of 128) and the CUDA attention kernels
 // take (head_dim 128, GQA 4/2): the GPU tests' model.
 inline ModelConfig gpu_tiny_config() {
   return tiny_config(ModelFamily::qwen3, {.hidden = 256, .heads = 4, .kv_heads = 2, .head_dim = 128,

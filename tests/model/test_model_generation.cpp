@@ -196,6 +196,15 @@ TEST(Generation, RefusesACacheOfAnotherDtype) {
   EXPECT_EQ(fp8_kv.forward_infer(batch, e4m3_cache).dim(0), 1);
 }
 
+// fp8 takes linear widths that are multiples of 16 (partial 128-groups); others are refused when
+// the model is made, naming the weight.
+TEST(Generation, Fp8RefusesWidthsThatAreNoMultipleOf16) {
+  const ModelConfig config = tiny_config(ModelFamily::qwen3, {.hidden = 136, .heads = 2, .kv_heads = 1, .head_dim = 64,
+                                                               .intermediate = 256, .layers = 1, .vocab = 301});
+  expect_error([&] { Transformer model(config, random_parameters(config, 1), Recipe::fp8); },
+               {"the fp8 recipe needs linear layers whose dimensions are multiples of 16", "[256, 136]"});
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Recipes, Generation,
     ::testing::Values(Case{Recipe::fp32, ModelFamily::qwen3}, Case{Recipe::bf16, ModelFamily::qwen3},
