@@ -3,36 +3,34 @@
 // Three granularities, each with one fp32 scale per group (x ≈ e4m3(x / scale) · scale):
 //
 //   Fp8Rows    1×128 groups along the contiguous dimension (activations, output gradients).
-//              data   e4m3 [rows, Cp]   Cp = round_up(cols, 128), columns c >= cols are 0
+//              data   e4m3 [rows, Cp]   Cp = round_up(cols, 128); columns c >= cols: padding
 //              scales f32  [Cp/128, rows]        scale of (row r, group g) at g * rows + r
 //              — cuBLASLt VEC128_32F: the scale of group g for every row is contiguous.
 //
 //   columnwise 128×1 groups along the *rows* of x [T, K] (for WGrad, which reduces over T).
-//              Stored transposed, as the Fp8Rows of xᵀ [K, T]: Tp = round_up(T, 128), columns
-//              t >= T are 0:
-//              data   e4m3 [K, Tp]
+//              Stored transposed, as the Fp8Rows of xᵀ [K, T] (Fp8Rows::empty_columnwise):
+//              data   e4m3 [K, Tp]      Tp = round_up(T, 128); columns t >= T: padding
 //              scales f32  [Tp/128, K]
 //
 //   Fp8Blocks  128×128 blocks (weights).
-//              data   e4m3 [rows, Cp]   Cp = round_up(cols, 128), columns c >= cols are 0
+//              data   e4m3 [rows, Cp]   Cp = round_up(cols, 128); columns c >= cols: padding
 //              scales f32  [ceil(rows/128), round_up(Cp/128, 4)]
 //                     scale of block (rb, cb) at rb * round_up(Cp/128, 4) + cb; padding is 0
 //              — cuBLASLt BLK128x128_32F.
 //   Fp8Weight  W [N, K] and Wᵀ [K, N] as Fp8Blocks of the same block values: FProp reads W,
 //              DGrad reads Wᵀ (the FP8 GEMM must be TN, so the transpose is materialized once).
 //
-// Shapes that are not multiples of 128 (real models' widths are multiples of 16: 576, 896, 960):
-// the group or block cut by the end of a dimension is a partial group; its scale is that of its
-// valid elements (the formula below, over fewer values) and its bytes are those of its valid
-// elements: it is quantized as if zero-extended to a whole group. Storage pads only the contiguous
-// dimension, the one every GEMM reduces over, with those zeros' bytes (0x00; the NaN code in a
-// group holding a NaN or an infinity), which no scale and no dot product of finite groups notices:
-// every 128-wide group is then whole in memory,
-// so the 128-group kernels and cuBLASLt's K loop (k = Cp) run unchanged, and the columnwise copy's
-// token padding is the same rule applied to xᵀ. The other dimension is not padded: it is a GEMM's
-// M or N (cuBLASLt takes any multiple of 4 there, the scale tables hold ceil(rows/128) block rows),
-// and padding it would cost an output slice. Cp − cols < 128: the bytes moved grow by at most one
-// group a row (576 → 640).
+// Partial groups. Real models' widths are multiples of 16, not always of 128 (SmolLM2: 576, 960;
+// Qwen2.5-0.5B: 896). A group or block cut by the end of a dimension is quantized as if it were
+// zero-extended to whole: its scale is the formula below over its valid elements (zeros change no
+// amax), its valid elements' bytes are the same as anywhere else. Only the contiguous dimension —
+// the one every GEMM reduces over — is stored padded, with those zeros' bytes (0x00; the NaN code
+// in a group holding a NaN or an infinity), so that every 128-wide group is whole in memory: the
+// 128-group kernels and cuBLASLt's K loop (k = Cp) run unchanged, a zero adds nothing to a dot
+// product, and the columnwise copy's token padding is this same rule applied to xᵀ. The other
+// dimension is a GEMM's M or N and is not padded (cuBLASLt takes multiples of 4 there, the scale
+// tables hold ceil(rows/128) block rows): padding it would cost an output slice. The padding costs
+// less than one group a row (576 → 640 bytes).
 //
 // Scales (ScaleFormat): fp32 `amax / 448`, or pow2: that value rounded up to a power of two
 // (representable as e8m0). An all-zero group has scale 1 (its data is ±0). A group holding a NaN or
