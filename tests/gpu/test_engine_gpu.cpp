@@ -139,13 +139,13 @@ void expect_identical(const Results& a, const Results& b, const char* what) {
 // copy the prompt's last block in their first decode step): the 12 sequences decode together,
 // then fewer as they finish — 12, 10, 8, 6, 4, 2, 1 — through every bucket of max_step_sequences
 // = 12 (12, 8, 4, 2, 1), 29 decode steps in all.
-std::vector<GenerationRequest> shrinking_requests() {
+std::vector<GenerationRequest> shrinking_requests(int64_t vocab) {
   SamplingParams sampling;
   sampling.n = 2;
   sampling.temperature = 0.8f;
   sampling.top_k = 40;
   sampling.top_p = 0.95f;
-  auto requests = make_requests({6, 19, 3, 11, 30, 9, 14}, sampling, 4, c.vocab_size);
+  auto requests = make_requests({6, 19, 3, 11, 30, 9, 14}, sampling, 4, vocab);
   const int64_t lengths[] = {2, 5, 9, 14, 20, 24, 30};
   for (size_t r = 0; r < requests.size(); ++r) requests[r].sampling.max_new_tokens = lengths[r];
   requests[0].sampling.temperature = 0;
@@ -161,7 +161,7 @@ TEST_P(EngineGpuGraphs, ChangeNoTokenOrLogprob) {
   LOCKSTEP_REQUIRE_GPU();
   const ModelConfig c = config_of(GetParam());
   Transformer model(c, random_parameters(c, 34).copy_to(Device::cuda), GetParam().recipe, GetParam().options());
-  const auto requests = shrinking_requests();
+  const auto requests = shrinking_requests(c.vocab_size);
   const EngineOptions options{.num_blocks = 64, .block_size = 8, .max_step_sequences = 12};
   EngineOptions eager_options = options;
   eager_options.cuda_graphs = false;
