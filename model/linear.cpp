@@ -9,9 +9,9 @@ namespace lockstep {
 
 LinearWeight::LinearWeight(Recipe r, const Tensor& m) : recipe(r), master(m) {
   if (recipe == Recipe::fp8)
-    LOCKSTEP_CHECK(master.dim(0) % kQuantGroup == 0 && master.dim(1) % kQuantGroup == 0,
-                   "the fp8 recipe needs linear layers whose dimensions are multiples of 128; this ",
-                   "model has a ", shape_string(master.shape()), " weight");
+    LOCKSTEP_CHECK(master.dim(0) % kFp8ColsMultiple == 0 && master.dim(1) % kFp8ColsMultiple == 0,
+                   "the fp8 recipe needs linear layers whose dimensions are multiples of ", kFp8ColsMultiple,
+                   "; this model has a ", shape_string(master.shape()), " weight");
   refresh();
 }
 

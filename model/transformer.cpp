@@ -203,10 +203,11 @@ void Transformer::layer_forward(size_t i, Tensor& x, Tensor& residual, const Ten
     save->qkv_raw = qkv_raw;
     save->h = h;
     save->post_rstd = post_rstd;
-    if (recompute_ && recipe_ == Recipe::fp8) {
+    if (recompute_ && recipe_ == Recipe::fp8 && gate_up.dim(1) % kQuantGroup == 0) {
       // As DeepSeek-V3 does: the SwiGLU input [T, 2I] — the largest activation kept — is kept in
       // E4M3, and the backward runs the SwiGLU backward and the down projection's WGrad on what it
-      // remakes from it (recompute_inputs).
+      // remakes from it (recompute_inputs). (2I a multiple of 128, as ops/swiglu.h's E4M3 input
+      // must be; other widths keep gate_up in bf16.)
       save->gate_up_fp8 = Fp8Rows::empty(t, gate_up.dim(1), device());
       quantize_rows(save->gate_up_fp8, gate_up);
     } else {

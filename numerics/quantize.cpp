@@ -21,15 +21,24 @@ void check_input(const Tensor& x, const char* what) {
                  x.defined() ? x.describe() : "an empty tensor");
   LOCKSTEP_CHECK(x.dtype() == DType::bf16 || x.dtype() == DType::f32, what,
                  ": expected bf16 or f32, got ", x.describe());
-  LOCKSTEP_CHECK(x.dim(1) % kQuantGroup == 0, what, ": the contiguous dimension (", x.dim(1),
-                 ") must be a multiple of ", kQuantGroup, " for FP8 groups, got ", x.describe());
+  LOCKSTEP_CHECK(x.dim(1) % kFp8ColsMultiple == 0, what, ": the contiguous dimension (", x.dim(1),
+                 ") must be a multiple of ", kFp8ColsMultiple, " for FP8 groups, got ", x.describe());
 }
+
+int64_t block_rows(int64_t rows) { return (rows + kQuantGroup - 1) / kQuantGroup; }
 
 void check_blocks(const Fp8Blocks& q, const char* what, int64_t rows, int64_t cols, Device device) {
   check_tensor(q.data, what, DType::e4m3, device);
-  check_shape(q.data, what, {rows, cols});
+  check_shape(q.data, what, {rows, padded_cols(cols)});
   check_tensor(q.scales, what, DType::f32, device);
-  check_shape(q.scales, what, {rows / kQuantGroup, round_up(cols / kQuantGroup, 4)});
+  check_shape(q.scales, what, {block_rows(rows), round_up(padded_cols(cols) / kQuantGroup, 4)});
+}
+
+// The unpadded width of a dequantize output: padded_cols of it must be q's stored width.
+void check_dequantize_shape(const Tensor& out, const Tensor& q) {
+  LOCKSTEP_CHECK(out.rank() == 2 && out.dim(0) == q.dim(0) && padded_cols(out.dim(1)) == q.dim(1),
+                 "dequantize: out: expected [", q.dim(0), ", cols] with cols padded to ", q.dim(1),
+                 " (the stored width), got ", out.describe());
 }
 
 [[maybe_unused]] void check_cuda_bf16(const Tensor& x) {
@@ -41,16 +50,16 @@ void check_blocks(const Fp8Blocks& q, const char* what, int64_t rows, int64_t co
 
 void check_fp8_rows(const Fp8Rows& q, const char* what, int64_t rows, int64_t cols, Device device) {
   check_tensor(q.data, what, DType::e4m3, device);
-  check_shape(q.data, what, {rows, cols});
+  check_shape(q.data, what, {rows, padded_cols(cols)});
   check_tensor(q.scales, what, DType::f32, device);
-  check_shape(q.scales, what, {cols / kQuantGroup, rows});
+  check_shape(q.scales, what, {padded_cols(cols) / kQuantGroup, rows});
 }
 
 Fp8Rows Fp8Rows::empty(int64_t rows, int64_t cols, Device device) {
-  LOCKSTEP_CHECK(cols % kQuantGroup == 0, "Fp8Rows: cols (", cols, ") must be a multiple of ",
-                 kQuantGroup);
-  return {Tensor::empty({rows, cols}, DType::e4m3, device),
-          Tensor::empty({cols / kQuantGroup, rows}, DType::f32, device)};
+  LOCKSTEP_CHECK(cols % kFp8ColsMultiple == 0, "Fp8Rows: cols (", cols, ") must be a multiple of ",
+                 kFp8ColsMultiple);
+  return {Tensor::empty({rows, padded_cols(cols)}, DType::e4m3, device),
+          Tensor::empty({padded_cols(cols) / kQuantGroup, rows}, DType::f32, device)};
 }
 
 Fp8Rows Fp8Rows::empty_columnwise(int64_t rows, int64_t cols, Device device) {
@@ -58,10 +67,11 @@ Fp8Rows Fp8Rows::empty_columnwise(int64_t rows, int64_t cols, Device device) {
 }
 
 Fp8Blocks Fp8Blocks::empty(int64_t rows, int64_t cols, Device device) {
-  LOCKSTEP_CHECK(rows % kQuantGroup == 0 && cols % kQuantGroup == 0, "Fp8Blocks: shape [", rows,
-                 ", ", cols, "] must be multiples of ", kQuantGroup, " in both dimensions");
-  return {Tensor::empty({rows, cols}, DType::e4m3, device),
-          Tensor::empty({rows / kQuantGroup, round_up(cols / kQuantGroup, 4)}, DType::f32, device)};
+  LOCKSTEP_CHECK(rows % kFp8ColsMultiple == 0 && cols % kFp8ColsMultiple == 0, "Fp8Blocks: shape [",
+                 rows, ", ", cols, "] must be multiples of ", kFp8ColsMultiple, " in both dimensions");
+  const int64_t cp = padded_cols(cols);
+  return {Tensor::empty({rows, cp}, DType::e4m3, device),
+          Tensor::empty({block_rows(rows), round_up(cp / kQuantGroup, 4)}, DType::f32, device)};
 }
 
 Fp8Weight Fp8Weight::empty(int64_t n, int64_t k, Device device) {
@@ -83,8 +93,7 @@ void quantize_rows(Fp8Rows& out, const Tensor& x, ScaleFormat format) {
 
 void quantize_columns(Fp8Rows& out_t, const Tensor& x, ScaleFormat format) {
   check_input(x, "quantize_columns: x");
-  check_fp8_rows(out_t, "quantize_columns: out_t", x.dim(1), round_up(x.dim(0), kQuantGroup),
-                 x.device());
+  check_fp8_rows(out_t, "quantize_columns: out_t", x.dim(1), x.dim(0), x.device());
   const bool pow2 = format == ScaleFormat::pow2;
   if (!x.is_cuda()) return cpu::quantize_columns(out_t, x, pow2);
 #if LOCKSTEP_HAS_CUDA
@@ -98,8 +107,7 @@ void quantize_columns(Fp8Rows& out_t, const Tensor& x, ScaleFormat format) {
 void quantize_rows_and_columns(Fp8Rows& out, Fp8Rows& out_t, const Tensor& x, ScaleFormat format) {
   check_input(x, "quantize_rows_and_columns: x");
   check_fp8_rows(out, "quantize_rows_and_columns: out", x.dim(0), x.dim(1), x.device());
-  check_fp8_rows(out_t, "quantize_rows_and_columns: out_t", x.dim(1),
-                 round_up(x.dim(0), kQuantGroup), x.device());
+  check_fp8_rows(out_t, "quantize_rows_and_columns: out_t", x.dim(1), x.dim(0), x.device());
   const bool pow2 = format == ScaleFormat::pow2;
   if (!x.is_cuda()) {
     cpu::quantize_rows(out, x, pow2);
@@ -117,8 +125,8 @@ void quantize_rows_and_columns(Fp8Rows& out, Fp8Rows& out_t, const Tensor& x, Sc
 void quantize_weight(Fp8Weight& out, const Tensor& w, ScaleFormat format) {
   check_input(w, "quantize_weight: w");
   const int64_t n = w.dim(0), k = w.dim(1);
-  LOCKSTEP_CHECK(n % kQuantGroup == 0, "quantize_weight: w has ", n,
-                 " rows; FP8 128x128 blocks need a multiple of 128, got ", w.describe());
+  LOCKSTEP_CHECK(n % kFp8ColsMultiple == 0, "quantize_weight: w has ", n, " rows; FP8 blocks need a multiple of ",
+                 kFp8ColsMultiple, ", got ", w.describe());
   check_fp8_weight(out, "quantize_weight: out", n, k, w.device());
   const bool pow2 = format == ScaleFormat::pow2;
   if (!w.is_cuda()) return cpu::quantize_weight(out, w, pow2);
@@ -140,7 +148,7 @@ void dequantize(Tensor& out, const Fp8Rows& q) {
                  "dequantize: out: expected f32 or bf16, got ",
                  out.defined() ? out.describe() : "an empty tensor");
   check_tensor(out, "dequantize: out", out.dtype(), q.data.device());
-  check_shape(out, "dequantize: out", q.data.shape());
+  check_dequantize_shape(out, q.data);
   if (!out.is_cuda()) return cpu::dequantize_rows(out, q);
 #if LOCKSTEP_HAS_CUDA
   cuda::dequantize_rows(out, q);
@@ -152,7 +160,7 @@ void dequantize(Tensor& out, const Fp8Rows& q) {
 void dequantize(Tensor& out, const Fp8Blocks& q) {
   check_blocks(q, "dequantize: q", q.rows(), q.cols(), q.data.device());
   check_tensor(out, "dequantize: out", DType::f32, q.data.device());
-  check_shape(out, "dequantize: out", q.data.shape());
+  check_dequantize_shape(out, q.data);
   if (!out.is_cuda()) return cpu::dequantize_blocks(out, q);
 #if LOCKSTEP_HAS_CUDA
   cuda::dequantize_blocks(out, q);

@@ -22,10 +22,10 @@ void adamw_step(Tensor& param, Tensor& m, Tensor& v, const Tensor& grad, const A
   check_like_param(grad, "adamw_step: grad", DType::f32);
   if (copies.bf16) check_like_param(*copies.bf16, "adamw_step: bf16 copy", DType::bf16);
   if (copies.fp8) {
-    LOCKSTEP_CHECK(param.rank() == 2 && param.dim(0) % kQuantGroup == 0 &&
-                       param.dim(1) % kQuantGroup == 0,
+    LOCKSTEP_CHECK(param.rank() == 2 && param.dim(0) % kFp8ColsMultiple == 0 &&
+                       param.dim(1) % kFp8ColsMultiple == 0,
                    "adamw_step: an fp8 copy needs param [N, K] with N and K multiples of ",
-                   kQuantGroup, ", got ", param.describe());
+                   kFp8ColsMultiple, ", got ", param.describe());
     check_fp8_weight(*copies.fp8, "adamw_step: fp8 copy", param.dim(0), param.dim(1), d);
   }
   LOCKSTEP_CHECK(step >= 1, "adamw_step: step counts from 1, got ", step);
@@ -51,8 +51,12 @@ void adamw_step(Tensor& param, Tensor& m, Tensor& v, const Tensor& grad, const A
   };
   if (param.is_cuda()) {
 #if LOCKSTEP_HAS_CUDA
-    cuda::adamw_step(param, m, v, grad, s, copies.bf16, copies.fp8,
+    // The fused pass writes whole 128×128 blocks; a param with a partial block is quantized after
+    // the step (the same bytes: the fused pass is that composition).
+    const bool fused_fp8 = copies.fp8 && param.dim(0) % kQuantGroup == 0 && param.dim(1) % kQuantGroup == 0;
+    cuda::adamw_step(param, m, v, grad, s, copies.bf16, fused_fp8 ? copies.fp8 : nullptr,
                      copies.fp8_format == ScaleFormat::pow2);
+    if (copies.fp8 && !fused_fp8) quantize_weight(*copies.fp8, param, copies.fp8_format);
     return;
 #else
     LOCKSTEP_NO_CUDA_OP("adamw_step");

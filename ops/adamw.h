@@ -13,7 +13,8 @@
 // The step can also write the copies of the updated param that the GEMMs read, in the same pass
 // over it on CUDA (WeightCopies): the result is exactly adamw_step followed by
 //   convert(*bf16, param)                        bf16: bf16 of param's shape
-//   quantize_weight(*fp8, param, fp8_format)     fp8: param [N, K], N and K multiples of 128
+//   quantize_weight(*fp8, param, fp8_format)     fp8: param [N, K], N and K multiples of 16
+//                                                (CUDA fuses it where they are multiples of 128)
 // Either pointer may be null. Params of other shapes (norm weights, embeddings) take the bf16 copy
 // or none. CUDA tensors must be 16-byte aligned (as Tensor::empty allocates them).
 #pragma once

@@ -22,24 +22,30 @@ void check_output(const Tensor& t, const char* what, Device device, const Shape&
   check_shape(t, what, shape);
 }
 
+// The stored layouts of numerics/quantize.h: the reduction dimension padded to whole groups.
 void check_fp8_rows(const Fp8Rows& q, const char* what, Device device) {
   check_matrix(q.data, what, DType::e4m3, device);
+  LOCKSTEP_CHECK(q.cols() % kQuantGroup == 0, what, ": FP8 data must be stored padded to a multiple of ",
+                 kQuantGroup, " columns (Fp8Rows::empty), got ", q.data.describe());
   check_tensor(q.scales, what, DType::f32, device);
   check_shape(q.scales, what, {q.cols() / kQuantGroup, q.rows()});
 }
 
 void check_fp8_blocks(const Fp8Blocks& q, const char* what, Device device) {
   check_matrix(q.data, what, DType::e4m3, device);
-  LOCKSTEP_CHECK(q.rows() % kQuantGroup == 0 && q.cols() % kQuantGroup == 0, what,
-                 ": FP8 GEMM needs dimensions that are multiples of 128, got ", q.data.describe());
+  LOCKSTEP_CHECK(q.rows() % kFp8ColsMultiple == 0 && q.cols() % kQuantGroup == 0, what,
+                 ": FP8 GEMM needs rows that are a multiple of ", kFp8ColsMultiple,
+                 " and columns stored padded to a multiple of ", kQuantGroup, " (Fp8Blocks::empty), got ",
+                 q.data.describe());
   check_tensor(q.scales, what, DType::f32, device);
-  check_shape(q.scales, what, {q.rows() / kQuantGroup, round_up(q.cols() / kQuantGroup, 4)});
+  check_shape(q.scales, what,
+              {(q.rows() + kQuantGroup - 1) / kQuantGroup, round_up(q.cols() / kQuantGroup, 4)});
 }
 
 void check_weight(const Fp8Weight& w, Device device) {
   check_fp8_blocks(w.w, "fp8 weight w", device);
   check_fp8_blocks(w.wt, "fp8 weight wt", device);
-  LOCKSTEP_CHECK(w.wt.rows() == w.w.cols() && w.wt.cols() == w.w.rows(),
+  LOCKSTEP_CHECK(padded_cols(w.wt.rows()) == w.w.cols() && w.wt.cols() == padded_cols(w.w.rows()),
                  "fp8 weight: wt must be the transpose of w, got ", w.w.data.describe(), " and ",
                  w.wt.data.describe());
 }
@@ -122,9 +128,9 @@ void gemm_wgrad(Tensor& dw, const Fp8Rows& dy_t, const Fp8Rows& x_t, bool accumu
   LOCKSTEP_CHECK(dy_t.cols() % kQuantGroup == 0,
                  "gemm_wgrad: dy_t and x_t must be columnwise copies (tokens padded to a multiple of 128), got ",
                  dy_t.data.describe());
-  LOCKSTEP_CHECK(dy_t.rows() % kQuantGroup == 0 && x_t.rows() % kQuantGroup == 0,
-                 "gemm_wgrad: fp8 N and K must be multiples of 128, got ", dy_t.data.describe(),
-                 " and ", x_t.data.describe());
+  LOCKSTEP_CHECK(dy_t.rows() % kFp8ColsMultiple == 0 && x_t.rows() % kFp8ColsMultiple == 0,
+                 "gemm_wgrad: fp8 N and K must be multiples of ", kFp8ColsMultiple, ", got ",
+                 dy_t.data.describe(), " and ", x_t.data.describe());
   check_matrix(dw, "gemm_wgrad: dw", DType::f32, d);
   check_shape(dw, "gemm_wgrad: dw", {dy_t.rows(), x_t.rows()});
   if (d == Device::cpu) return cpu::gemm_tn_fp8(dw, dy_t, x_t, accumulate);

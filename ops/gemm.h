@@ -14,7 +14,9 @@
 //
 // Tensors on the CPU run the reference; tensors on CUDA run cuBLASLt (plans cached per shape), or
 // for fp8 FProp/DGrad of few tokens (decoding) a weight-streaming kernel of ours.
-// K and N must be multiples of 128 in the fp8 recipe; T is free.
+// fp8 recipe: K and N multiples of 16 (kFp8ColsMultiple), the reduction dimension stored padded
+// to whole 128-groups with zeros (numerics/quantize.h): a partial last group adds nothing; T is
+// free. DGrad's dx [T, K] is the K unpadded rows of Wᵀ.
 #pragma once
 
 #include "core/tensor.h"

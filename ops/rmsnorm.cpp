@@ -59,13 +59,14 @@ void forward_fp8(Fp8Rows& y_rows, Fp8Rows& y_cols, Tensor& rstd, Tensor& x, cons
   if (residual) check_residual("rmsnorm_forward_fp8: residual", *residual, x);
   check_eps("rmsnorm_forward_fp8", eps);
   const int64_t R = x.dim(0), C = x.dim(1);
-  LOCKSTEP_CHECK(C % kQuantGroup == 0, "rmsnorm_forward_fp8: x: the row width must be a multiple of ",
-                 kQuantGroup, " for FP8 groups, got ", x.describe());
+  LOCKSTEP_CHECK(C % kFp8ColsMultiple == 0, "rmsnorm_forward_fp8: x: the row width must be a multiple of ",
+                 kFp8ColsMultiple, " for FP8 groups, got ", x.describe());
   check_fp8_rows(y_rows, "rmsnorm_forward_fp8: y_rows", R, C, x.device());
   const bool columns = y_cols.data.defined();
-  if (columns)
-    check_fp8_rows(y_cols, "rmsnorm_forward_fp8: y_cols", C, round_up(R, kQuantGroup), x.device());
-  if (x.is_cuda()) {
+  if (columns) check_fp8_rows(y_cols, "rmsnorm_forward_fp8: y_cols", C, R, x.device());
+  // The fused kernels quantize whole 128-wide groups of a row; a row with a partial group takes
+  // the composition itself (rmsnorm_forward, then the quantizers).
+  if (x.is_cuda() && C % kQuantGroup == 0) {
 #if LOCKSTEP_HAS_CUDA
     check_cuda_act(x, "rmsnorm_forward_fp8: x");
     check_cuda_vectors(w, "rmsnorm_forward_fp8: w", /*rows=*/true);
@@ -78,8 +79,8 @@ void forward_fp8(Fp8Rows& y_rows, Fp8Rows& y_cols, Tensor& rstd, Tensor& x, cons
     LOCKSTEP_NO_CUDA_OP("rmsnorm_forward_fp8");
 #endif
   }
-  Tensor y = Tensor::empty({R, C}, DType::bf16);
-  cpu::rmsnorm_forward(y, rstd, x, residual, w, eps);
+  Tensor y = Tensor::empty({R, C}, DType::bf16, x.device());
+  forward(y, rstd, x, residual, w, eps);
   if (columns) quantize_rows_and_columns(y_rows, y_cols, y, format);
   else quantize_rows(y_rows, y, format);
 }

@@ -14,8 +14,9 @@
 // rmsnorm_forward_fp8 (the fp8 recipe's fused producer): rmsnorm_forward into a bf16 y, then
 // quantize_rows_and_columns(y_rows, y_cols, y, format), or quantize_rows(y_rows, y, format) when
 // y_cols.data is undefined (inference): the same bytes, scales and rstd as that composition on the
-// same backend. The CUDA kernels never store y. C a multiple of 128; y_rows: Fp8Rows [R, C]; y_cols: the columnwise
-// layout of numerics/quantize.h (Fp8Rows::empty_columnwise(R, C)).
+// same backend. The CUDA kernels never store y (C a multiple of 128; other widths, multiples of 16,
+// run the composition). y_rows: Fp8Rows::empty(R, C); y_cols: the columnwise layout of
+// numerics/quantize.h (Fp8Rows::empty_columnwise(R, C)).
 //
 // With a residual (the overloads taking `Tensor& x, const Tensor& residual`): first x += residual
 // in place, rounded as ops/elementwise.h's add_into rounds (one fp32 add, then x's dtype), then the

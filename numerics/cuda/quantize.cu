@@ -12,6 +12,9 @@
 //   128-feature group spans a half-warp, whose 8 token maxima are reduce-scattered (8 shuffles).
 // - Rows only at T ≤ kRowsOnlyT (decode) skips the tiles, few or mostly padding there: a thread per 8-wide
 //   vector, a half-warp per group (quantize_vector_rows).
+// - Widths with a partial 128-group (numerics/quantize.h) run the kPartial instantiations: loads past
+//   the valid columns read zeros, which the rowwise stores write as the padding; the columnwise and
+//   transposed stores skip the rows past them. The whole-group instantiations are the code as it was.
 #include <cstdint>
 #include <type_traits>
 
@@ -36,70 +39,86 @@ constexpr int kRingStages = 2;  // for_each_tile's tiles in flight a block
 // x bf16 [T, K]. Rowwise: each token's 128-feature groups -> q [T, K], s [K/128, T]. Columnwise:
 // each feature's groups of 128 tokens -> qt [K, Tp], st [Tp/128, K], tokens past T read as zeros
 // (the columnwise padding). 64 KB of tiles in flight a block, two blocks an SM (three for the rows
-// alone, which need no scratch).
-template <bool kRowwise, bool kColumnwise>
+// alone, which need no scratch). kPartial: K % 128 != 0; the tiles cover the stored width Kp, q is
+// [T, Kp] and features past K read as zeros.
+template <bool kRowwise, bool kColumnwise, bool kPartial = false>
 __global__ void __launch_bounds__(Bf16::kThreads, kColumnwise ? 2 : 3) quantize_activation_kernel(
     const uint16_t* __restrict__ x, int64_t T, int64_t K, uint8_t* __restrict__ q,
     float* __restrict__ s, uint8_t* __restrict__ qt, float* __restrict__ st, int64_t Tp,
     bool pow2) {
   extern __shared__ uint4 ring[];
   __shared__ ColumnScratch scratch;
+  const int64_t Kp = kPartial ? (K + kTile - 1) / kTile * kTile : K;
   for_each_tile<Bf16, Bf16::kThreads, kRingStages>(
-      T, K, ring, [&](const auto& to, int64_t t0, int64_t k0) { Bf16::load(to, 0, x, K, T, t0, k0); },
+      T, Kp, ring,
+      [&](const auto& to, int64_t t0, int64_t k0) {
+        if constexpr (kPartial) Bf16::load_partial(to, 0, x, K, T, K, t0, k0);
+        else Bf16::load(to, 0, x, K, T, t0, k0);
+      },
       [&](const Bf16& f, int64_t t0, int64_t k0) {
-        if constexpr (kRowwise) quantize_tile_rows(f, t0, k0, T, K, q, s, pow2);
-        if constexpr (kColumnwise) quantize_tile_columns(f, t0, k0, K, Tp, qt, st, pow2, scratch);
+        if constexpr (kRowwise) quantize_tile_rows(f, t0, k0, T, Kp, q, s, pow2);
+        if constexpr (kColumnwise) quantize_tile_columns<kPartial>(f, t0, k0, K, Tp, qt, st, pow2, scratch);
       });
 }
 
 // quantize_activation_kernel's rows for T ≤ kRowsOnlyT: one 8-wide vector of x a thread (vector i of
 // [T, K]), grouped by quantize_vector_rows.
+// kPartial: vector i of [T, Kp] (the stored width), those past K read as zeros and stored as the
+// padding.
+template <bool kPartial = false>
 __global__ void __launch_bounds__(kSmallThreads) quantize_rows_small_kernel(
     const uint16_t* __restrict__ x, int64_t T, int64_t K, uint8_t* __restrict__ q, float* __restrict__ s,
     bool pow2) {
   wait_for_previous_kernel();  // launched with an early start in decode steps (core/early_start.h)
   let_next_kernel_start();
+  const int64_t Kp = kPartial ? (K + kTile - 1) / kTile * kTile : K;
   const int64_t i = int64_t(blockIdx.x) * kSmallThreads + threadIdx.x;
-  const int64_t t = i / (K / 8), c = i % (K / 8) * 8;
+  const int64_t t = i / (Kp / 8), c = i % (Kp / 8) * 8;
   const bool valid = t < T;
-  const uint4 raw = valid ? *reinterpret_cast<const uint4*>(x + t * K + c) : make_uint4(0, 0, 0, 0);
-  quantize_vector_rows(raw, valid, q + t * K + c, s + c / kTile * T + t, pow2);
+  const bool load = valid && (!kPartial || c < K);
+  const uint4 raw = load ? *reinterpret_cast<const uint4*>(x + t * K + c) : make_uint4(0, 0, 0, 0);
+  quantize_vector_rows(raw, valid, q + t * Kp + c, s + c / kTile * T + t, pow2);
 }
 
 // W [N, K] (f32 or bf16) in 128×128 blocks: q [N, K] row-major and, through shared memory, the
 // transposed copy qt [K, N] that DGrad reads; one scale per block in s and (transposed) st.
 // 2 tiles in flight a block (f32: 128 KB, one block of 512 threads an SM; bf16: 64 KB, two).
-template <class In>
+// kPartial: N or K % 128 != 0 (quantize_weight_tile's kPartial).
+template <class In, bool kPartial = false>
 __global__ void __launch_bounds__(Fragment<In>::kThreads, 512 / Fragment<In>::kThreads) quantize_weight_kernel(
     const In* __restrict__ w, int64_t N, int64_t K, Fp8WeightOut out, bool pow2) {
   using Frag = Fragment<In>;
   extern __shared__ uint4 ring[];
   __shared__ alignas(16) uint8_t tq[kTile * kTile];
   __shared__ uint32_t warp_max[Frag::kThreads / 32];
-  const auto load = [&](const auto& to, int64_t n0, int64_t k0) { Frag::load(to, 0, w, K, N, n0, k0); };
-  for_each_tile<Frag, Frag::kThreads, kRingStages>(N, K, ring, load, [&](const Frag& f, int64_t n0, int64_t k0) {
-    quantize_weight_tile(f, n0, k0, N, K, out, pow2, tq, warp_max);
+  const auto load = [&](const auto& to, int64_t n0, int64_t k0) {
+    if constexpr (kPartial) Frag::load_partial(to, 0, w, K, N, K, n0, k0);
+    else Frag::load(to, 0, w, K, N, n0, k0);
+  };
+  const int64_t Kp = kPartial ? (K + kTile - 1) / kTile * kTile : K;
+  for_each_tile<Frag, Frag::kThreads, kRingStages>(N, Kp, ring, load, [&](const Frag& f, int64_t n0, int64_t k0) {
+    quantize_weight_tile<In, kPartial>(f, n0, k0, N, K, out, pow2, tq, warp_max);
   });
 }
 
-// out: float, or bf16 as its bits (uint16_t).
+// out [rows, cols]: float, or bf16 as its bits (uint16_t); q's rows are ld_q bytes apart.
 template <class Out>
-__global__ void dequantize_rows_kernel(const uint8_t* q, const float* s, int64_t rows, int64_t cols,
+__global__ void dequantize_rows_kernel(const uint8_t* q, int64_t ld_q, const float* s, int64_t rows, int64_t cols,
                                        Out* out) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= rows * cols) return;
   const int64_t r = i / cols, c = i % cols;
-  const float v = e4m3_to_float(e4m3{q[i]}) * s[(c / kTile) * rows + r];
+  const float v = e4m3_to_float(e4m3{q[r * ld_q + c]}) * s[(c / kTile) * rows + r];
   if constexpr (std::is_same_v<Out, float>) out[i] = v;
   else out[i] = float_to_bf16(v).bits;
 }
 
-__global__ void dequantize_blocks_kernel(const uint8_t* q, const float* s, int64_t rows,
+__global__ void dequantize_blocks_kernel(const uint8_t* q, int64_t ld_q, const float* s, int64_t rows,
                                          int64_t cols, int64_t ld_s, float* out) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= rows * cols) return;
   const int64_t r = i / cols, c = i % cols;
-  out[i] = e4m3_to_float(e4m3{q[i]}) * s[(r / kTile) * ld_s + c / kTile];
+  out[i] = e4m3_to_float(e4m3{q[r * ld_q + c]}) * s[(r / kTile) * ld_s + c / kTile];
 }
 
 __global__ void first_nonfinite_kernel(const float* s, int64_t n, unsigned long long* first) {
@@ -113,26 +132,51 @@ void check_aligned(const Tensor& t, const char* what) {
                  t.data());
 }
 
-template <bool kRowwise, bool kColumnwise>
+template <bool kRowwise, bool kColumnwise, bool kPartial>
 void launch_activation(int64_t tiles, const uint16_t* x, int64_t T, int64_t K, uint8_t* q, float* s,
                        uint8_t* qt, float* st, int64_t Tp, bool pow2) {
-  constexpr auto kernel = quantize_activation_kernel<kRowwise, kColumnwise>;
+  constexpr auto kernel = quantize_activation_kernel<kRowwise, kColumnwise, kPartial>;
   constexpr size_t smem = ring_bytes<Bf16, Bf16::kThreads>(kRingStages);
   kernel<<<persistent_grid<kernel>(Bf16::kThreads, smem, tiles), Bf16::kThreads, smem, current_stream()>>>(
       x, T, K, q, s, qt, st, Tp, pow2);
   LOCKSTEP_CUDA_CHECK_LAUNCH();
 }
 
-template <class In>
+template <class In, bool kPartial>
 void launch_weight(const Tensor& w, Fp8Weight& out, bool pow2) {
   using Frag = Fragment<In>;
-  const int64_t N = w.dim(0), K = w.dim(1), tiles = (N / kTile) * (K / kTile);
+  const int64_t N = w.dim(0), K = w.dim(1), tiles = ((N + kTile - 1) / kTile) * ((K + kTile - 1) / kTile);
   if (tiles == 0) return;
-  constexpr auto kernel = quantize_weight_kernel<In>;
+  constexpr auto kernel = quantize_weight_kernel<In, kPartial>;
   constexpr size_t smem = ring_bytes<Frag, Frag::kThreads>(kRingStages);
   kernel<<<persistent_grid<kernel>(Frag::kThreads, smem, tiles), Frag::kThreads, smem, current_stream()>>>(
       static_cast<const In*>(w.data()), N, K, fp8_weight_out(out), pow2);
   LOCKSTEP_CUDA_CHECK_LAUNCH();
+}
+
+
+const uint16_t* xp_of(const Tensor& x) { return static_cast<const uint16_t*>(x.data()); }
+
+// quantize_rows_and_columns's launch for a K with (kPartial) or without a partial group.
+template <bool kPartial>
+void activation(Fp8Rows* out, Fp8Rows* out_t, int64_t T, int64_t K, int64_t Tp, int64_t tiles,
+                const uint16_t* xp, bool pow2) {
+  auto* q = out ? static_cast<uint8_t*>(out->data.data()) : nullptr;
+  auto* s = out ? out->scales.data_as<float>() : nullptr;
+  auto* qt = out_t ? static_cast<uint8_t*>(out_t->data.data()) : nullptr;
+  auto* st = out_t ? out_t->scales.data_as<float>() : nullptr;
+  if (out && out_t) {
+    launch_activation<true, true, kPartial>(tiles, xp, T, K, q, s, qt, st, Tp, pow2);
+  } else if (out && T <= kRowsOnlyT) {
+    LaunchConfig(dim3(small_grid(T * round_up(K, kTile) / 8)), dim3(kSmallThreads), 0)
+        .early_start_in_scope()
+        .run(quantize_rows_small_kernel<kPartial>, xp, T, K, q, s, pow2);
+    LOCKSTEP_CUDA_CHECK_LAUNCH();
+  } else if (out) {
+    launch_activation<true, false, kPartial>(tiles, xp, T, K, q, s, qt, st, Tp, pow2);
+  } else {
+    launch_activation<false, true, kPartial>(tiles, xp, T, K, q, s, qt, st, Tp, pow2);
+  }
 }
 
 }  // namespace
@@ -141,54 +185,45 @@ void quantize_rows_and_columns(Fp8Rows* out, Fp8Rows* out_t, const Tensor& x, bo
   check_aligned(x, "quantize: x");
   if (out) check_aligned(out->data, "quantize: out");
   if (out_t) check_aligned(out_t->data, "quantize: out_t");
-  const int64_t T = x.dim(0), K = x.dim(1), Tp = round_up(T, kTile);
-  const int64_t tiles = (Tp / kTile) * (K / kTile);
+  const int64_t T = x.dim(0), K = x.dim(1), Tp = round_up(T, kTile), Kp = round_up(K, kTile);
+  const int64_t tiles = (Tp / kTile) * (Kp / kTile);
   if (tiles == 0) return;
-  const auto* xp = static_cast<const uint16_t*>(x.data());
-  auto* q = out ? static_cast<uint8_t*>(out->data.data()) : nullptr;
-  auto* s = out ? out->scales.data_as<float>() : nullptr;
-  auto* qt = out_t ? static_cast<uint8_t*>(out_t->data.data()) : nullptr;
-  auto* st = out_t ? out_t->scales.data_as<float>() : nullptr;
-  if (out && out_t) {
-    launch_activation<true, true>(tiles, xp, T, K, q, s, qt, st, Tp, pow2);
-  } else if (out && T <= kRowsOnlyT) {
-    LaunchConfig(dim3(small_grid(T * K / 8)), dim3(kSmallThreads), 0)
-        .early_start_in_scope()
-        .run(quantize_rows_small_kernel, xp, T, K, q, s, pow2);
-    LOCKSTEP_CUDA_CHECK_LAUNCH();
-  } else if (out) {
-    launch_activation<true, false>(tiles, xp, T, K, q, s, qt, st, Tp, pow2);
-  } else {
-    launch_activation<false, true>(tiles, xp, T, K, q, s, qt, st, Tp, pow2);
-  }
+  if (K % kTile) return activation<true>(out, out_t, T, K, Tp, tiles, xp_of(x), pow2);
+  activation<false>(out, out_t, T, K, Tp, tiles, xp_of(x), pow2);
 }
 
 void quantize_weight(Fp8Weight& out, const Tensor& w, bool pow2) {
   check_aligned(w, "quantize_weight: w");
   check_aligned(out.w.data, "quantize_weight: out.w");
   check_aligned(out.wt.data, "quantize_weight: out.wt");
-  if (w.dtype() == DType::f32) launch_weight<float>(w, out, pow2);
-  else launch_weight<uint16_t>(w, out, pow2);
+  const bool partial = w.dim(0) % kTile || w.dim(1) % kTile;
+  if (w.dtype() == DType::f32) {
+    if (partial) launch_weight<float, true>(w, out, pow2);
+    else launch_weight<float, false>(w, out, pow2);
+  } else {
+    if (partial) launch_weight<uint16_t, true>(w, out, pow2);
+    else launch_weight<uint16_t, false>(w, out, pow2);
+  }
 }
 
 void dequantize_rows(Tensor& out, const Fp8Rows& q) {
-  const int64_t n = q.data.numel();
+  const int64_t n = out.numel();
   if (n == 0) return;
   const auto* qd = static_cast<const uint8_t*>(q.data.data());
   if (out.dtype() == DType::f32)
     dequantize_rows_kernel<<<blocks_for(n, 256), 256, 0, current_stream()>>>(
-        qd, q.scales.data_as<float>(), q.rows(), q.cols(), out.data_as<float>());
+        qd, q.cols(), q.scales.data_as<float>(), q.rows(), out.dim(1), out.data_as<float>());
   else
     dequantize_rows_kernel<<<blocks_for(n, 256), 256, 0, current_stream()>>>(
-        qd, q.scales.data_as<float>(), q.rows(), q.cols(), static_cast<uint16_t*>(out.data()));
+        qd, q.cols(), q.scales.data_as<float>(), q.rows(), out.dim(1), static_cast<uint16_t*>(out.data()));
   LOCKSTEP_CUDA_CHECK_LAUNCH();
 }
 
 void dequantize_blocks(Tensor& out, const Fp8Blocks& q) {
-  const int64_t n = q.data.numel();
+  const int64_t n = out.numel();
   if (n == 0) return;
   dequantize_blocks_kernel<<<blocks_for(n, 256), 256, 0, current_stream()>>>(
-      static_cast<const uint8_t*>(q.data.data()), q.scales.data_as<float>(), q.rows(), q.cols(),
+      static_cast<const uint8_t*>(q.data.data()), q.cols(), q.scales.data_as<float>(), q.rows(), out.dim(1),
       q.scales.dim(1), out.data_as<float>());
   LOCKSTEP_CUDA_CHECK_LAUNCH();
 }

@@ -67,12 +67,13 @@ __device__ __forceinline__ uint4 tq_row16(const uint8_t* tq, int c, int j) {
 }
 
 // tq to dst (row c of tq at dst + c * ld): 8 lanes per 128-byte row, so each warp stores 4 lines.
-template <int kThreads>
-__device__ __forceinline__ void store_transposed(const uint8_t* tq, uint8_t* dst, int64_t ld) {
+// kPartial: only rows c < rows (a tile cut by the end of the transposed matrix's rows).
+template <int kThreads, bool kPartial = false>
+__device__ __forceinline__ void store_transposed(const uint8_t* tq, uint8_t* dst, int64_t ld, int rows = kTile) {
 #pragma unroll
   for (int n = 0; n < kTile * kTile / 16 / kThreads; ++n) {
     const int i = n * kThreads + threadIdx.x, c = i / 8, j = i % 8;
-    *reinterpret_cast<uint4*>(dst + c * ld + j * 16) = tq_row16(tq, c, j);
+    if (!kPartial || c < rows) *reinterpret_cast<uint4*>(dst + c * ld + j * 16) = tq_row16(tq, c, j);
   }
 }
 
@@ -109,6 +110,18 @@ struct Fragment {
     for (int p = 0; p < kRows; ++p) {
       const int64_t r = r_begin + row0() + p;
       to(word0 + p, r < rows ? src + r * ld + c_begin + col0() : src, r < rows);
+    }
+  }
+  // load of a matrix whose columns end at `cols` (a multiple of kVec) inside the tile: columns
+  // past it read as zeros too (a partial group, numerics/quantize.h).
+  __device__ static void load_partial(const StageSlots<kThreads>& to, int word0, const In* src, int64_t ld,
+                                      int64_t rows, int64_t cols, int64_t r_begin, int64_t c_begin) {
+    const bool col_valid = c_begin + col0() < cols;
+#pragma unroll
+    for (int p = 0; p < kRows; ++p) {
+      const int64_t r = r_begin + row0() + p;
+      const bool valid = r < rows && col_valid;
+      to(word0 + p, valid ? src + r * ld + c_begin + col0() : src, valid);
     }
   }
 
@@ -165,13 +178,17 @@ struct Fragment {
                    pack4(at(4, c), at(5, c), at(6, c), at(7, c), inv));
   }
   // One scale for the whole fragment: each value is quantized once, its bytes stored to the
-  // rows at dst (row p at dst + p * ld) and, transposed in registers, to tq's columns.
-  __device__ void store_rows_and_columns(uint8_t* dst, int64_t ld, uint8_t* tq, float inv) const {
+  // rows at dst (row p at dst + p * ld; kPartial: rows p < valid_rows only) and, transposed in
+  // registers, to tq's columns.
+  template <bool kPartial = false>
+  __device__ void store_rows_and_columns(uint8_t* dst, int64_t ld, uint8_t* tq, float inv,
+                                         int64_t valid_rows = kRows) const {
     uint32_t rows[kRows][kVec / 4];
 #pragma unroll
     for (int p = 0; p < kRows; ++p) {
 #pragma unroll
       for (int i = 0; i < kVec / 4; ++i) rows[p][i] = pack(p, i, inv);
+      if (kPartial && p >= valid_rows) continue;
       if constexpr (kVec == 4) *reinterpret_cast<uint32_t*>(dst + p * ld) = rows[p][0];
       else *reinterpret_cast<uint2*>(dst + p * ld) = make_uint2(rows[p][0], rows[p][1]);
     }
@@ -251,7 +268,8 @@ unsigned persistent_grid(int threads, size_t smem, int64_t tiles) {
 
 // Rowwise 1×128 quantization of tile (t0, k0) of a bf16 activation [T, K], held in f by all
 // Bf16::kThreads threads of the block: bytes to q [T, K], scales to s [K/128, T]. Tile rows past T
-// are quantized but not stored.
+// are quantized but not stored. (A K with a partial group: K here is the stored width, and f holds
+// zeros past the valid columns, which are stored as the padding.)
 __device__ __forceinline__ void quantize_tile_rows(const Bf16& f, int64_t t0, int64_t k0, int64_t T,
                                                    int64_t K, uint8_t* q, float* s, bool pow2) {
   // A token's group is one half-warp's 16 lanes, which share 8 tokens. The 8 token maxima are
@@ -326,7 +344,9 @@ struct ColumnScratch {
 
 // Columnwise 128×1 quantization of tile (t0, k0) of a bf16 activation [T, K] held in f (tile rows
 // past T must hold zeros: the padding): bytes to qt [K, Tp], scales to st [Tp/128, K]. Every thread
-// of the block calls it (it synchronizes the block).
+// of the block calls it (it synchronizes the block). kPartial: K ends inside the tile; its features
+// past K (zeros in f) are neither stored nor given a scale.
+template <bool kPartial = false>
 __device__ __forceinline__ void quantize_tile_columns(const Bf16& f, int64_t t0, int64_t k0, int64_t K,
                                                       int64_t Tp, uint8_t* qt, float* st, bool pow2,
                                                       ColumnScratch& scratch) {
@@ -350,13 +370,13 @@ __device__ __forceinline__ void quantize_tile_columns(const Bf16& f, int64_t t0,
     for (int w = 0; w < kWarps; ++w) pair = __vmaxu2(pair, scratch.col_partial[w][tid / 2]);
     const float scale = group_scale(tid % 2 ? pair & 0xffff0000u : pair << 16, pow2);
     scratch.col_inv[tid] = inverse_scale(scale);
-    st[t0 / kTile * K + k0 + tid] = scale;
+    if (!kPartial || k0 + tid < K) st[t0 / kTile * K + k0 + tid] = scale;
   }
   __syncthreads();
 #pragma unroll
   for (int c = 0; c < Bf16::kVec; ++c) f.store_column(scratch.tq, c, scratch.col_inv[c0 + c]);
   __syncthreads();
-  store_transposed<Bf16::kThreads>(scratch.tq, qt + k0 * Tp + t0, Tp);
+  store_transposed<Bf16::kThreads, kPartial>(scratch.tq, qt + k0 * Tp + t0, Tp, (K - k0 < kTile ? int(K - k0) : kTile));
 }
 
 template <int kWarps>
@@ -390,25 +410,31 @@ inline Fp8WeightOut fp8_weight_out(Fp8Weight& w) {
 // the row's last block. Every thread of the CTA (Fragment<In>::kThreads) calls it; it synchronizes
 // the CTA, and the caller may reuse tq and warp_max (Fragment<In>::kThreads / 32 words) afterwards
 // only past its next __syncthreads.
-template <class In>
+// kPartial: N or K may end inside the block (f holds zeros past them, Fragment::load_partial): W is
+// stored [N, Kp] and Wᵀ [K, Np] (numerics/quantize.h), the block's rows past N are not stored to
+// W nor its columns past K to Wᵀ, and its padding columns are (quantized zeros).
+template <class In, bool kPartial = false>
 __device__ __forceinline__ void quantize_weight_tile(const Fragment<In>& f, int64_t n0, int64_t k0,
                                                      int64_t N, int64_t K, const Fp8WeightOut& out,
                                                      bool pow2, uint8_t* tq, uint32_t* warp_max) {
   using Frag = Fragment<In>;
+  const int64_t Kp = kPartial ? (K + kTile - 1) / kTile * kTile : K;
+  const int64_t Np = kPartial ? (N + kTile - 1) / kTile * kTile : N;
   const float scale = group_scale(block_max<Frag::kThreads / 32>(f.amax(), warp_max), pow2);
   const float inv = inverse_scale(scale);
-  f.store_rows_and_columns(out.q + (n0 + Frag::row0()) * K + k0 + Frag::col0(), K, tq, inv);
+  f.template store_rows_and_columns<kPartial>(out.q + (n0 + Frag::row0()) * Kp + k0 + Frag::col0(), Kp, tq,
+                                              inv, N - n0 - Frag::row0());
   if (threadIdx.x == 0) {
     out.s[n0 / kTile * out.ld_s + k0 / kTile] = scale;
     out.st[k0 / kTile * out.ld_st + n0 / kTile] = scale;
     // Scale rows are padded to 4 blocks with zeros; a row's last block writes them.
-    if (k0 + kTile == K)
-      for (int64_t b = K / kTile; b < out.ld_s; ++b) out.s[n0 / kTile * out.ld_s + b] = 0;
-    if (n0 + kTile == N)
-      for (int64_t b = N / kTile; b < out.ld_st; ++b) out.st[k0 / kTile * out.ld_st + b] = 0;
+    if (k0 + kTile == Kp)
+      for (int64_t b = Kp / kTile; b < out.ld_s; ++b) out.s[n0 / kTile * out.ld_s + b] = 0;
+    if (n0 + kTile == Np)
+      for (int64_t b = Np / kTile; b < out.ld_st; ++b) out.st[k0 / kTile * out.ld_st + b] = 0;
   }
   __syncthreads();
-  store_transposed<Frag::kThreads>(tq, out.qt + k0 * N + n0, N);
+  store_transposed<Frag::kThreads, kPartial>(tq, out.qt + k0 * Np + n0, Np, (K - k0 < kTile ? int(K - k0) : kTile));
 }
 
 }  // namespace lockstep::cuda::quant

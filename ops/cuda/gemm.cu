@@ -513,7 +513,12 @@ std::optional<bool> small_t_decided(const Context& ctx, const SmallTShape& shape
   return it->second;
 }
 
+// The small-T kernel's CTAs take 64 weight rows each (ops/cuda/gemm_fp8_small_t.h); a weight of
+// other rows runs on cuBLASLt. (K is stored padded to whole blocks, which the kernel takes as it is.)
+bool small_t_takes(int64_t rows) { return rows % kFp8SmallTRows == 0; }
+
 bool small_t_runs(Tensor& out, const Fp8Rows& act, const Fp8Blocks& weight) {
+  if (!small_t_takes(weight.rows())) return false;
   Context& ctx = context();
   const SmallTShape shape{act.rows(), weight.rows(), act.cols(), out.dtype()};
   bool verbose = false;
@@ -554,6 +559,7 @@ int gemm_set_fp8_small_t(int tokens) {
 }
 
 bool gemm_fp8_uses_small_t(int64_t tokens, int64_t rows, int64_t k, DType out) {
+  if (!small_t_takes(rows)) return false;
   Context& ctx = context();
   std::lock_guard lock(ctx.mutex);
   return small_t_decided(ctx, {tokens, rows, k, out}).value_or(tokens <= kSmallTUntunedTokens);

@@ -55,7 +55,7 @@ namespace {
 namespace cg = cooperative_groups;
 
 constexpr int kThreads = 128;         // 4 warps: one warpgroup
-constexpr int kRows = 64;             // weight rows of a CTA: one wgmma m64 tile
+constexpr int kRows = kFp8SmallTRows;  // weight rows of a CTA: one wgmma m64 tile
 constexpr int kBlockK = 128;          // bytes of a K block (e4m3): one swizzled row
 constexpr int kMaxSplits = 4;         // CTAs a cluster (the reduction's traffic grows with it)
 constexpr int kCtasPerSm = 3;
@@ -389,6 +389,8 @@ void gemm_fp8_small_t(Tensor& out, const Fp8Rows& act, const Fp8Blocks& weight) 
   LOCKSTEP_CHECK(reinterpret_cast<uintptr_t>(out.data()) % 16 == 0,
                  "fp8 small-T GEMM: the output must be 16-byte aligned, got ", out.describe(), " at ", out.data());
   LOCKSTEP_CHECK(M / kRows <= 65535, "fp8 small-T GEMM: at most 65535 row blocks, got ", weight.data.describe());
+  LOCKSTEP_CHECK(M % kRows == 0, "fp8 small-T GEMM: the weight's rows must be a multiple of ", kRows, ", got ",
+                 weight.data.describe());
   const Args a{static_cast<const uint8_t*>(act.data.data()), act.scales.data_as<float>(),
                static_cast<const uint8_t*>(weight.data.data()), weight.scales.data_as<float>(), out.data(),
                T, M, K, weight.scales.dim(1)};

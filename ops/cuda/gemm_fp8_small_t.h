@@ -13,8 +13,10 @@
 // promise).
 //
 // ops/cuda/gemm.cu dispatches to it, or to cuBLASLt, per shape (gemm_set_fp8_small_t in
-// ops/gemm_backends.h); arguments are checked there and by ops/gemm.cpp (K and M
-// multiples of 128, act and weight 16-byte aligned). Include only from CUDA sources.
+// ops/gemm_backends.h); arguments are checked there and by ops/gemm.cpp (K stored padded to a
+// multiple of 128 as numerics/quantize.h pads it, act and weight 16-byte aligned). M must be a
+// multiple of kFp8SmallTRows (a CTA's rows; a 128-row scale block may end halfway, as at M = 576);
+// gemm.cu sends other M to cuBLASLt. Include only from CUDA sources.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +27,7 @@
 namespace lockstep::cuda {
 
 constexpr int kFp8SmallTMaxTokens = 64;
+constexpr int kFp8SmallTRows = 64;  // weight rows of a CTA: M must be a multiple
 
 // out: bf16 or f32 [T, M], 16-byte aligned; 1 ≤ T ≤ kFp8SmallTMaxTokens.
 void gemm_fp8_small_t(Tensor& out, const Fp8Rows& act, const Fp8Blocks& weight);

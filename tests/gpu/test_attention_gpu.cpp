@@ -151,8 +151,8 @@ void expect_close(const Vec& out, const Vec& ref, int64_t head_dim, double rel_t
 
 // ---- training forward and backward ---------------------------------------------------------
 
-// MHA and GQA (group 2, 4, 8), head_dim 64 and 128.
-const std::vector<HeadLayout> kLayouts = {{8, 8, 64}, {16, 8, 128}, {32, 8, 128}, {16, 2, 64}};
+// MHA and GQA (group 2, 4, 8; 3: SmolLM2-135M's 9 q heads over 3 kv heads), head_dim 64 and 128.
+const std::vector<HeadLayout> kLayouts = {{8, 8, 64}, {16, 8, 128}, {32, 8, 128}, {16, 2, 64}, {9, 3, 64}};
 const std::vector<int32_t> kLens = {1, 17, 129, 300, 1000};
 
 class AttentionGpu : public ::testing::TestWithParam<HeadLayout> {};
@@ -331,6 +331,12 @@ std::vector<PagedCase> paged_cases() {
       {"batch1_decode_q32_kv8_d128_bs16", {32, 8, 128}, 16, {{700, 1}}},
       {"batch2_decode_q32_kv8_d128_bs16", {32, 8, 128}, 16, {{1500, 1}, {1100, 1}}},
       {"batch1_decode_q32_kv8_d128_bs24", {32, 8, 128}, 24, {{1000, 1}}},
+      // SmolLM2-135M's heads: 9 q heads over 3 kv heads of 64 (a group of 3, an output row of 576,
+      // a partial fp8 128-group), decode and prefill, batch 1, 64 and 80.
+      {"mixed_q9_kv3_d64_bs16", {9, 3, 64}, 16, {{3000, 1}, {64, 1}, {200, 65}, {17, 17}, {1000, 2}, {129, 129}}},
+      {"batch1_decode_q9_kv3_d64_bs16", {9, 3, 64}, 16, {{700, 1}}},
+      {"batch64_decode_q9_kv3_d64_bs16", {9, 3, 64}, 16, batch64},
+      {"many_decode_q9_kv3_d64_bs32", {9, 3, 64}, 32, many},
   };
 }
 

@@ -77,12 +77,15 @@ TEST(EngineGpu, GreedyTokensAreCpuArgmaxes) {
   EXPECT_LE(logprob_error(cpu_model, requests, results), 2e-2);
 }
 
+// The engine tests' model: the small Qwen3, or (partial_blocks) SmolLM2-135M's layer shapes.
+ModelConfig config_of(const EngineCase& c) { return c.partial_blocks ? gpu_partial_blocks_config() : gpu_tiny_config(); }
+
 class EngineGpuRecipe : public ::testing::TestWithParam<EngineCase> {};
 
 // A small cache and step budget: chunked prefill, preemption and copy-on-write on the device.
 TEST_P(EngineGpuRecipe, SampledLogprobsMatchTheCpuForward) {
   LOCKSTEP_REQUIRE_GPU();
-  const ModelConfig c = gpu_tiny_config();
+  const ModelConfig c = config_of(GetParam());
   const ModelParameters init = random_parameters(c, 32);
   Transformer gpu_model(c, init.copy_to(Device::cuda), GetParam().recipe, GetParam().options());
   Transformer cpu_model(c, init, GetParam().recipe, GetParam().options());
@@ -92,7 +95,7 @@ TEST_P(EngineGpuRecipe, SampledLogprobsMatchTheCpuForward) {
   sampling.top_k = 50;
   sampling.top_p = 0.9f;
   sampling.max_new_tokens = 10;
-  auto requests = make_requests({7, 13, 22, 10}, sampling, 2, gpu_tiny_config().vocab_size);
+  auto requests = make_requests({7, 13, 22, 10}, sampling, 2, c.vocab_size);
   requests[1].sampling.temperature = 1.3f;
   requests[2].sampling.top_k = 0;
   Engine engine(gpu_model, {.num_blocks = 24, .block_size = 4, .max_step_tokens = 24});
@@ -109,7 +112,8 @@ TEST_P(EngineGpuRecipe, SampledLogprobsMatchTheCpuForward) {
 
 INSTANTIATE_TEST_SUITE_P(Recipes, EngineGpuRecipe,
                          ::testing::Values(EngineCase{Recipe::bf16}, EngineCase{Recipe::fp8},
-                                           EngineCase{Recipe::bf16, true}, EngineCase{Recipe::fp8, true}),
+                                           EngineCase{Recipe::bf16, true}, EngineCase{Recipe::fp8, true},
+                                           EngineCase{Recipe::fp8, false, true}, EngineCase{Recipe::bf16, true, true}),
                          [](const auto& info) { return engine_case_name(info.param); });
 
 using Results = std::vector<std::vector<GeneratedSample>>;
@@ -135,13 +139,13 @@ void expect_identical(const Results& a, const Results& b, const char* what) {
 // copy the prompt's last block in their first decode step): the 12 sequences decode together,
 // then fewer as they finish — 12, 10, 8, 6, 4, 2, 1 — through every bucket of max_step_sequences
 // = 12 (12, 8, 4, 2, 1), 29 decode steps in all.
-std::vector<GenerationRequest> shrinking_requests() {
+std::vector<GenerationRequest> shrinking_requests(int64_t vocab) {
   SamplingParams sampling;
   sampling.n = 2;
   sampling.temperature = 0.8f;
   sampling.top_k = 40;
   sampling.top_p = 0.95f;
-  auto requests = make_requests({6, 19, 3, 11, 30, 9, 14}, sampling, 4, gpu_tiny_config().vocab_size);
+  auto requests = make_requests({6, 19, 3, 11, 30, 9, 14}, sampling, 4, vocab);
   const int64_t lengths[] = {2, 5, 9, 14, 20, 24, 30};
   for (size_t r = 0; r < requests.size(); ++r) requests[r].sampling.max_new_tokens = lengths[r];
   requests[0].sampling.temperature = 0;
@@ -155,9 +159,9 @@ class EngineGpuGraphs : public ::testing::TestWithParam<EngineCase> {};
 
 TEST_P(EngineGpuGraphs, ChangeNoTokenOrLogprob) {
   LOCKSTEP_REQUIRE_GPU();
-  const ModelConfig c = gpu_tiny_config();
+  const ModelConfig c = config_of(GetParam());
   Transformer model(c, random_parameters(c, 34).copy_to(Device::cuda), GetParam().recipe, GetParam().options());
-  const auto requests = shrinking_requests();
+  const auto requests = shrinking_requests(c.vocab_size);
   const EngineOptions options{.num_blocks = 64, .block_size = 8, .max_step_sequences = 12};
   EngineOptions eager_options = options;
   eager_options.cuda_graphs = false;
@@ -176,13 +180,13 @@ TEST_P(EngineGpuGraphs, ChangeNoTokenOrLogprob) {
 // A small cache: sequences are preempted and recomputed between decode steps.
 TEST_P(EngineGpuGraphs, ChangeNothingUnderPreemption) {
   LOCKSTEP_REQUIRE_GPU();
-  const ModelConfig c = gpu_tiny_config();
+  const ModelConfig c = config_of(GetParam());
   Transformer model(c, random_parameters(c, 35).copy_to(Device::cuda), GetParam().recipe, GetParam().options());
   SamplingParams sampling;
   sampling.n = 3;
   sampling.temperature = 1.1f;
   sampling.max_new_tokens = 12;
-  const auto requests = make_requests({7, 13, 22, 10}, sampling, 5, gpu_tiny_config().vocab_size);
+  const auto requests = make_requests({7, 13, 22, 10}, sampling, 5, c.vocab_size);
   const EngineOptions options{.num_blocks = 20, .block_size = 4, .max_step_tokens = 24};
   EngineOptions eager_options = options;
   eager_options.cuda_graphs = false;
@@ -196,7 +200,8 @@ TEST_P(EngineGpuGraphs, ChangeNothingUnderPreemption) {
 
 INSTANTIATE_TEST_SUITE_P(Recipes, EngineGpuGraphs,
                          ::testing::Values(EngineCase{Recipe::bf16}, EngineCase{Recipe::fp8},
-                                           EngineCase{Recipe::fp8, true}),
+                                           EngineCase{Recipe::fp8, true}, EngineCase{Recipe::fp8, false, true},
+                                           EngineCase{Recipe::fp8, true, true}),
                          [](const auto& info) { return engine_case_name(info.param); });
 
 TEST(EngineGpu, MemoryFractionSizesTheCache) {
@@ -211,7 +216,7 @@ TEST(EngineGpu, MemoryFractionSizesTheCache) {
   EXPECT_GE(device_memory_stats().in_use, before.in_use + size_t(engine.num_blocks() * block));
   SamplingParams sampling;
   sampling.max_new_tokens = 4;
-  EXPECT_EQ(engine.generate(make_requests({9}, sampling, 3, gpu_tiny_config().vocab_size))[0][0].tokens.size(), 4u);
+  EXPECT_EQ(engine.generate(make_requests({9}, sampling, 3, c.vocab_size))[0][0].tokens.size(), 4u);
 }
 
 }  // namespace

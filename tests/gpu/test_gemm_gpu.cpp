@@ -162,6 +162,17 @@ INSTANTIATE_TEST_SUITE_P(
                       GemmCase{256, 1024, 768, DType::bf16, false},
                       GemmCase{1000, 768, 1024, DType::bf16, false}),
     case_name);
+// K and N that end inside a 128-group (fp8: K stored padded, N a partial block of weight rows;
+// numerics/quantize.h): SmolLM2-135M's qkv (960 over 576), o (576, 576), gate_up (3072 over 576),
+// down (576 over 1536), and 192 over 320, at decode and prefill token counts.
+INSTANTIATE_TEST_SUITE_P(
+    PartialBlocks, GemmGpu,
+    ::testing::Values(GemmCase{1, 960, 576, DType::bf16, false}, GemmCase{7, 576, 1536, DType::bf16, false},
+                      GemmCase{7, 576, 576, DType::bf16, true}, GemmCase{64, 960, 576, DType::f32, false},
+                      GemmCase{65, 192, 320, DType::bf16, false}, GemmCase{65, 3072, 576, DType::bf16, true},
+                      GemmCase{300, 576, 576, DType::bf16, false}, GemmCase{300, 576, 1536, DType::f32, false},
+                      GemmCase{300, 192, 192, DType::bf16, false}),
+    case_name);
 
 // The fp8 small-T kernel (ops/cuda/gemm_fp8_small_t.cu), forced at every T: FProp and DGrad (both
 // go through it) against the CPU reference on the same quantized bytes, error per token row (the
@@ -217,6 +228,16 @@ INSTANTIATE_TEST_SUITE_P(
                       GemmCase{3, 384, 640, DType::f32, false}, GemmCase{kSmallTMax, 384, 640, DType::f32, false},
                       GemmCase{1, 4096, 2048, DType::bf16, false}, GemmCase{kSmallTMax, 4096, 2048, DType::bf16, false},
                       GemmCase{17, 4096, 2048, DType::f32, false}),
+    case_name);
+// Partial 128-blocks (SmolLM2-135M's qkv 960 over 576 and down 576 over 1536; 192 over 320): the
+// kernel takes rows in 64s (M = 576, 960, 192, 320, and DGrad's K) and the padded K as it is.
+// 208 rows are no multiple of 64: forced small-T still runs them, on cuBLASLt.
+INSTANTIATE_TEST_SUITE_P(
+    PartialBlocks, Fp8SmallTGpu,
+    ::testing::Values(GemmCase{1, 960, 576, DType::bf16, false}, GemmCase{7, 960, 576, DType::f32, false},
+                      GemmCase{kSmallTMax, 960, 576, DType::bf16, false}, GemmCase{1, 576, 1536, DType::bf16, false},
+                      GemmCase{7, 576, 1536, DType::bf16, false}, GemmCase{kSmallTMax, 192, 320, DType::f32, false},
+                      GemmCase{7, 208, 576, DType::bf16, false}),
     case_name);
 
 // A token's output does not depend on the batch around it (the rollout engine decodes the same

@@ -269,6 +269,11 @@ INSTANTIATE_TEST_SUITE_P(Decode, RmsNormFp8Gpu,
                          ::testing::Combine(::testing::Values(1, 3, 64, 65, 256, 257), ::testing::Values(640, 4096),
                                             ::testing::Values(ScaleFormat::fp32, ScaleFormat::pow2)));
 // 20 × 32 = 640 tiles: several a persistent block, so the tile loop refills its loads.
+// Widths with a partial 128-group (SmolLM2-135M's hidden 576; 192, 960): the composition runs,
+// stored padded (numerics/quantize.h).
+INSTANTIATE_TEST_SUITE_P(PartialGroups, RmsNormFp8Gpu,
+                         ::testing::Combine(::testing::Values(1, 7, 64, 65, 300), ::testing::Values(576, 192, 960),
+                                            ::testing::Values(ScaleFormat::fp32, ScaleFormat::pow2)));
 INSTANTIATE_TEST_SUITE_P(ManyTiles, RmsNormFp8Gpu,
                          ::testing::Values(std::make_tuple(int64_t(2500), int64_t(4096), ScaleFormat::fp32)));
 
@@ -419,6 +424,10 @@ INSTANTIATE_TEST_SUITE_P(Shapes, SwiGluFp8Gpu,
 INSTANTIATE_TEST_SUITE_P(Decode, SwiGluFp8Gpu,
                          ::testing::Combine(::testing::Values(1, 3, 64, 65, 256, 257), ::testing::Values(640, 12288),
                                             ::testing::Values(ScaleFormat::fp32, ScaleFormat::pow2)));
+// I with a partial 128-group (320, 208, 576): the composition runs, stored padded.
+INSTANTIATE_TEST_SUITE_P(PartialGroups, SwiGluFp8Gpu,
+                         ::testing::Combine(::testing::Values(1, 7, 64, 65, 300), ::testing::Values(320, 208, 576),
+                                            ::testing::Values(ScaleFormat::fp32, ScaleFormat::pow2)));
 INSTANTIATE_TEST_SUITE_P(ManyTiles, SwiGluFp8Gpu,
                          ::testing::Values(std::make_tuple(int64_t(2500), int64_t(4096), ScaleFormat::fp32)));
 
@@ -445,7 +454,7 @@ TEST_P(SwiGluE4m3Gpu, SameBytesAsDequantizeThenSwiGlu) {
   swiglu_backward(c_d, dout, q);
   EXPECT_LE(worst_row_error(to_double(f_d), to_double(c_d), 2 * I), kBf16Tol);
 
-  if (I % 128 != 0) return;  // the forward quantizes whole 128-wide output groups
+  // (I with a partial 128-group, 64 and 320: the forward is the composition itself.)
   Fp8Rows rows = poisoned_rows(T, I, Device::cuda, false), cols = poisoned_rows(T, I, Device::cuda, true);
   swiglu_forward_fp8(rows, cols, deq);
   Fp8Rows f_rows = poisoned_rows(T, I, Device::cuda, false), f_cols = poisoned_rows(T, I, Device::cuda, true);
@@ -467,9 +476,10 @@ TEST_P(SwiGluE4m3Gpu, SameBytesAsDequantizeThenSwiGlu) {
   EXPECT_LE(worst_row_error(to_double(a), to_double(b), I), kFp8Tol);
 }
 
-// I = 64: gate and up share each 128-wide group of gate_up (the backward only).
+// I = 64: gate and up share each 128-wide group of gate_up; I = 320: 2I = 640 whole groups, the
+// output's last group partial.
 INSTANTIATE_TEST_SUITE_P(Shapes, SwiGluE4m3Gpu,
-                         ::testing::Combine(::testing::Values(1, 7, 300, 1001), ::testing::Values(64, 128, 3072)));
+                         ::testing::Combine(::testing::Values(1, 7, 300, 1001), ::testing::Values(64, 128, 320, 3072)));
 // More rows than a grid dimension holds: the backward's blocks take several rows.
 INSTANTIATE_TEST_SUITE_P(ManyRows, SwiGluE4m3Gpu, ::testing::Values(std::make_tuple(int64_t(70000), int64_t(64))));
 

@@ -112,12 +112,8 @@ ModelParameters minus(const ModelParameters& a, const ModelParameters& b) {
   return out;
 }
 
-class ModelStepGpu : public ::testing::TestWithParam<Recipe> {};
-
-TEST_P(ModelStepGpu, MatchesCpu) {
-  LOCKSTEP_REQUIRE_GPU();
-  const Recipe recipe = GetParam();
-  const ModelConfig c = gpu_tiny_config();
+// One training step on both backends at config c (the checks of ModelStepGpu.MatchesCpu).
+void expect_step_matches_cpu(Recipe recipe, const ModelConfig& c) {
   const ModelParameters init = random_parameters(c, 3);
   const Sequences seqs = random_sequences({130, 1, 77, 256}, c.vocab_size, 5);
   const StepResult cpu = run_step(Device::cpu, recipe, c, init, seqs, seqs.size());
@@ -133,6 +129,20 @@ TEST_P(ModelStepGpu, MatchesCpu) {
   EXPECT_LE(weight_error, tol.weights) << "worst weight: " << weight_name;
   const auto [update_error, update_name] = worst(minus(gpu.weights, init), minus(cpu.weights, init));
   EXPECT_LE(update_error, tol.update) << "worst update: " << update_name;
+}
+
+class ModelStepGpu : public ::testing::TestWithParam<Recipe> {};
+
+TEST_P(ModelStepGpu, MatchesCpu) {
+  LOCKSTEP_REQUIRE_GPU();
+  expect_step_matches_cpu(GetParam(), gpu_tiny_config());
+}
+
+// SmolLM2-135M's layer shapes (hidden 576, qkv 960, I 1536; 9 q heads over 3 kv heads of 64):
+// fp8's partial 128-groups and blocks in every GEMM, quantizer and producer, GQA 3:1 attention.
+TEST_P(ModelStepGpu, MatchesCpuWithPartialBlocks) {
+  LOCKSTEP_REQUIRE_GPU();
+  expect_step_matches_cpu(GetParam(), gpu_partial_blocks_config());
 }
 
 TEST_P(ModelStepGpu, MicroBatchesAccumulateTheSameGradients) {

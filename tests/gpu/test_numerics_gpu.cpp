@@ -96,6 +96,14 @@ INSTANTIATE_TEST_SUITE_P(ManyTiles, ActivationQuantGpu,
                          ::testing::Values(std::make_tuple(int64_t(2500), int64_t(4096), ScaleFormat::fp32),
                                            std::make_tuple(int64_t(4100), int64_t(4096), ScaleFormat::pow2)));
 
+// Widths that end inside a 128-group (numerics/quantize.h: stored padded, the padding the quantized
+// zeros): SmolLM2-135M's 576 and 960, 208 (one group and 80), 16 (a lone partial group, whose row 3
+// holds the NaN: padding of the NaN code), at the tile kernels' and the decode kernel's T.
+INSTANTIATE_TEST_SUITE_P(
+    PartialGroups, ActivationQuantGpu,
+    ::testing::Combine(::testing::Values(1, 7, 64, 65, 257, 300), ::testing::Values(576, 960, 208, 16),
+                       ::testing::Values(ScaleFormat::fp32, ScaleFormat::pow2)));
+
 class WeightQuantGpu : public ::testing::TestWithParam<std::tuple<DType, ScaleFormat, int64_t, int64_t>> {};
 
 TEST_P(WeightQuantGpu, SameBytesAsCpu) {
@@ -115,12 +123,23 @@ TEST_P(WeightQuantGpu, SameBytesAsCpu) {
   dequantize(back, gpu.w);
   dequantize(back_cpu, cpu.w);
   expect_same_values(back, back_cpu);
+  // Wᵀ at its unpadded width too.
+  Tensor back_t = Tensor::empty({K, N}, DType::f32, Device::cuda), back_t_cpu = Tensor::empty({K, N}, DType::f32);
+  dequantize(back_t, gpu.wt);
+  dequantize(back_t_cpu, cpu.wt);
+  expect_same_values(back_t, back_t_cpu);
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, WeightQuantGpu,
                          ::testing::Combine(::testing::Values(DType::f32, DType::bf16),
                                             ::testing::Values(ScaleFormat::fp32, ScaleFormat::pow2),
                                             ::testing::Values(int64_t(384)), ::testing::Values(int64_t(640))));
+// Partial blocks along N, K or both (SmolLM2-135M's qkv [960, 576], down [576, 1536]; [192, 320]).
+INSTANTIATE_TEST_SUITE_P(PartialBlocks, WeightQuantGpu,
+                         ::testing::Combine(::testing::Values(DType::f32, DType::bf16),
+                                            ::testing::Values(ScaleFormat::fp32, ScaleFormat::pow2),
+                                            ::testing::Values(int64_t(960), int64_t(576), int64_t(192)),
+                                            ::testing::Values(int64_t(576), int64_t(1536), int64_t(320))));
 // 16 × 32 = 512 blocks: more than the persistent blocks (1 or 2 per SM), as above.
 INSTANTIATE_TEST_SUITE_P(ManyTiles, WeightQuantGpu,
                          ::testing::Combine(::testing::Values(DType::f32, DType::bf16),

@@ -166,7 +166,9 @@ INSTANTIATE_TEST_SUITE_P(
         // Qwen3-8B at decode sizes: T ≤ 256 spreads a row's 48 heads over 2 CTAs (32 a CTA), 257
         // takes the row kernel.
         RopeCase{{32, 8, 128}, 1, true}, RopeCase{{32, 8, 128}, 3, true}, RopeCase{{32, 8, 128}, 256, true},
-        RopeCase{{32, 8, 128}, 257, true}, RopeCase{{32, 8, 128}, 1, false}),
+        RopeCase{{32, 8, 128}, 257, true}, RopeCase{{32, 8, 128}, 1, false},
+        // SmolLM2-135M's heads (9 q over 3 kv, head_dim 64, no q/k norm), prefill and decode.
+        RopeCase{{9, 3, 64}, 300, false}, RopeCase{{9, 3, 64}, 1, true}, RopeCase{{9, 3, 64}, 7, false}),
     ::testing::PrintToStringParamName());
 
 // At T ≤ 256 the forward spreads a row's heads over CTAs (another kernel, the same per-head code):
@@ -400,6 +402,10 @@ INSTANTIATE_TEST_SUITE_P(
         CopiesCase{{384, 640}, true, true, ScaleFormat::fp32},
         CopiesCase{{256, 512}, false, true, ScaleFormat::pow2},
         CopiesCase{{1024, 1536}, true, true, ScaleFormat::fp32},
+        // Partial 128-blocks (the step, then quantize_weight): SmolLM2-135M's qkv and down.
+        CopiesCase{{960, 576}, true, true, ScaleFormat::fp32},
+        CopiesCase{{576, 1536}, false, true, ScaleFormat::pow2},
+        CopiesCase{{192, 320}, true, true, ScaleFormat::pow2},
         // Shapes without 128×128 blocks (norm weights, embeddings) take the bf16 copy only.
         CopiesCase{{37, 41}, true, false, ScaleFormat::fp32},
         CopiesCase{{4099}, true, false, ScaleFormat::fp32}),

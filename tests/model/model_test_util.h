@@ -45,11 +45,27 @@ inline ModelConfig tiny_config(ModelFamily family, const TinyShape& s = {}) {
   return c;
 }
 
-// A small Qwen3 whose dimensions fp8 accepts (multiples of 128) and the CUDA attention kernels
+// A small Qwen3 whose dimensions are whole fp8 blocks (multiples of 128) and the CUDA attention kernels
 // take (head_dim 128, GQA 4/2): the GPU tests' model.
 inline ModelConfig gpu_tiny_config() {
   return tiny_config(ModelFamily::qwen3, {.hidden = 256, .heads = 4, .kv_heads = 2, .head_dim = 128,
                                           .intermediate = 384, .layers = 2, .vocab = 1000});
+}
+
+// Widths that are multiples of 16 but not of 128, as in SmolLM2-135M (hidden 576, 9 q heads over
+// 3 kv heads of 64): fp8's partial 128-groups and blocks everywhere (hidden 192, qkv 320, a block
+// straddling q and k, I 320), GQA 3:1.
+inline ModelConfig partial_blocks_config(ModelFamily family, int64_t intermediate = 320) {
+  return tiny_config(family, {.hidden = 192, .heads = 3, .kv_heads = 1, .head_dim = 64,
+                              .intermediate = intermediate, .layers = 2, .vocab = 301,
+                              .tied = family == ModelFamily::qwen3});
+}
+
+// SmolLM2-135M's layer shapes (hidden 576, 9 q heads over 3 kv heads of 64, I 1536), two layers:
+// the GPU tests' partial-block model.
+inline ModelConfig gpu_partial_blocks_config() {
+  return tiny_config(ModelFamily::llama, {.hidden = 576, .heads = 9, .kv_heads = 3, .head_dim = 64,
+                                          .intermediate = 1536, .layers = 2, .vocab = 1000, .tied = true});
 }
 
 // Weights ~ N(0, 1/fan_in) (activations of order 1, so gradients are well above rounding noise),

@@ -18,7 +18,7 @@ using testing::random_sequences;
 using testing::same_bytes;
 using testing::tiny_config;
 
-// Linear dimensions that are multiples of 128, as the fp8 GEMMs need (q + 2·kv = 256, I = 256).
+// Linear dimensions that are multiples of 128 (q + 2·kv = 256, I = 256).
 ModelConfig config() {
   return tiny_config(ModelFamily::qwen3, {.hidden = 128, .heads = 2, .kv_heads = 1,
                                           .head_dim = 64, .intermediate = 256, .layers = 2,

@@ -24,8 +24,10 @@ using testing::random_sequences;
 using testing::Sequences;
 using testing::tiny_config;
 
-// Dimensions that are multiples of 128 where the fp8 GEMMs need them (q + 2·kv = 256, I = 256).
-ModelConfig generation_config(ModelFamily family) {
+// Dimensions that are multiples of 128 (q + 2·kv = 256, I = 256), or (partial_blocks) multiples
+// of 16 that leave fp8 partial 128-groups (testing::partial_blocks_config).
+ModelConfig generation_config(ModelFamily family, bool partial_blocks = false) {
+  if (partial_blocks) return testing::partial_blocks_config(family);
   return tiny_config(family, {.hidden = 128, .heads = 2, .kv_heads = 1, .head_dim = 64,
                               .intermediate = 256, .layers = 2, .vocab = 301,
                               .tied = family == ModelFamily::qwen3});
@@ -114,13 +116,14 @@ struct Case {
   Recipe recipe;
   ModelFamily family;
   bool fp8_kv_cache = false;
+  bool partial_blocks = false;
 };
 
 class Generation : public ::testing::TestWithParam<Case> {};
 
 TEST_P(Generation, LogprobsEqualTrainingForwardBitForBit) {
-  const auto [recipe, family, fp8_kv_cache] = GetParam();
-  const ModelConfig config = generation_config(family);
+  const auto [recipe, family, fp8_kv_cache, partial_blocks] = GetParam();
+  const ModelConfig config = generation_config(family, partial_blocks);
   Transformer model(config, random_parameters(config, 11), recipe, {.fp8_kv_cache = fp8_kv_cache});
   const Sequences seqs = random_sequences({9, 14, 2, 21}, config.vocab_size, 12);
   const float temperature = 0.7f;
@@ -146,8 +149,8 @@ TEST_P(Generation, LogprobsEqualTrainingForwardBitForBit) {
 }
 
 TEST_P(Generation, TrainingRowsDoNotDependOnPacking) {
-  const auto [recipe, family, fp8_kv_cache] = GetParam();
-  const ModelConfig config = generation_config(family);
+  const auto [recipe, family, fp8_kv_cache, partial_blocks] = GetParam();
+  const ModelConfig config = generation_config(family, partial_blocks);
   Transformer model(config, random_parameters(config, 13), recipe, {.fp8_kv_cache = fp8_kv_cache});
   const Sequences seqs = random_sequences({9, 14, 2, 21}, config.vocab_size, 14);
   const auto together = train_logprobs(model, seqs, 1.0f);
@@ -193,15 +196,28 @@ TEST(Generation, RefusesACacheOfAnotherDtype) {
   EXPECT_EQ(fp8_kv.forward_infer(batch, e4m3_cache).dim(0), 1);
 }
 
+// fp8 takes linear widths that are multiples of 16 (partial 128-groups); others are refused when
+// the model is made, naming the weight.
+TEST(Generation, Fp8RefusesWidthsThatAreNoMultipleOf16) {
+  const ModelConfig config = tiny_config(ModelFamily::qwen3, {.hidden = 136, .heads = 2, .kv_heads = 1, .head_dim = 64,
+                                                               .intermediate = 256, .layers = 1, .vocab = 301});
+  expect_error([&] { Transformer model(config, random_parameters(config, 1), Recipe::fp8); },
+               {"the fp8 recipe needs linear layers whose dimensions are multiples of 16", "[256, 136]"});
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Recipes, Generation,
     ::testing::Values(Case{Recipe::fp32, ModelFamily::qwen3}, Case{Recipe::bf16, ModelFamily::qwen3},
                       Case{Recipe::fp8, ModelFamily::qwen3}, Case{Recipe::bf16, ModelFamily::qwen2},
                       Case{Recipe::fp8, ModelFamily::llama}, Case{Recipe::fp32, ModelFamily::qwen2, true},
-                      Case{Recipe::bf16, ModelFamily::qwen3, true}, Case{Recipe::fp8, ModelFamily::llama, true}),
+                      Case{Recipe::bf16, ModelFamily::qwen3, true}, Case{Recipe::fp8, ModelFamily::llama, true},
+                      // Widths with partial fp8 128-groups, GQA 3:1 (SmolLM2-like).
+                      Case{Recipe::fp8, ModelFamily::qwen3, false, true}, Case{Recipe::bf16, ModelFamily::llama, false, true},
+                      Case{Recipe::fp8, ModelFamily::qwen2, true, true}),
     [](const auto& info) {
       return std::string(recipe_name(info.param.recipe)) + "_" +
-             std::string(model_type_name(info.param.family)) + (info.param.fp8_kv_cache ? "_fp8_kv_cache" : "");
+             std::string(model_type_name(info.param.family)) + (info.param.fp8_kv_cache ? "_fp8_kv_cache" : "") +
+             (info.param.partial_blocks ? "_partial_blocks" : "");
     });
 
 }  // namespace

@@ -89,11 +89,15 @@ TEST_P(FiniteDifferences, EveryParameterTensorInFp32) {
 }
 
 // The gradients of the bf16 and fp8 recipes against the fp32 recipe's, tensor by tensor, as
-// ‖g − g_fp32‖ / ‖g_fp32‖, for an SFT-style loss (mean −logprob) plus an entropy term.
-TEST(RecipeGradients, CloseToFp32) {
+// ‖g − g_fp32‖ / ‖g_fp32‖, for an SFT-style loss (mean −logprob) plus an entropy term; at widths
+// that are multiples of 128, and (partial_blocks) of 16 only, where fp8 has partial 128-groups.
+class RecipeGradients : public ::testing::TestWithParam<bool> {};
+
+TEST_P(RecipeGradients, CloseToFp32) {
   const ModelConfig config =
-      tiny_config(ModelFamily::qwen3, {.hidden = 128, .heads = 2, .kv_heads = 1, .head_dim = 64,
-                                       .intermediate = 256, .layers = 2, .vocab = 301});
+      GetParam() ? testing::partial_blocks_config(ModelFamily::qwen3)
+                 : tiny_config(ModelFamily::qwen3, {.hidden = 128, .heads = 2, .kv_heads = 1, .head_dim = 64,
+                                                    .intermediate = 256, .layers = 2, .vocab = 301});
   const ModelParameters params = random_parameters(config, 21);
   const TrainBatch batch = pack(random_sequences({40, 17, 71}, config.vocab_size, 22));
   const int64_t t = batch.tokens.numel();
@@ -126,11 +130,15 @@ TEST(RecipeGradients, CloseToFp32) {
 
 // Recomputing the linear layers' cheap inputs in the backward gives the same gradients, bit for
 // bit, in fp32 and bf16 (and the forward's results do not change); fp8 also keeps the SwiGLU input
-// in E4M3, so its gradients move by quantization noise.
-TEST(Recompute, SameGradientsBitForBit) {
+// in E4M3, so its gradients move by quantization noise. (partial_blocks: widths with partial fp8
+// 128-groups, I = 320, 2I a multiple of 128 as the E4M3 SwiGLU input needs.)
+class Recompute : public ::testing::TestWithParam<bool> {};
+
+TEST_P(Recompute, SameGradientsBitForBit) {
   const ModelConfig config =
-      tiny_config(ModelFamily::llama, {.hidden = 128, .heads = 2, .kv_heads = 1, .head_dim = 64,
-                                       .intermediate = 256, .layers = 2, .vocab = 101});
+      GetParam() ? testing::partial_blocks_config(ModelFamily::llama)
+                 : tiny_config(ModelFamily::llama, {.hidden = 128, .heads = 2, .kv_heads = 1, .head_dim = 64,
+                                                    .intermediate = 256, .layers = 2, .vocab = 101});
   const ModelParameters params = random_parameters(config, 31);
   const TrainBatch batch = pack(random_sequences({30, 9, 50}, config.vocab_size, 32));
   const int64_t t = batch.tokens.numel();
@@ -171,6 +179,10 @@ TEST(Recompute, SameGradientsBitForBit) {
     }
   }
 }
+
+const auto kPartialName = [](const auto& info) { return std::string(info.param ? "partial_blocks" : "whole_blocks"); };
+INSTANTIATE_TEST_SUITE_P(Widths, RecipeGradients, ::testing::Bool(), kPartialName);
+INSTANTIATE_TEST_SUITE_P(Widths, Recompute, ::testing::Bool(), kPartialName);
 
 INSTANTIATE_TEST_SUITE_P(Families, FiniteDifferences,
                          ::testing::Values(ModelFamily::qwen3, ModelFamily::qwen2,

@@ -66,6 +66,9 @@ void expect_composition(const Shape& shape, bool with_bf16, bool with_fp8, Scale
 TEST(AdamWCopies, BothCopiesAreTheStepThenConvertAndQuantize) {
   expect_composition({256, 384}, true, true, ScaleFormat::fp32);
   expect_composition({128, 640}, true, true, ScaleFormat::pow2);
+  // Partial 128-blocks (numerics/quantize.h): SmolLM2-135M's qkv [960, 576], a [192, 320].
+  expect_composition({960, 576}, true, true, ScaleFormat::fp32);
+  expect_composition({192, 320}, false, true, ScaleFormat::pow2);
 }
 
 TEST(AdamWCopies, EachCopyAlone) {
@@ -92,13 +95,13 @@ TEST(AdamWCopies, BadCopiesAreClearErrors) {
   no_wt.wt.scales = Tensor::empty({2, 2}, DType::f32);
   expect_error([&] { step({.fp8 = &no_wt}); }, "adamw_step: fp8 copy.wt");
 
-  // Shapes that are no 128×128 blocks take no fp8 copy.
+  // Shapes whose sides are not multiples of 16 take no fp8 copy.
   Tensor p_odd = random_tensor({128, 200}, DType::f32, 22), m_odd = Tensor::zeros({128, 200}, DType::f32);
   Tensor v_odd = Tensor::zeros({128, 200}, DType::f32);
   const Tensor g_odd = random_tensor({128, 200}, DType::f32, 23);
   Fp8Weight fp8 = Fp8Weight::empty(128, 256, Device::cpu);
   expect_error([&] { adamw_step(p_odd, m_odd, v_odd, g_odd, kHyper, 1, 1.0f, {.fp8 = &fp8}); },
-               "adamw_step: an fp8 copy needs param [N, K] with N and K multiples of 128");
+               "adamw_step: an fp8 copy needs param [N, K] with N and K multiples of 16");
   Tensor p_1d = random_tensor({256}, DType::f32, 24), m_1d = Tensor::zeros({256}, DType::f32);
   Tensor v_1d = Tensor::zeros({256}, DType::f32);
   const Tensor g_1d = random_tensor({256}, DType::f32, 25);

@@ -138,6 +138,52 @@ TEST(GemmFp8, ThreeGemmsMatchDoubleReferenceOnQuantizedValues) {
   EXPECT_LE(rel_error(to_double(y), exact), 0.06);
 }
 
+// ---- partial 128-groups (widths that are multiples of 16) ---------------------------------------
+
+// q dequantized to its unpadded width `cols` (the stored padding is not read).
+template <class Q>
+std::vector<double> dequantized(const Q& q, int64_t cols) {
+  Tensor f = Tensor::empty({q.rows(), cols}, DType::f32);
+  dequantize(f, q);
+  return to_double(f);
+}
+
+class GemmFp8Partial : public ::testing::TestWithParam<std::tuple<int64_t, int64_t, int64_t>> {};
+
+// The three GEMMs at K and N that end inside a 128-group: against the double product of the
+// dequantized, unpadded operands (the padding adds nothing), at the tolerances above.
+TEST_P(GemmFp8Partial, ThreeGemmsMatchDoubleReferenceOnQuantizedValues) {
+  const auto [t, n, k] = GetParam();
+  Tensor x = random_tensor({t, k}, DType::bf16, 60, true), w = random_tensor({n, k}, DType::f32, 61);
+  Tensor dy = random_tensor({t, n}, DType::bf16, 62, true);
+  Fp8Rows qx = Fp8Rows::empty(t, k, Device::cpu), qxt = Fp8Rows::empty_columnwise(t, k, Device::cpu);
+  Fp8Rows qdy = Fp8Rows::empty(t, n, Device::cpu), qdyt = Fp8Rows::empty_columnwise(t, n, Device::cpu);
+  Fp8Weight qw = Fp8Weight::empty(n, k, Device::cpu);
+  quantize_rows_and_columns(qx, qxt, x);
+  quantize_rows_and_columns(qdy, qdyt, dy);
+  quantize_weight(qw, w);
+
+  Tensor y = poisoned({t, n}, DType::bf16);
+  gemm_fprop(y, qx, qw);
+  EXPECT_LE(rel_error(to_double(y), ref_tn(dequantized(qx, k), dequantized(qw.w, k), t, n, k)), kBf16OutTol);
+  EXPECT_LE(rel_error(to_double(y), ref_tn(to_double(x), to_double(w), t, n, k)), 0.06);
+
+  Tensor dx = poisoned({t, k}, DType::f32);
+  gemm_dgrad(dx, qdy, qw);
+  EXPECT_LE(rel_error(to_double(dx), ref_tn(dequantized(qdy, n), dequantized(qw.wt, n), t, k, n)), kF32OutTol);
+
+  Tensor dw = poisoned({n, k}, DType::f32);
+  gemm_wgrad(dw, qdyt, qxt, false);
+  EXPECT_LE(rel_error(to_double(dw), ref_tn(dequantized(qdyt, t), dequantized(qxt, t), n, k, t)), kF32OutTol);
+}
+
+// SmolLM2-135M's qkv (N 960 over K 576: a block straddles q and k), a small layer (N 192, K 320,
+// 7 tokens), and K 208 (one whole group and 80) under 130 tokens (a partial token group too).
+INSTANTIATE_TEST_SUITE_P(Shapes, GemmFp8Partial,
+                         ::testing::Values(std::make_tuple(int64_t{45}, int64_t{960}, int64_t{576}),
+                                           std::make_tuple(int64_t{7}, int64_t{192}, int64_t{320}),
+                                           std::make_tuple(int64_t{130}, int64_t{576}, int64_t{208})));
+
 // ---- determinism -------------------------------------------------------------------------------
 
 // One element in the documented order (ops/cpu/gemm.cpp): lane p % 8 += a[p·sa]·b[p·sb] by fma for

@@ -728,11 +728,12 @@ TEST(LayerFp8, SwiGluOnE4m3InputIsDequantizeThenSwiGlu) {
 }
 
 TEST(LayerFp8, BadArgumentsAreClearErrors) {
-  const Tensor x = random_tensor({4, 192}, DType::bf16, 220), w = random_tensor({192}, DType::f32, 221);
+  // Widths that are multiples of 16 are taken (partial 128-groups, numerics/quantize.h); others not.
+  const Tensor x = random_tensor({4, 200}, DType::bf16, 220), w = random_tensor({200}, DType::f32, 221);
   Tensor rstd = Tensor::empty({4}, DType::f32);
   Fp8Rows none;
   expect_error([&] { rmsnorm_forward_fp8(none, none, rstd, x, w, kEps); },
-               "rmsnorm_forward_fp8: x: the row width must be a multiple of 128");
+               "rmsnorm_forward_fp8: x: the row width must be a multiple of 16");
   const Tensor x128 = random_tensor({4, 128}, DType::bf16, 222), w128 = random_tensor({128}, DType::f32, 223);
   expect_error([&] { rmsnorm_forward_fp8(none, none, rstd, x128, w128, kEps); },
                "rmsnorm_forward_fp8: y_rows");
@@ -741,7 +742,7 @@ TEST(LayerFp8, BadArgumentsAreClearErrors) {
                "rmsnorm_forward_fp8: y_cols");
   expect_error([&] { rmsnorm_forward_fp8(rows, none, rstd, x128, w128, -1.0f); }, "eps");
   expect_error([&] { swiglu_forward_fp8(rows, none, x); },
-               "swiglu_forward_fp8: gate_up: the output width (96) must be a multiple of 128");
+               "swiglu_forward_fp8: gate_up: the output width (100) must be a multiple of 16");
   const Tensor gate_up = random_tensor({4, 256}, DType::bf16, 224);
   expect_error([&] { swiglu_forward_fp8(rows, rows_not_columns, gate_up); }, "swiglu_forward_fp8: out_cols");
   Fp8Rows wide = Fp8Rows::empty(4, 256, Device::cpu);
@@ -752,16 +753,19 @@ TEST(LayerFp8, BadArgumentsAreClearErrors) {
   const Fp8Rows partial_groups{Tensor::empty({4, 192}, DType::e4m3), Tensor::empty({1, 4}, DType::f32)};
   Tensor dout = Tensor::empty({4, 128}, DType::bf16), dgate_up = Tensor::empty({4, 256}, DType::bf16);
   expect_error([&] { swiglu_backward(dgate_up, dout, partial_groups); },
-               "swiglu_backward: gate_up: expected an Fp8Rows [T, 2I] (2I a multiple of 128)");
+               "swiglu_backward: gate_up: expected an Fp8Rows [T, 2I] (2I a multiple of 128");
   expect_error([&] { swiglu_backward(dgate_up, dout, none); }, "swiglu_backward: gate_up");
   Fp8Rows bad_scales{q256.data, Tensor::empty({2, 5}, DType::f32)};
   expect_error([&] { swiglu_backward(dgate_up, dout, bad_scales); }, "swiglu_backward: gate_up");
   Tensor dout_short = Tensor::empty({3, 128}, DType::bf16);
   expect_error([&] { swiglu_backward(dgate_up, dout_short, q256); }, "swiglu_backward: dout");
   expect_error([&] { swiglu_forward_fp8(wide, none, q256); }, "swiglu_forward_fp8: out_rows");
-  const Fp8Rows i64 = Fp8Rows::empty(4, 128, Device::cpu);  // I = 64: the backward's, not the forward's
-  expect_error([&] { swiglu_forward_fp8(rows, none, i64); },
-               "swiglu_forward_fp8: gate_up: the output width (64) must be a multiple of 128");
+  Fp8Rows i64 = Fp8Rows::empty(4, 128, Device::cpu);  // I = 64: a partial output group, taken
+  quantize_rows(i64, random_tensor({4, 128}, DType::bf16, 225));
+  EXPECT_NO_THROW(swiglu_forward_fp8(rows, none, i64));
+  Tensor x80 = random_tensor({4, 80}, DType::bf16, 226);
+  expect_error([&] { swiglu_forward_fp8(rows, none, x80); },
+               "swiglu_forward_fp8: gate_up: the output width (40) must be a multiple of 16");
 }
 
 // ---- CUDA tensors ------------------------------------------------------------------------------

@@ -28,10 +28,12 @@ inline std::vector<GenerationRequest> make_requests(const std::vector<int>& prom
 struct EngineCase {
   Recipe recipe;
   bool fp8_kv_cache = false;
+  bool partial_blocks = false;  // widths with fp8 partial 128-groups (testing::partial_blocks_config)
   TransformerOptions options() const { return {.fp8_kv_cache = fp8_kv_cache}; }
 };
 inline std::string engine_case_name(const EngineCase& c) {
-  return std::string(recipe_name(c.recipe)) + (c.fp8_kv_cache ? "_fp8_kv_cache" : "");
+  return std::string(recipe_name(c.recipe)) + (c.fp8_kv_cache ? "_fp8_kv_cache" : "") +
+         (c.partial_blocks ? "_partial_blocks" : "");
 }
 
 struct ChiSquare {

@@ -31,8 +31,10 @@ using testing::Sequences;
 using testing::tiny_config;
 using Results = std::vector<std::vector<GeneratedSample>>;
 
-// Dimensions that are multiples of 128 where the fp8 GEMMs need them (q + 2·kv = 256, I = 256).
-ModelConfig engine_config() {
+// Dimensions that are multiples of 128 (q + 2·kv = 256, I = 256), or (partial_blocks) multiples of
+// 16 that leave fp8 partial 128-groups, GQA 3:1.
+ModelConfig engine_config(bool partial_blocks = false) {
+  if (partial_blocks) return testing::partial_blocks_config(ModelFamily::qwen3);
   return tiny_config(ModelFamily::qwen3, {.hidden = 128,
                                           .heads = 2,
                                           .kv_heads = 1,
@@ -97,12 +99,12 @@ void expect_training_logprobs(Transformer& model, const std::vector<GenerationRe
 class EngineRecipe : public ::testing::TestWithParam<EngineCase> {};
 
 TEST_P(EngineRecipe, GreedyIsTheStepwiseArgmaxOfTheTrainingForward) {
-  const ModelConfig config = engine_config();
+  const ModelConfig config = engine_config(GetParam().partial_blocks);
   Transformer model(config, random_parameters(config, 21), GetParam().recipe, GetParam().options());
   SamplingParams greedy;
   greedy.temperature = 0;
   greedy.max_new_tokens = 10;
-  const auto requests = make_requests({5, 9, 17}, greedy, 1, engine_config().vocab_size);
+  const auto requests = make_requests({5, 9, 17}, greedy, 1, config.vocab_size);
   Engine engine(model, {.num_blocks = 64, .block_size = 4});
   const Results results = engine.generate(requests);
 
@@ -125,7 +127,7 @@ TEST_P(EngineRecipe, GreedyIsTheStepwiseArgmaxOfTheTrainingForward) {
 // Small cache and step budget: prompts are chunked, sequences preempted and recomputed, shared
 // prompt blocks copied on write — and every logprob still equals the training forward's.
 TEST_P(EngineRecipe, SampledLogprobsEqualTheTrainingForwardBitForBit) {
-  const ModelConfig config = engine_config();
+  const ModelConfig config = engine_config(GetParam().partial_blocks);
   Transformer model(config, random_parameters(config, 22), GetParam().recipe, GetParam().options());
   SamplingParams sampling;
   sampling.n = 3;
@@ -133,7 +135,7 @@ TEST_P(EngineRecipe, SampledLogprobsEqualTheTrainingForwardBitForBit) {
   sampling.top_k = 40;
   sampling.top_p = 0.95f;
   sampling.max_new_tokens = 12;
-  auto requests = make_requests({7, 13, 4, 22, 10}, sampling, 2, engine_config().vocab_size);
+  auto requests = make_requests({7, 13, 4, 22, 10}, sampling, 2, config.vocab_size);
   requests[1].sampling.temperature = 1.3f;  // a second temperature in the same steps
   requests[3].sampling.top_k = 0;
   Engine engine(model, {.num_blocks = 14, .block_size = 4, .max_step_tokens = 16});
@@ -147,7 +149,9 @@ TEST_P(EngineRecipe, SampledLogprobsEqualTheTrainingForwardBitForBit) {
 
 INSTANTIATE_TEST_SUITE_P(Recipes, EngineRecipe,
                          ::testing::Values(EngineCase{Recipe::bf16}, EngineCase{Recipe::fp8},
-                                           EngineCase{Recipe::bf16, true}, EngineCase{Recipe::fp8, true}),
+                                           EngineCase{Recipe::bf16, true}, EngineCase{Recipe::fp8, true},
+                                           EngineCase{Recipe::fp8, false, true}, EngineCase{Recipe::fp8, true, true},
+                                           EngineCase{Recipe::bf16, false, true}),
                          [](const auto& info) { return engine_case_name(info.param); });
 
 // Many requests of different lengths, n and max_new_tokens through a cache a fraction of their
