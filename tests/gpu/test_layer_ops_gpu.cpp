@@ -597,9 +597,10 @@ TEST(LayerOpsGpu, UnsupportedCudaArgumentsAreClearErrors) {
   const Tensor other = random_tensor({8, 4}, DType::bf16, 65).to(g);
   expect_error([&] { add_into(shifted, other); }, "add_into: y: the CUDA kernels need 16-byte aligned");
 
-  const Tensor gate_up = random_tensor({4, 192}, DType::bf16, 66).to(g);  // I = 96: not whole groups
+  const Tensor gate_up = random_tensor({4, 80}, DType::bf16, 66).to(g);  // I = 40: no multiple of 16
   Fp8Rows out_rows, out_cols;
-  expect_error([&] { swiglu_forward_fp8(out_rows, out_cols, gate_up); }, "swiglu_forward_fp8: gate_up");
+  expect_error([&] { swiglu_forward_fp8(out_rows, out_cols, gate_up); },
+               "swiglu_forward_fp8: gate_up: the output width (40) must be a multiple of 16");
   const Tensor x = random_tensor({4, 128}, DType::bf16, 67).to(g), w128 = random_tensor({128}, DType::f32, 68).to(g);
   Fp8Rows y_rows = Fp8Rows::empty(4, 128, g), y_cols_wrong = Fp8Rows::empty(4, 128, g);
   expect_error([&] { rmsnorm_forward_fp8(y_rows, y_cols_wrong, rstd, x, w128, kEps); },
