@@ -296,8 +296,8 @@ ModelConfig load_model_config(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code error;
   const fs::file_status status = fs::status(path, error);
-  LOCKSTEP_CHECK(fs::exists(status), "model folder ", path,
-                 " does not exist (a Hugging Face checkpoint folder holds config.json)");
+  LOCKSTEP_CHECK(fs::exists(status), "model config ", path,
+                 ": no such file or folder (a Hugging Face checkpoint folder holds config.json)");
   if (fs::is_directory(status)) {
     const std::string file = (fs::path(path) / "config.json").string();
     LOCKSTEP_CHECK(fs::exists(file), "model folder ", path,

@@ -101,7 +101,7 @@ Problems load_set(const Config& c, const std::string& path, SyntheticSplit split
 }
 
 // model.path must be a Hugging Face checkpoint folder: says which file it lacks, before any of them
-// is read.
+// is read (the weights' file is checked where they are loaded: initial_parameters).
 void check_model_folder(const std::string& path) {
   namespace fs = std::filesystem;
   const std::string where = "model.path = " + path;
@@ -112,8 +112,13 @@ void check_model_folder(const std::string& path) {
   const fs::path dir = path;
   for (const char* file : {"config.json", "tokenizer.json"})
     LOCKSTEP_CHECK(fs::exists(dir / file), where, ": the folder has no ", file);
+}
+
+void check_model_weights(const std::string& path) {
+  namespace fs = std::filesystem;
+  const fs::path dir = path;
   LOCKSTEP_CHECK(fs::exists(dir / "model.safetensors") || fs::exists(dir / "model.safetensors.index.json"),
-                 where, ": the folder has no model.safetensors (nor model.safetensors.index.json)");
+                 "model.path = ", path, ": the folder has no model.safetensors (nor model.safetensors.index.json)");
 }
 
 }  // namespace
@@ -144,8 +149,7 @@ Setup make_setup(const Config& config, bool need_data) {
       fail(s.tokenizer_dir.string() + ": data.chat_template = \"model\", but the checkpoint has no chat template "
            "(neither chat_template.jinja nor a \"chat_template\" in tokenizer_config.json)");
     else if (!builtin)
-      std::fprintf(stderr, "%s has no chat template: prompts are the plain problem text (data.chat_template)\n",
-                   s.tokenizer_dir.string().c_str());
+      std::fprintf(stderr, "the model has no chat template: prompts are the plain problem text (see data.chat_template)\n");
   }
   for (int64_t id : s.model_config.eos_token_ids) s.stop_token_ids.push_back(int32_t(id));
   if (const auto eos = s.tokenizer->eos_id();
@@ -188,8 +192,10 @@ ModelParameters initial_parameters(const Setup& setup, const std::filesystem::pa
     p = load_hf_parameters(setup.model_config, checkpoint_model.string());
   else if (setup.config.model.path == "builtin")
     p = ModelParameters::initialized(setup.model_config, uint64_t(setup.config.run.seed));
-  else
+  else {
+    check_model_weights(setup.config.model.path);
     p = load_hf_parameters(setup.model_config, setup.config.model.path);
+  }
   return setup.device == Device::cpu ? p : p.copy_to(setup.device);
 }
 

@@ -236,7 +236,7 @@ TEST(ModelConfig, ClearErrors) {
   expect_error([] { parse_model_config("{\"hidden_size\": ", "bad.json"); }, {"bad.json", "not valid JSON"});
   expect_error([] { parse_model_config("[]", "bad.json"); }, {"bad.json", "not a JSON object"});
   expect_error([] { load_model_config("/nonexistent/config.json"); },
-               {"cannot read config /nonexistent/config.json", "No such file"});
+               {"model config /nonexistent/config.json: no such file or folder"});
 
   // A ModelConfig whose flags no config.json can express is refused rather than written wrongly.
   ModelConfig c = load_model_config(fixture("qwen2.5-1.5b.json"));
