@@ -88,25 +88,8 @@ TEST(TokenizerChat, FormatForModelType) {
 using ojson = nlohmann::ordered_json;
 
 const ojson& template_cases() {
-  static const ojson data = [] {
-    std::ifstream file(testing::kTestData / "chat_template_cases.json");
-    if (!file) throw std::runtime_error("cannot open chat_template_cases.json");
-    return ojson::parse(file);
-  }();
+  static const ojson data = testing::read_ordered_json_file(testing::kTestData / "chat_template_cases.json");
   return data;
-}
-
-// The fixtures' strftime_now clock: 2025-03-07 09:30:00 local time.
-JinjaRenderOptions fixture_clock() {
-  std::tm tm{};
-  tm.tm_year = 2025 - 1900;
-  tm.tm_mon = 2;
-  tm.tm_mday = 7;
-  tm.tm_hour = 9;
-  tm.tm_min = 30;
-  tm.tm_wday = 5;
-  tm.tm_yday = 65;
-  return {tm};
 }
 
 std::string read_text(const std::filesystem::path& path) {
@@ -136,7 +119,7 @@ TEST(ChatTemplate, RendersAsTransformers) {
     if (!c["tools"].is_null()) extra["tools"] = c["tools"];
     const auto run = [&] {
       return fixture_template(name).render(c["messages"], c["add_generation_prompt"].get<bool>(), extra,
-                                           fixture_clock());
+                                           testing::fixture_clock());
     };
     const std::string where = name + " / " + c["conversation"].get<std::string>() + " / generation prompt " +
                               c["add_generation_prompt"].dump() + " / " + c["extra"].dump();

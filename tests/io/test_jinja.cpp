@@ -17,32 +17,13 @@ namespace {
 
 using ojson = nlohmann::ordered_json;
 
-ojson read_ordered(const std::filesystem::path& path) {
-  std::ifstream file(path);
-  if (!file) throw std::runtime_error("cannot open " + path.string());
-  return ojson::parse(file);
-}
-
 const ojson& jinja_cases() {
-  static const ojson data = read_ordered(testing::kTestData / "chat_jinja_cases.json");
+  static const ojson data = testing::read_ordered_json_file(testing::kTestData / "chat_jinja_cases.json");
   return data;
 }
 
-// The fixtures' strftime_now clock: 2025-03-07 09:30:00 local time.
-JinjaRenderOptions fixture_clock() {
-  std::tm tm{};
-  tm.tm_year = 2025 - 1900;
-  tm.tm_mon = 2;
-  tm.tm_mday = 7;
-  tm.tm_hour = 9;
-  tm.tm_min = 30;
-  tm.tm_wday = 5;  // a Friday
-  tm.tm_yday = 65;
-  return {tm};
-}
-
 std::string render(std::string_view source, const ojson& variables = ojson::object()) {
-  return JinjaTemplate(source, "test.jinja").render(variables, fixture_clock());
+  return JinjaTemplate(source, "test.jinja").render(variables, testing::fixture_clock());
 }
 
 TEST(Jinja, RendersAsJinja2) {

@@ -5,11 +5,13 @@
 
 #include <gtest/gtest.h>
 
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "io/jinja.h"
 #include "io/tokenizer.h"
 
 namespace lockstep::testing {
@@ -22,6 +24,26 @@ inline nlohmann::json read_json_file(const std::filesystem::path& path) {
   std::ifstream file(path);
   if (!file) throw std::runtime_error("cannot open " + path.string());
   return nlohmann::json::parse(file);
+}
+
+// The same, keeping each object's key order (the chat fixtures' variables render in it).
+inline nlohmann::ordered_json read_ordered_json_file(const std::filesystem::path& path) {
+  std::ifstream file(path);
+  if (!file) throw std::runtime_error("cannot open " + path.string());
+  return nlohmann::ordered_json::parse(file);
+}
+
+// The chat fixtures' strftime_now clock (scripts/gen_chat_fixtures.py): 2025-03-07 09:30:00 local time.
+inline JinjaRenderOptions fixture_clock() {
+  std::tm tm{};
+  tm.tm_year = 2025 - 1900;
+  tm.tm_mon = 2;
+  tm.tm_mday = 7;
+  tm.tm_hour = 9;
+  tm.tm_min = 30;
+  tm.tm_wday = 5;  // a Friday
+  tm.tm_yday = 65;
+  return {tm};
 }
 
 // The Qwen3 tokenizer, loaded once per process (its tokenizer.json is 11 MB); nullptr when the
