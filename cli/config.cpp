@@ -230,7 +230,7 @@ Section section(std::string name, std::string help, std::vector<std::string_view
   return s;
 }
 
-constexpr std::string_view kCommands[] = {"train", "sft", "eval", "generate", "plot"};
+constexpr std::string_view kCommands[] = {"train", "sft", "eval", "generate", "export", "plot"};
 
 // Every key: its name, struct member, description and rule. Adding a key is one line here (and
 // its member in config.h).
@@ -243,8 +243,9 @@ const std::vector<Section>& schema() {
   using F = SftOptions;
   using U = RunOptions;
   using G = GenerateOptions;
+  using X = ExportOptions;
   static const std::vector<Section> sections = {
-    section<M>("model", "the policy model", {"train", "sft", "eval", "generate"}, &Config::model, {
+    section<M>("model", "the policy model", {"train", "sft", "eval", "generate", "export"}, &Config::model, {
       field("path", &M::path, "Hugging Face checkpoint folder, or \"builtin\"", non_empty()),
       field("precision", &M::precision, "numeric recipe (fp8-rollout: bf16 training, fp8 rollout)",
             one_of({"fp8", "bf16", "fp8-rollout"})),
@@ -324,7 +325,7 @@ const std::vector<Section>& schema() {
       field("batch_size", &F::batch_size, "sequences per step", at_least(1)),
       field("warmup_steps", &F::warmup_steps, "steps of linear warm-up", at_least(0)),
     }),
-    section<U>("run", "length, seed and outputs", {"train", "sft", "eval", "generate", "plot"},
+    section<U>("run", "length, seed and outputs", {"train", "sft", "eval", "generate", "export", "plot"},
                &Config::run, {
       field("steps", &U::steps, "GRPO steps (0: none)", at_least(0)),
       field("seed", &U::seed, "seed of every random choice", at_least(0)),
@@ -345,6 +346,12 @@ const std::vector<Section>& schema() {
       field("max_new_tokens", &G::max_new_tokens, "longest response, in tokens", at_least(1)),
       field("temperature", &G::temperature, "sampling temperature (0: greedy)", at_least(0)),
       field("n", &G::n, "responses to generate", at_least(1)),
+    }),
+    section<X>("export", "a Hugging Face checkpoint to serve", {"export"}, &Config::export_, {
+      field("out", &X::out, "the folder to write (empty: run.out_dir/export)"),
+      field("format", &X::format,
+            "fp8: block-FP8 as Qwen3-8B-FP8 (E4M3 weights, fp32 scale per 128x128 block; the "
+            "fp8 recipe's own bytes), bf16: plain bf16", one_of({"fp8", "bf16"})),
     }),
   };
   return sections;

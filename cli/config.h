@@ -130,6 +130,12 @@ struct GenerateOptions {
   bool operator==(const GenerateOptions&) const = default;
 };
 
+struct ExportOptions {
+  std::string out;              // empty: run.out_dir/export
+  std::string format = "fp8";   // "fp8" (block-FP8, the fp8 recipe's E4M3 weights) | "bf16"
+  bool operator==(const ExportOptions&) const = default;
+};
+
 struct Config {
   ModelOptions model;
   DataOptions data;
@@ -139,6 +145,7 @@ struct Config {
   SftOptions sft;
   RunOptions run;
   GenerateOptions generate;
+  ExportOptions export_;  // [export]; `export` is a C++ keyword
   bool operator==(const Config&) const = default;
 };
 
@@ -146,7 +153,7 @@ struct Config {
 // later one wins). Throws lockstep::Error as described above.
 Config load_config(const std::filesystem::path* file, std::span<const std::string> overrides);
 
-// The keys a subcommand reads ("train", "sft", "eval", "generate", "plot"), section by section:
+// The keys a subcommand reads ("train", "sft", "eval", "generate", "export", "plot"), section by section:
 // each with its type and allowed values, its default and a one-line description. An empty
 // subcommand lists every section. An unknown subcommand is an error naming the known ones.
 std::string config_help(std::string_view subcommand);

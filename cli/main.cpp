@@ -4,6 +4,7 @@
 //   lockstep sft      [CONFIG.toml] [--section.key=value ...]   supervised fine-tuning only
 //   lockstep eval     [CONFIG.toml] [--section.key=value ...]   held-out accuracy of a model
 //   lockstep generate [CONFIG.toml] [--section.key=value ...]   complete generate.prompt
+//   lockstep export   [CONFIG.toml] [--section.key=value ...]   the model as a checkpoint to serve
 //   lockstep plot     [RUN_DIR]                                 RUN_DIR/metrics.png from its metrics
 //   lockstep plot --compare RUN_DIR... [--out=PNG]              several runs overlaid in one PNG
 //   lockstep help [SUBCOMMAND], lockstep --help, lockstep <subcommand> --help
@@ -25,6 +26,7 @@
 
 #include "cli/config.h"
 #include "core/error.h"
+#include "model/hf_checkpoint.h"
 #include "rl/checkpoint.h"
 #include "rl/console.h"
 #include "rl/eval.h"
@@ -41,7 +43,7 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr const char* kUsage =
-    "usage: lockstep <train|sft|eval|generate> [CONFIG.toml] [--section.key=value ...]\n"
+    "usage: lockstep <train|sft|eval|generate|export> [CONFIG.toml] [--section.key=value ...]\n"
     "       lockstep plot [RUN_DIR]\n"
     "       lockstep plot --compare RUN_DIR... [--out=PNG]\n"
     "       lockstep <subcommand> --help     (or: lockstep help <subcommand>)\n";
@@ -53,6 +55,8 @@ constexpr const char* kSubcommands =
     "  eval       held-out pass@1 (greedy and sampled) of model.path, or of the checkpoint in\n"
     "             run.out_dir when model.path is \"builtin\"\n"
     "  generate   complete --generate.prompt=... with the same model\n"
+    "  export     write the same model as a Hugging Face checkpoint to serve: block-FP8 (the fp8\n"
+    "             recipe's own E4M3 weights, as Qwen3-8B-FP8) or bf16, in export.out\n"
     "  plot       draw a run's curves (RUN_DIR/metrics.png), or overlay runs (--compare)\n"
     "\nWith no config file and no options, `lockstep train` runs the built-in default job.\n";
 
@@ -63,7 +67,7 @@ constexpr const char* kPlotHelp =
     "legend naming each folder; written to PNG (default: compare.png in the first run's parent\n"
     "folder).\n";
 
-constexpr std::string_view kCommands[] = {"train", "sft", "eval", "generate", "plot"};
+constexpr std::string_view kCommands[] = {"train", "sft", "eval", "generate", "export", "plot"};
 
 bool is_help(std::string_view a) { return a == "--help" || a == "-h" || a == "help"; }
 
@@ -159,6 +163,57 @@ int generate(const Config& config) {
   return 0;
 }
 
+// "k_proj, v_proj" for the layers' tensors named in `names`: the module kinds, each once.
+std::string module_kinds(const std::vector<std::string>& names) {
+  std::vector<std::string> kinds;
+  for (const std::string& name : names) {
+    const std::string stem = name.substr(0, name.rfind(".weight"));
+    const std::string kind = stem.substr(stem.rfind('.') + 1);
+    if (std::ranges::find(kinds, kind) == kinds.end()) kinds.push_back(kind);
+  }
+  std::string out;
+  for (const std::string& k : kinds) out += (out.empty() ? "" : ", ") + k;
+  return out;
+}
+
+// `lockstep export`: the model eval and generate would serve, written as a Hugging Face checkpoint
+// with its tokenizer files. On the CPU: exporting needs no GPU.
+int export_model(Config config) {
+  config.model.device = "cpu";
+  config.data.chat_template = "none";  // no prompts are made
+  const Served served = serving_setup(config, /*need_data=*/false);
+  const Setup& setup = served.setup;
+  const fs::path out = config.export_.out.empty() ? fs::path(config.run.out_dir) / "export"
+                                                  : fs::path(config.export_.out);
+  std::printf("%s\n", run_header("export", setup, served.source, out.string()).c_str());
+  if (!served.note.empty()) std::printf("%s\n", served.note.c_str());
+  std::fflush(stdout);
+  const ModelParameters params = initial_parameters(setup, served.checkpoint);
+  std::vector<std::string> files;
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja",
+                           "special_tokens_map.json", "generation_config.json"})
+    if (fs::is_regular_file(setup.tokenizer_dir / name)) files.push_back((setup.tokenizer_dir / name).string());
+  if (config.export_.format == "bf16") {
+    save_hf_checkpoint(out.string(), setup.model_config, params, DType::bf16, files);
+    std::printf("wrote %s: bf16 weights, config.json and the tokenizer\n", out.c_str());
+    return 0;
+  }
+  const Fp8Export report = save_fp8_hf_checkpoint(out.string(), setup.model_config, params, files);
+  std::printf("wrote %s: block-FP8 (e4m3, one fp32 scale per 128x128 block), config.json and the "
+              "tokenizer\n", out.c_str());
+  const size_t total = report.exact.size() + report.requantized.size();
+  std::printf("%zu of %zu projection weights hold the fp8 recipe's own E4M3 bytes and scales\n",
+              report.exact.size(), total);
+  if (!report.requantized.empty())
+    std::printf("the other %zu (%s) start inside a 128-row block of lockstep's fused weight:\n"
+                "they were quantized afresh on the checkpoint's own 128x128 grid\n",
+                report.requantized.size(), module_kinds(report.requantized).c_str());
+  if (config.model.precision == "bf16")
+    std::printf("note: model.precision is bf16, whose rollout reads bf16 weights; these E4M3 "
+                "weights are the fp8 recipe's quantization of them\n");
+  return 0;
+}
+
 // `lockstep plot [RUN_DIR]` and `lockstep plot --compare RUN_DIR... [--out=PNG]`.
 int plot(std::vector<std::string> args) {
   if (!args.empty() && args[0] == "--compare") {
@@ -232,6 +287,7 @@ int run(int argc, char** argv) {
     return 0;
   }
   if (command == "eval") return eval(config);
+  if (command == "export") return export_model(config);
   return generate(config);
 }
 

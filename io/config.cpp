@@ -159,6 +159,46 @@ std::optional<Llama3RopeScaling> parse_rope_scaling(const Fields& f, const std::
   return r;
 }
 
+// quantization_config -> block-FP8, the one quantized format lockstep reads and writes. Anything else
+// (another method, static activation scales, another element format) would load as something other
+// than what the checkpoint holds, so it is an error naming the field.
+std::optional<Fp8Quantization> parse_quantization(const Fields& f, const std::string& source) {
+  const json* q = f.find("quantization_config");
+  if (!q) return std::nullopt;
+  if (!q->is_object()) f.fail_field("quantization_config", "must be an object, got " + q->dump());
+  const Fields g(*q, source, "quantization_config.");
+  const std::string method = g.string("quant_method", "");
+  if (method != "fp8")
+    g.fail_field("quant_method", concat("is '", method, "'; lockstep reads block-FP8 checkpoints ",
+                                        "(quant_method \"fp8\") and unquantized ones"));
+  const std::string fmt = g.string("fmt", "e4m3");
+  if (fmt != "e4m3") g.fail_field("fmt", concat("is '", fmt, "'; lockstep reads e4m3 weights"));
+  const std::string activations = g.string("activation_scheme", "dynamic");
+  if (activations != "dynamic")
+    g.fail_field("activation_scheme", concat("is '", activations, "'; lockstep quantizes activations ",
+                                             "dynamically (\"dynamic\") and reads no activation scales"));
+  Fp8Quantization r;
+  const json* block = g.find("weight_block_size");
+  if (!block)
+    g.fail_field("weight_block_size", "is missing: lockstep reads block-scaled weights (e.g. [128, 128]), "
+                                      "not one scale per tensor");
+  if (!block->is_array() || block->size() != 2)
+    g.fail_field("weight_block_size", "must be [rows, columns], got " + block->dump());
+  const json named_sizes = {{"rows", (*block)[0]}, {"columns", (*block)[1]}};
+  const Fields sizes(named_sizes, source, "quantization_config.weight_block_size.");
+  r.block_rows = sizes.positive_int("rows");
+  r.block_cols = sizes.positive_int("columns");
+  if (const json* skip = g.find("modules_to_not_convert")) {
+    if (!skip->is_array()) g.fail_field("modules_to_not_convert", "must be a list of module names, got " + skip->dump());
+    for (const json& name : *skip) {
+      if (!name.is_string())
+        g.fail_field("modules_to_not_convert", "must hold module names (strings), got " + name.dump());
+      r.modules_to_not_convert.push_back(name.get<std::string>());
+    }
+  }
+  return r;
+}
+
 ModelConfig parse_config_object(const json& j, const std::string& source) {
   if (!j.is_object()) fail(concat(source, ": config is not a JSON object but ", j.type_name()));
   const Fields f(j, source);
@@ -229,6 +269,7 @@ ModelConfig parse_config_object(const json& j, const std::string& source) {
   }
   // transformers 5 renamed torch_dtype to dtype.
   c.torch_dtype = f.string("torch_dtype", f.string("dtype", ""));
+  c.fp8_quantization = parse_quantization(f, source);
   return c;
 }
 
@@ -279,6 +320,14 @@ std::string ModelConfig::to_json() const {
   if (eos_token_ids.size() == 1) j["eos_token_id"] = eos_token_ids[0];
   if (eos_token_ids.size() > 1) j["eos_token_id"] = eos_token_ids;
   if (!torch_dtype.empty()) j["torch_dtype"] = torch_dtype;
+  if (fp8_quantization) {
+    j["quantization_config"] = {
+        {"quant_method", "fp8"},
+        {"fmt", "e4m3"},
+        {"activation_scheme", "dynamic"},
+        {"weight_block_size", {fp8_quantization->block_rows, fp8_quantization->block_cols}},
+        {"modules_to_not_convert", fp8_quantization->modules_to_not_convert}};
+  }
   return j.dump(2) + "\n";
 }
 

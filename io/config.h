@@ -29,6 +29,19 @@ struct Llama3RopeScaling {
   bool operator==(const Llama3RopeScaling&) const = default;
 };
 
+// A checkpoint whose linear weights are block-FP8 (config.json's `quantization_config`, as Qwen3-*-FP8
+// and DeepSeek-V3 publish theirs: quant_method "fp8", fmt "e4m3", activation_scheme "dynamic"):
+// each projection's weight is E4M3 with an fp32 `weight_scale_inv` per block of `block_rows` ×
+// `block_cols` elements (weight ≈ e4m3 · scale_inv; the last block of a dimension may be partial);
+// the modules named in `modules_to_not_convert` (e.g. "lm_head") and every embedding, norm and bias
+// stay in the checkpoint's dtype.
+struct Fp8Quantization {
+  int64_t block_rows = 128;
+  int64_t block_cols = 128;
+  std::vector<std::string> modules_to_not_convert;
+  bool operator==(const Fp8Quantization&) const = default;
+};
+
 struct ModelConfig {
   ModelFamily family = ModelFamily::llama;
   int64_t hidden_size = 0;
@@ -50,6 +63,7 @@ struct ModelConfig {
   std::optional<int64_t> bos_token_id;
   std::vector<int64_t> eos_token_ids;  // config.json holds an int or a list
   std::string torch_dtype;             // the checkpoint's dtype as stated ("bfloat16"), or empty
+  std::optional<Fp8Quantization> fp8_quantization;  // none: the weights are bf16, f16 or f32
 
   // A config.json Hugging Face loads back into the same model (2-space indented, keys sorted).
   std::string to_json() const;

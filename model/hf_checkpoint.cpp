@@ -4,10 +4,12 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <functional>
 #include <set>
 
 #include "core/error.h"
 #include "io/safetensors.h"
+#include "numerics/quantize.h"
 #include "ops/elementwise.h"
 
 namespace lockstep {
@@ -80,6 +82,102 @@ bool ignorable(const std::string& name, const ModelConfig& c) {
          name.ends_with(".rotary_emb.inv_freq");
 }
 
+// The weights a block-FP8 checkpoint quantizes: the attention and MLP projections.
+bool is_projection(const Piece& piece) {
+  return piece.shape.size() == 2 && piece.name.ends_with("_proj.weight");
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// dst [N, K] = e4m3 · scale_inv of the element's block, one fp32 multiply as transformers
+// dequantizes (weight.to(float32) * scale_inv). Returns the scale tensor's name.
+std::string load_fp8_piece(Tensor& dst, const Tensor& src, const SafetensorsCheckpoint& checkpoint,
+                           const Piece& piece, const ModelConfig& config) {
+  const std::string& path = checkpoint.path();
+  LOCKSTEP_CHECK(config.fp8_quantization, "checkpoint ", path, ": tensor '", piece.name,
+                 "' is F8_E4M3 but config.json has no quantization_config (which says how its "
+                 "blocks are scaled)");
+  LOCKSTEP_CHECK(piece.shape.size() == 2, "checkpoint ", path, ": tensor '", piece.name,
+                 "' is F8_E4M3; only 2-D weights can be block-FP8");
+  const std::string scale_name = piece.name + "_scale_inv";
+  LOCKSTEP_CHECK(checkpoint.contains(scale_name), "checkpoint ", path, ": tensor '", piece.name,
+                 "' is F8_E4M3 but its block scales '", scale_name, "' are missing");
+  const Tensor scale = checkpoint.tensor(scale_name);
+  const int64_t n = piece.shape[0], k = piece.shape[1];
+  const int64_t br = config.fp8_quantization->block_rows, bc = config.fp8_quantization->block_cols;
+  const Shape want = {ceil_div(n, br), ceil_div(k, bc)};
+  LOCKSTEP_CHECK(scale.dtype() == DType::f32 && scale.shape() == want, "checkpoint ", path,
+                 ": tensor '", scale_name, "' is ", dtype_name(scale.dtype()), " ",
+                 shape_string(scale.shape()), "; it must be f32 ", shape_string(want),
+                 " (one scale per ", br, "×", bc, " block of ", shape_string(piece.shape), ")");
+  const e4m3* q = src.data_as<e4m3>();
+  const float* s = scale.data_as<float>();
+  float* d = dst.data_as<float>();
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < k; ++j)
+      d[i * k + j] = e4m3_to_float(q[i * k + j]) * s[(i / br) * want[1] + j / bc];
+  return scale_name;
+}
+
+// The checkpoint's tensors of rows [first_row, first_row + n) of `blocks`, the weight of a piece
+// [n, k]: its E4M3 values without lockstep's column padding, and the scales of its 128×128 blocks
+// without the scale table's padding. first_row is a multiple of 128.
+std::pair<Tensor, Tensor> hf_fp8_tensors(const Fp8Blocks& blocks, int64_t first_row, int64_t n,
+                                         int64_t k) {
+  Tensor data = Tensor::empty({n, k}, DType::e4m3);
+  const int64_t stored = blocks.data.dim(1);
+  for (int64_t i = 0; i < n; ++i)
+    std::copy_n(blocks.data.data_as<e4m3>() + (first_row + i) * stored, k,
+                data.data_as<e4m3>() + i * k);
+  const int64_t rows = ceil_div(n, kQuantGroup), cols = ceil_div(k, kQuantGroup);
+  const int64_t table_cols = blocks.scales.dim(1), first_block = first_row / kQuantGroup;
+  Tensor scales = Tensor::empty({rows, cols}, DType::f32);
+  for (int64_t i = 0; i < rows; ++i)
+    std::copy_n(blocks.scales.data_as<float>() + (first_block + i) * table_cols, cols,
+                scales.data_as<float>() + i * cols);
+  return {std::move(data), std::move(scales)};
+}
+
+void check_files_to_copy(const std::vector<std::string>& files) {
+  for (const std::string& file : files)
+    LOCKSTEP_CHECK(fs::is_regular_file(file), "no file '", file, "' to copy into the checkpoint");
+}
+
+ModelParameters host_copy(const ModelParameters& params) {
+  ModelParameters cpu = params;  // shares the tensors; CUDA ones are replaced by host copies
+  cpu.for_each([](const std::string&, Tensor& t) {
+    if (t.is_cuda()) t = t.to(Device::cpu);
+  });
+  return cpu;
+}
+
+// Runs `fill` on a temporary folder beside `folder`, then renames it into place (replacing an
+// existing folder of that name), so a reader never sees a half-written checkpoint.
+void write_folder_atomically(const std::string& folder, const char* what,
+                             const std::function<void(const fs::path&)>& fill) {
+  const fs::path target = fs::absolute(fs::path(folder).lexically_normal());
+  LOCKSTEP_CHECK(target.has_filename() && target.filename() != "..", what, ": '", folder,
+                 "' is not a usable folder name");
+  const std::string suffix = "." + std::to_string(getpid());
+  const fs::path temp = target.string() + ".tmp" + suffix, old = target.string() + ".old" + suffix;
+  try {
+    fs::remove_all(temp);
+    fs::create_directories(temp);
+    fill(temp);
+    if (fs::exists(target)) fs::rename(target, old);
+    fs::rename(temp, target);
+    fs::remove_all(old);
+  } catch (const fs::filesystem_error& e) {
+    std::error_code ignored;
+    fs::remove_all(temp, ignored);
+    fail(std::string(what) + ": cannot write '" + folder + "': " + e.what());
+  } catch (...) {
+    std::error_code ignored;
+    fs::remove_all(temp, ignored);
+    throw;
+  }
+}
+
 }  // namespace
 
 ModelParameters load_hf_parameters(const ModelConfig& config, const std::string& path) {
@@ -94,11 +192,15 @@ ModelParameters load_hf_parameters(const ModelConfig& config, const std::string&
     LOCKSTEP_CHECK(src.shape() == piece.shape, "checkpoint ", path, ": tensor '", piece.name,
                    "' has shape ", shape_string(src.shape()), ", the config needs ",
                    shape_string(piece.shape));
+    Tensor dst = slice_of(piece);
+    if (src.dtype() == DType::e4m3) {
+      expected.insert(load_fp8_piece(dst, src, checkpoint, piece, config));
+      continue;
+    }
     LOCKSTEP_CHECK(src.dtype() == DType::bf16 || src.dtype() == DType::f16 ||
                        src.dtype() == DType::f32,
                    "checkpoint ", path, ": tensor '", piece.name, "' is ", dtype_name(src.dtype()),
-                   "; model weights must be bf16, f16 or f32");
-    Tensor dst = slice_of(piece);
+                   "; model weights must be bf16, f16 or f32 (or block-FP8 e4m3)");
     if (src.dtype() == DType::f16) {  // convert() handles f32/bf16 only
       const f16* s = src.data_as<f16>();
       float* d = dst.data_as<float>();
@@ -115,13 +217,12 @@ ModelParameters load_hf_parameters(const ModelConfig& config, const std::string&
 }
 
 void save_hf_checkpoint(const std::string& folder, const ModelConfig& config,
-                        const ModelParameters& params, DType dtype) {
+                        const ModelParameters& params, DType dtype,
+                        const std::vector<std::string>& copy_files) {
   LOCKSTEP_CHECK(dtype == DType::bf16 || dtype == DType::f32, "save_hf_checkpoint: dtype must be ",
                  "bf16 or f32, got ", dtype_name(dtype));
-  ModelParameters cpu = params;  // shares the tensors; CUDA ones are replaced by host copies
-  cpu.for_each([](const std::string&, Tensor& t) {
-    if (t.is_cuda()) t = t.to(Device::cpu);
-  });
+  check_files_to_copy(copy_files);
+  ModelParameters cpu = host_copy(params);
   NamedTensors tensors;
   for (const Piece& piece : hf_pieces(config, cpu)) {
     Tensor out = Tensor::empty(piece.shape, dtype);
@@ -130,26 +231,65 @@ void save_hf_checkpoint(const std::string& folder, const ModelConfig& config,
   }
   ModelConfig saved = config;
   saved.torch_dtype = dtype == DType::bf16 ? "bfloat16" : "float32";
-
-  const fs::path target = fs::absolute(fs::path(folder).lexically_normal());
-  LOCKSTEP_CHECK(target.has_filename() && target.filename() != "..",
-                 "save_hf_checkpoint: '", folder, "' is not a usable folder name");
-  const std::string suffix = "." + std::to_string(getpid());
-  const fs::path temp = target.string() + ".tmp" + suffix, old = target.string() + ".old" + suffix;
-  try {
-    fs::remove_all(temp);
-    fs::create_directories(temp);
-    write_safetensors_checkpoint(temp.string(), tensors, kDefaultMaxShardBytes,
-                                 {{"format", "pt"}});
+  saved.fp8_quantization.reset();
+  write_folder_atomically(folder, "save_hf_checkpoint", [&](const fs::path& temp) {
+    write_safetensors_checkpoint(temp.string(), tensors, kDefaultMaxShardBytes, {{"format", "pt"}});
     save_model_config(saved, (temp / "config.json").string());
-    if (fs::exists(target)) fs::rename(target, old);
-    fs::rename(temp, target);
-    fs::remove_all(old);
-  } catch (const fs::filesystem_error& e) {
-    std::error_code ignored;
-    fs::remove_all(temp, ignored);
-    fail("save_hf_checkpoint: cannot write '" + folder + "': " + e.what());
+    for (const std::string& file : copy_files) fs::copy_file(file, temp / fs::path(file).filename());
+  });
+}
+
+Fp8Export save_fp8_hf_checkpoint(const std::string& folder, const ModelConfig& config,
+                                 const ModelParameters& params,
+                                 const std::vector<std::string>& copy_files) {
+  check_files_to_copy(copy_files);
+  ModelParameters cpu = host_copy(params);
+  Fp8Export report;
+  NamedTensors tensors;
+  // The fp8 recipe quantizes each fused master (qkv, gate_up) as one weight: its pieces follow each
+  // other in hf_pieces, so one quantized master is kept at a time.
+  const Tensor* quantized_master = nullptr;
+  Fp8Weight quantized;
+  for (const Piece& piece : hf_pieces(config, cpu)) {
+    if (!is_projection(piece)) {
+      Tensor out = Tensor::empty(piece.shape, DType::bf16);
+      convert(out, slice_of(piece));
+      tensors.emplace_back(piece.name, std::move(out));
+      continue;
+    }
+    const int64_t n = piece.shape[0], k = piece.shape[1];
+    LOCKSTEP_CHECK(n % kFp8ColsMultiple == 0 && k % kFp8ColsMultiple == 0, "save_fp8_hf_checkpoint: '",
+                   piece.name, "' is ", shape_string(piece.shape), "; block-FP8 export needs ",
+                   "dimensions that are multiples of ", kFp8ColsMultiple, " (as the fp8 recipe)");
+    std::pair<Tensor, Tensor> out;
+    if (piece.row_begin % kQuantGroup == 0) {
+      if (quantized_master != piece.target) {
+        const Tensor& m = *piece.target;
+        quantized = Fp8Weight::empty(m.dim(0), m.dim(1), Device::cpu);
+        quantize_weight(quantized, m);
+        quantized_master = piece.target;
+      }
+      out = hf_fp8_tensors(quantized.w, piece.row_begin, n, k);
+      report.exact.push_back(piece.name);
+    } else {
+      Fp8Weight own = Fp8Weight::empty(n, k, Device::cpu);
+      quantize_weight(own, slice_of(piece));
+      out = hf_fp8_tensors(own.w, 0, n, k);
+      report.requantized.push_back(piece.name);
+    }
+    tensors.emplace_back(piece.name, std::move(out.first));
+    tensors.emplace_back(piece.name + "_scale_inv", std::move(out.second));
   }
+  ModelConfig saved = config;
+  saved.torch_dtype = "bfloat16";
+  saved.fp8_quantization = Fp8Quantization{};
+  write_folder_atomically(folder, "save_fp8_hf_checkpoint", [&](const fs::path& temp) {
+    write_safetensors_checkpoint(temp.string(), tensors, kDefaultMaxShardBytes, {{"format", "pt"}});
+    save_model_config(saved, (temp / "config.json").string());
+    for (const std::string& file : copy_files)
+      fs::copy_file(file, temp / fs::path(file).filename());
+  });
+  return report;
 }
 
 }  // namespace lockstep

@@ -93,6 +93,19 @@ check 0 "lockstep eval | CPU" "b/checkpoint/model (qwen3" "held-out accuracy on 
   "$bin" eval --model.device=cpu --run.eval_problems=8 --run.out_dir="$work/a" --model.path="$work/b/checkpoint/model"
 fact "eval's lines fit 100 columns" fits
 
+# --- export: the served model as a checkpoint to serve, which lockstep loads again ---
+check 0 "lockstep export | CPU" "wrote $work/fp8: block-FP8" "6 of 7 projection weights hold the fp8 recipe's own E4M3" \
+  "the other 1 (v_proj) start inside a 128-row block" -- \
+  "$bin" export --run.out_dir="$work/a" --export.out="$work/fp8"
+fact "the export holds the tokenizer" test -f "$work/fp8/tokenizer.json"
+fact "the export's config.json names its quantization" grep -q '"quant_method": "fp8"' "$work/fp8/config.json"
+check 0 "fp8 (qwen3" -- "$bin" "${gen[@]}" --run.out_dir="$work/b" --model.path="$work/fp8"
+samples_fp8=$(grep -v '^lockstep' <<< "$out")
+fact "the fp8 export generates as the run it came from" test "$samples_fp8" == "$samples_a"
+check 0 "wrote $work/bf16: bf16 weights" -- "$bin" export --run.out_dir="$work/a" --export.out="$work/bf16" \
+  --export.format=bf16
+check 1 "export.format must be one of" "fp4" -- "$bin" export --run.out_dir="$work/a" --export.format=fp4
+
 # --- resuming: where it resumes, and a complete run says so ---
 check 0 "the run is already complete: nothing to do (a larger --sft.steps continues it)" -- "$bin" sft "${small[@]}" --run.out_dir="$work/a" --run.resume=true
 check 0 "resuming from its checkpoint: SFT step 3 of 3, GRPO step 0 of 2" \
