@@ -4,7 +4,7 @@
 # GPU tests, then bench_gemm), train_bench, train_bench_recompute, attn_bench, torch_bench,
 # compare_large, rollout_bench, hf_generate, default_job, large_grpo, decode_profile,
 # decode_trace, kernel_profile.
-# Logs go to $OUT; each stage has its own time limit so one hang does not eat the session.
+# Logs go to $OUT; each stage has its own time limit, so one hang does not use up the lease.
 set -u
 cd "$(dirname "$0")/.."  # the repository root
 # cuDNN: the GPU machine has it as PyTorch's nvidia-cudnn wheel, not in the CUDA toolkit.

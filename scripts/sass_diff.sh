@@ -2,7 +2,7 @@
 # Compares the compiled kernels of two CUDA objects or binaries (before / after a change): for each
 # kernel whose name matches REGEX, its registers, spills and whether its SASS is the same
 # instruction for instruction (addresses and comments aside). The decode kernels' speed moved by
-# 1–2% with source changes that did not touch their main loops (docs/benchmarks.md, session 11):
+# 1–2% with source changes that did not touch their main loops (H200, 2026-11-22):
 # check that a change leaves the kernels it does not mean to change compiled exactly as before.
 #   scripts/sass_diff.sh [--rename SED] BEFORE.o AFTER.o [REGEX]   e.g. ... attention.cu.o attention.cu.o decode_kernel
 # Kernels are paired by name; when REGEX matches one kernel in each file, those two are compared

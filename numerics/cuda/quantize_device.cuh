@@ -304,10 +304,11 @@ __device__ __forceinline__ void quantize_tile_rows(const Bf16& f, int64_t t0, in
 // Without a columnwise copy (inference), up to kRowsOnlyT token rows take rows-only kernels without
 // the tile loop: one thread holds one 8-value vector of a token row, and the 16 lanes of each
 // half-warp one 128-value group, in order. At T ≤ 64 a 128×128 tile is mostly padding rows, whose
-// work (and persistent grid) dominated (docs/results/decode_*_ncu_*.txt); at batch 256 the tile
-// kernels had 2 row tiles, too few CTAs to stream their bytes (the SwiGLU's at 1.2 TB/s,
-// docs/results/decode_trace_b256_fp8_h200_2026-11-22-s13.txt): with the rows kernels up to 256
-// rows instead of 64, fp8 decode at B = 128 ran 2.9% faster, at B = 256 0.7% (H200, session 13).
+// work (and persistent grid) dominated (ncu of decode steps, H200, 2026-11-21); at batch 256 the
+// tile kernels had 2 row tiles, too few CTAs to stream their bytes (the SwiGLU's at 1.2 TB/s,
+// docs/results/decode_trace_b256_fp8_h200_2026-11-22.txt): with the rows kernels up to 256 rows
+// instead of 64, fp8 decode at B = 128 ran 2.9% faster, at B = 256 0.7% (H200, 2026-11-22,
+// docs/results/rollout_rows_only_256_h200_2026-11-22.txt).
 constexpr int64_t kRowsOnlyT = 256;
 constexpr int kSmallThreads = 128;  // a block of the small-T kernels: more blocks, more SMs at T = 1
 

@@ -78,7 +78,7 @@ constexpr int kBwdRows = 32;   // query rows a backward step
 constexpr int kGroupRows = 16; // q heads a decode CTA serves: the rows of one MMA tile
 // K/V tiles in a decode CTA's ring: one in flight while one is used, and three CTAs an SM
 // (kDecodeCtasPerSm: 70 KB of shared memory and ≤ 168 registers each). Measured at batch 64
-// (bench_rollout, H200, session 6): 2 stages × 3 CTAs 7425 tokens/s in bf16 against 7203 for
+// (bench_rollout, H200, 2026-11-21): 2 stages × 3 CTAs 7425 tokens/s in bf16 against 7203 for
 // 3 stages × 2 CTAs — more warps to hide the latency of the MMA and softmax chains.
 constexpr int kDecodeStages = 2;
 constexpr int kDecodeCtasPerSm = 3;
@@ -585,7 +585,7 @@ constexpr int kMaxDecodeParts = 8;  // the portable cluster size
 // decode_kernel<D, true>'s output: the rows quantized rowwise as quantize_rows does (e4m3 q
 // [T, out_width], scales s [out_width / 128, T], fp32 amax/448 or pow2), instead of a.out. A kernel
 // parameter of its own: DecodeArgs grown by these fields changed how the bf16 kernel compiles
-// (162 registers instead of 164, other SASS), which cost 1–2% at batch 64 (session 11).
+// (162 registers instead of 164, other SASS), which cost 1–2% at batch 64 (H200, 2026-11-22).
 struct QuantizedOut {
   uint8_t* q;
   float* s;
@@ -715,7 +715,7 @@ __device__ __forceinline__ void accumulate_fp8(float (&o)[D / 8][4], const uint3
 // The decode kernel's shared memory: the queries, then the K/V ring (bf16 tiles; or, from an e4m3
 // cache, the staged bytes and scales of each tile); the merge reuses the bf16 ring's bytes.
 // From an e4m3 cache the ring has 3 stages (two tiles in flight while one is used), which still fits
-// 3 CTAs an SM; 4 stages measured 1% slower at batch 64 (H200, session 12).
+// 3 CTAs an SM; 4 stages measured 1% slower at batch 64 (H200, 2026-11-22).
 template <int D, bool kFp8Cache>
 struct DecodeSmem {
   static constexpr int kStages = kFp8Cache ? 3 : kDecodeStages;
@@ -740,7 +740,7 @@ struct DecodeSmem {
 // requested before the early-start wait, the step's own row (len − 1, which the RoPE kernel before
 // this one writes) left out of them and read after the wait. At batch 1 a partition holds 1–3 tiles
 // of a 512–1536-key context; the CTA has ~1.6 µs before its wait (the RoPE kernel's run). fp8 B = 1
-// decode 337 / 337 tokens/s against 333 / 333, B = 2 662 / 662 against 653 / 654 (H200, session 14).
+// decode 337 / 337 tokens/s against 333 / 333, B = 2 662 / 662 against 653 / 654 (H200, 2026-11-27).
 // A 4-tile ring with three tiles before the wait lost (B = 2 −8%): its 132 KB a CTA left no room
 // for the next GEMM's CTAs, launched early beside it.
 template <int D, bool kQuantized, bool kFp8Cache = false, bool kSmallGrid = false>
@@ -750,7 +750,7 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm) decode_kernel(cons
   static_assert(!(kSmallGrid && kFp8Cache), "the small grid's early tiles are the bf16 cache's");
   // The bf16 cache's code is written as it was before the e4m3 cache came (if constexpr apart), so
   // that its kernels compile to the same SASS (scripts/sass_diff.sh): their speed at batch 64 moved
-  // by 1–2% with changes outside the main loop (session 11).
+  // by 1–2% with changes outside the main loop (H200, 2026-11-22).
   using Smem = DecodeSmem<D, kFp8Cache>;
   constexpr int kStages = Smem::kStages;
   constexpr int kChunks = D / 8;
@@ -846,7 +846,7 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm) decode_kernel(cons
   };
   // Tile 0's K/V rows too when none of them is this step's: those come from earlier steps, while the
   // step writes only the row at len − 1 (the RoPE kernel before this one). +0.8% fp8 tokens/s at
-  // batch 1, +0.2% at 64 (H200, session 11).
+  // batch 1, +0.2% at 64 (H200, 2026-11-22).
   // Under kSmallGrid both ring tiles, without the step's row.
   const bool tile0_early = tiles > 0 && min(p_begin + kTileRows, p_end) <= len - 1;
   [[maybe_unused]] int early = 0;  // kSmallGrid: the tiles requested before the wait (≤ 2)
@@ -1505,7 +1505,7 @@ void paged(uint16_t* out, const QuantizedOut* quantized, const Tensor& qkv, cons
     // row with NaN when cu_seqlens_q is malformed, and must come last for that.
     if (a.S > 0) {
       // A grid of at most one CTA an SM requests both ring tiles early (bf16 cache only): at batch 64
-      // both in flight was slower (session 10).
+      // both in flight was slower (H200, 2026-11-21).
       const bool small_grid = int64_t(d.max_parts) * a.kv_heads * a.S <= device_sm_count();
       auto launch = [&](auto small) {
         constexpr bool kSmallGrid = decltype(small)::value;
@@ -1546,7 +1546,7 @@ void attention_paged(Tensor& out, const Tensor& qkv, const PagedKv& cache, const
 }
 
 // The quantized output spares the quantize launch after the attention (1.1 µs a layer at batch 1:
-// fp8 B = 1 decode 327 / 328 tokens/s against 325 / 326, H200, session 11); it is used where the
+// fp8 B = 1 decode 327 / 328 tokens/s against 325 / 326, H200, 2026-11-22); it is used where the
 // decode grid fits on the GPU at once: at batch 64 a first version made the kernel slower than
 // kernel + quantize (91.9 against 85.7 + 2.6 µs a layer).
 bool decode_quantizes_output(int64_t sequences, const HeadLayout& layout, int64_t max_keys) {

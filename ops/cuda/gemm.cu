@@ -83,7 +83,7 @@ constexpr int kNoScale = -1;
 constexpr int kAutotune = -1;
 // Untimed, the small-T kernel runs up to this many tokens: on an H200 it beats cuBLASLt clearly
 // there (up to 2.7×) but loses some Qwen3 shapes at 32 and 64
-// (docs/results/bench_gemm_h200_2026-11-21-s4_small_t_mma_wgmma.txt).
+// (docs/results/small_t_mma_vs_wgmma_h200_2026-11-21.txt).
 constexpr int64_t kSmallTUntunedTokens = 16;
 
 struct MatmulShape {

@@ -8,15 +8,15 @@
 // SMs); the CTAs of one row block form a thread-block cluster and add their fp32 partial tiles
 // through distributed shared memory in rank order (deterministic, no workspace, one kernel).
 // That reduction moves (splits − 1)·T·64·4 bytes a cluster, as much as the weight's bytes at 64
-// tokens with 8 splits of 128-row blocks (the layout until session 7): a kernel with no epilogue
+// tokens with 8 splits of 128-row blocks (the layout until 2026-11-21): a kernel with no epilogue
 // at all was 17 µs a layer faster at Qwen3-8B's shapes and T = 64, and 64-row blocks split at
 // most 4 ways took 95 µs a layer where 128-row blocks split 8 ways took 100
 // (docs/benchmarks.md, decode shapes).
 //
 // Pipeline: each K block's weight tile (64 rows × 128 bytes), act tile (8·NT tokens × 128 bytes,
 // tokens ≥ T zero-filled) and scales go global → shared by cp.async, 4 to 8 stages deep: as many
-// as leave room for three CTAs an SM. (With two, session 5's clusters of 8 CTAs fit only 30 at once
-// on an H200, so the 32 clusters of a 4096-row weight ran in two waves.) The tiles are
+// as leave room for three CTAs an SM. (With two, clusters of 8 CTAs fit only 30 at once on an H200
+// (ncu, 2026-11-21), so the 32 clusters of a 4096-row weight ran in two waves.) The tiles are
 // rows of eight 16-byte chunks, 128-byte swizzled: chunk c of row r sits at c ^ r%8, tiles 1024-byte
 // aligned. That is the layout wgmma's SWIZZLE_128B K-major descriptors read, and it spreads the
 // copies over all 32 banks.
@@ -268,9 +268,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) small_t_kernel(const Arg
   // to 8. There that kernel (RMSNorm, SwiGLU: one or a few rows) is latency-bound and the requests of
   // every resident CTA queue ahead of its own reads: with all 7 stages the norms took 5.1 and 6.8 µs
   // a layer instead of 3.3 and 3.0, with none the GEMMs lost what the norms won; two stages hide
-  // the GEMM's first DRAM round trip and little more. fp8 B = 1 decode, H200, session 11, one run:
-  // 334/335 tokens/s with two, 326/326 with none, 321/321 with all; another: one 334/332, two
-  // 335/333, three 335/335.
+  // the GEMM's first DRAM round trip and little more (fp8 B = 1 decode, H200, 2026-11-22: 334–335
+  // tokens/s with two, 326 with none, 321 with all; one to three stages alike within noise).
   constexpr int kStagesBeforeWait = NT > 1 ? kStages - 1 : 2;
 #pragma unroll
   for (int i = 0; i < kStagesBeforeWait; ++i)
