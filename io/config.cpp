@@ -325,8 +325,10 @@ std::string ModelConfig::to_json() const {
         {"quant_method", "fp8"},
         {"fmt", "e4m3"},
         {"activation_scheme", "dynamic"},
-        {"weight_block_size", {fp8_quantization->block_rows, fp8_quantization->block_cols}},
-        {"modules_to_not_convert", fp8_quantization->modules_to_not_convert}};
+        {"weight_block_size", {fp8_quantization->block_rows, fp8_quantization->block_cols}}};
+    // An empty list would tell transformers to convert everything, the LM head included.
+    if (!fp8_quantization->modules_to_not_convert.empty())
+      j["quantization_config"]["modules_to_not_convert"] = fp8_quantization->modules_to_not_convert;
   }
   return j.dump(2) + "\n";
 }

@@ -282,7 +282,9 @@ Fp8Export save_fp8_hf_checkpoint(const std::string& folder, const ModelConfig& c
   }
   ModelConfig saved = config;
   saved.torch_dtype = "bfloat16";
-  saved.fp8_quantization = Fp8Quantization{};
+  // transformers would otherwise make the (tied or untied) LM head an FP8 linear layer, with no
+  // scales in the file for it.
+  saved.fp8_quantization = Fp8Quantization{.modules_to_not_convert = {"lm_head"}};
   write_folder_atomically(folder, "save_fp8_hf_checkpoint", [&](const fs::path& temp) {
     write_safetensors_checkpoint(temp.string(), tensors, kDefaultMaxShardBytes, {{"format", "pt"}});
     save_model_config(saved, (temp / "config.json").string());

@@ -45,7 +45,8 @@ struct Fp8Export {
 
 // Writes `folder` as a block-FP8 checkpoint in the format of Qwen3-8B-FP8 and DeepSeek-V3, which
 // transformers (fine-grained FP8) and vLLM serve: config.json with `quantization_config`
-// {quant_method "fp8", fmt "e4m3", activation_scheme "dynamic", weight_block_size [128, 128]},
+// {quant_method "fp8", fmt "e4m3", activation_scheme "dynamic", weight_block_size [128, 128],
+// modules_to_not_convert ["lm_head"]},
 // every q/k/v/o/gate/up/down projection as F8_E4M3 [N, K] with F32 `weight_scale_inv`
 // [ceil(N/128), ceil(K/128)], and embeddings, norms, biases and an untied lm_head in bf16. The
 // E4M3 values are the fp8 recipe's quantization of the fp32 masters (numerics/quantize.h) — for an

@@ -103,6 +103,7 @@ TEST(Fp8Checkpoint, WritesTheBlockFp8Format) {
     EXPECT_EQ(j["quantization_config"]["fmt"], "e4m3");
     EXPECT_EQ(j["quantization_config"]["activation_scheme"], "dynamic");
     EXPECT_EQ(j["quantization_config"]["weight_block_size"], nlohmann::json({128, 128}));
+    EXPECT_EQ(j["quantization_config"]["modules_to_not_convert"], nlohmann::json({"lm_head"}));
     EXPECT_EQ(j["torch_dtype"], "bfloat16");
 
     const SafetensorsCheckpoint ckpt(folder);
@@ -174,7 +175,7 @@ TEST(Fp8Checkpoint, LoadsAsDequantizedMasters) {
     save_fp8_hf_checkpoint(dir.file("fp8"), config, params);
     const ModelConfig loaded_config = load_model_config(dir.file("fp8"));
     ASSERT_TRUE(loaded_config.fp8_quantization);
-    EXPECT_EQ(*loaded_config.fp8_quantization, (Fp8Quantization{128, 128, {}}));
+    EXPECT_EQ(*loaded_config.fp8_quantization, (Fp8Quantization{128, 128, {"lm_head"}}));
     const ModelParameters loaded = load_hf_parameters(loaded_config, dir.file("fp8"));
     const SafetensorsCheckpoint ckpt(dir.file("fp8"));
     for (const Projection& p : projections(config, loaded)) {
