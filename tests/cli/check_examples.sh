@@ -25,7 +25,7 @@ value() {
   awk -v section="[$2]" -v key="$3" '
     $1 == section { on = 1; next }
     /^\[/ { on = 0 }
-    on && $1 == key { sub(/^[^=]*= /, ""); sub(/  #.*$/, ""); print; exit }' "$1"
+    on && $1 == key { sub(/^[^=]*= /, ""); sub(/ +# .*$/, ""); print; exit }' "$1"
 }
 
 # expect FILE SECTION KEY VALUE
