@@ -48,7 +48,7 @@ constexpr const char* kUsage =
     "usage: lockstep <train|sft|eval|generate|export> [CONFIG.toml] [--section.key=value ...]\n"
     "       lockstep plot [RUN_DIR]\n"
     "       lockstep plot --compare RUN_DIR... [--out=PNG]\n"
-    "       lockstep <train|sft|eval|generate> [CONFIG.toml] [--section.key=value ...] --check\n"
+    "       lockstep <train|sft|eval|generate|export> [CONFIG.toml] [--section.key=value ...] --check\n"
     "       lockstep <subcommand> --help     (or: lockstep help <subcommand>)\n";
 
 constexpr const char* kSubcommands =
