@@ -2,7 +2,7 @@
 // through CUPTI's activity API, the kernels of CUDA graphs included, and writes them as CSV when
 // the process exits. It gives the timeline of a graph-replayed decode step — kernel durations in
 // flow and the gaps between them — where the GPU machine has no Nsight Systems and ncu serializes
-// the kernels it measures. scripts/kernel_trace_steps.py sums it per decode step.
+// the kernels it measures. scripts/dev/kernel_trace_steps.py sums it per decode step.
 //
 // Usage: LOCKSTEP_KERNEL_TRACE=trace.csv CUDA_INJECTION64_PATH=liblockstep_kernel_trace.so PROGRAM
 // (LOCKSTEP_KERNEL_TRACE unset: kernel_trace.csv in the working directory).

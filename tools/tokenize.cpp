@@ -1,5 +1,5 @@
 // tools/tokenize.cpp — lockstep_tokenize: encodes (or decodes) JSON lines with lockstep's Tokenizer,
-// so scripts can compare its ids with other implementations (scripts/check_tokenizer.py).
+// so scripts can compare its ids with other implementations (scripts/dev/check_tokenizer.py).
 //
 //   lockstep_tokenize TOKENIZER [--no-special] [--field NAME] < texts.jsonl > ids.jsonl
 //   lockstep_tokenize TOKENIZER --decode [--skip-special] < ids.jsonl > texts.jsonl

@@ -749,7 +749,7 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm) decode_kernel(cons
                                                                             const CacheScales cs) {
   static_assert(!(kSmallGrid && kFp8Cache), "the small grid's early tiles are the bf16 cache's");
   // The bf16 cache's code is written as it was before the e4m3 cache came (if constexpr apart), so
-  // that its kernels compile to the same SASS (scripts/sass_diff.sh): their speed at batch 64 moved
+  // that its kernels compile to the same SASS (scripts/dev/sass_diff.sh): their speed at batch 64 moved
   // by 1–2% with changes outside the main loop (H200, 2026-11-22).
   using Smem = DecodeSmem<D, kFp8Cache>;
   constexpr int kStages = Smem::kStages;

@@ -1,6 +1,6 @@
 // Chat prompts. The checkpoints' own templates (SmolLM2, Qwen2.5, Qwen3 with thinking on, off and
 // unset, Llama 3.2 and 3.3) rendered by ChatTemplate equal transformers' renders of them
-// (tests/data/chat_template_cases.json, scripts/gen_chat_fixtures.py), and Qwen3's checkpoint folder
+// (tests/data/chat_template_cases.json, scripts/dev/gen_chat_fixtures.py), and Qwen3's checkpoint folder
 // gives apply_chat_template's text and ids. The written-out formats equal renders of the models'
 // real Jinja templates, and their ids equal HF's.
 #include <gtest/gtest.h>

@@ -1,6 +1,6 @@
 // The Jinja engine (io/jinja.h), one construct at a time: each template of
 // tests/data/chat_jinja_cases.json rendered exactly as transformers' jinja2 environment rendered it
-// (scripts/gen_chat_fixtures.py), the errors jinja2 raises raised here too, and the constructs outside
+// (scripts/dev/gen_chat_fixtures.py), the errors jinja2 raises raised here too, and the constructs outside
 // the subset refused with an error naming them and their line.
 #include <gtest/gtest.h>
 

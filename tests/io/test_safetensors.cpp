@@ -379,7 +379,7 @@ TEST(SafetensorsPython, ReadsTheFileWrittenByPython) {
   const std::string path = kSourceDir + "/tests/data/safetensors/python_written.safetensors";
   const SafetensorsFile file(path);
   EXPECT_EQ(file.metadata(), (SafetensorsMetadata{{"format", "pt"},
-                                                  {"written_by", "scripts/safetensors_fixture.py"}}));
+                                                  {"written_by", "scripts/dev/safetensors_fixture.py"}}));
   EXPECT_EQ(file.size(), 7u);
 
   const Tensor f32 = file.tensor("model.f32_matrix");
@@ -435,7 +435,7 @@ TEST(SafetensorsPython, PythonReadsTheFileWeWrite) {
   const NamedTensors tensors = every_dtype_tensors();
   const SafetensorsMetadata metadata = {{"format", "pt"}, {"by", "lockstep"}};
   write_safetensors(dir.file("ours.safetensors"), tensors, metadata);
-  const std::string out = run("python3 '" + kSourceDir + "/scripts/safetensors_fixture.py' dump '" +
+  const std::string out = run("python3 '" + kSourceDir + "/scripts/dev/safetensors_fixture.py' dump '" +
                                   dir.file("ours.safetensors") + "' 2>&1",
                               status);
   ASSERT_EQ(status, 0) << out;

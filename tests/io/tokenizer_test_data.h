@@ -1,6 +1,6 @@
 // tests/io/tokenizer_test_data.h — where the tokenizer and chat tests find their data: the shared
 // Qwen3 tokenizer and GSM8K (LOCKSTEP_SHARED_DATA, which may be absent: tests then skip visibly)
-// and the fixtures written by scripts/gen_tokenizer_fixtures.py (LOCKSTEP_TEST_DATA, committed).
+// and the fixtures written by scripts/dev/gen_tokenizer_fixtures.py (LOCKSTEP_TEST_DATA, committed).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -33,7 +33,7 @@ inline nlohmann::ordered_json read_ordered_json_file(const std::filesystem::path
   return nlohmann::ordered_json::parse(file);
 }
 
-// The chat fixtures' strftime_now clock (scripts/gen_chat_fixtures.py): 2025-03-07 09:30:00 local time.
+// The chat fixtures' strftime_now clock (scripts/dev/gen_chat_fixtures.py): 2025-03-07 09:30:00 local time.
 inline JinjaRenderOptions fixture_clock() {
   std::tm tm{};
   tm.tm_year = 2025 - 1900;

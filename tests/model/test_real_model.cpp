@@ -2,7 +2,7 @@
 // .deps/models/smollm2-135m-instruct` writes it (or the folder LOCKSTEP_REAL_MODEL_DIR names).
 // lockstep's tokenizer ids and fp32 next-token logprobs are compared with
 // tests/data/smollm2_135m_reference.json: HF `tokenizers` and transformers (fp32) on the same folder,
-// written by `scripts/check_real_model.py --write-fixture`. Without the folder every test skips,
+// written by `scripts/dev/check_real_model.py --write-fixture`. Without the folder every test skips,
 // saying how to get it.
 #include <gtest/gtest.h>
 

@@ -5,8 +5,8 @@ tests/data/tokenizer_cases.json, and the text decoded back from HF's ids.
 
   pip install tokenizers
   cmake --build build --target lockstep_tokenize
-  python3 scripts/check_tokenizer.py [--bin build/tools/lockstep_tokenize] [--splits test train]
-  python3 scripts/check_tokenizer.py --tokenizer /models/SmolLM2-135M-Instruct [--tokenizer ...]
+  python3 scripts/dev/check_tokenizer.py [--bin build/tools/lockstep_tokenize] [--splits test train]
+  python3 scripts/dev/check_tokenizer.py --tokenizer /models/SmolLM2-135M-Instruct [--tokenizer ...]
 
 Checks the real Qwen3 tokenizer (shared data) and every committed tokenizer fixture
 (tests/data/tokenizer_*.json), or only the tokenizers given with --tokenizer (a tokenizer.json, or a
@@ -21,7 +21,7 @@ import sys
 
 from tokenizers import Tokenizer
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
+REPO = pathlib.Path(__file__).resolve().parents[2]  # scripts/dev/ -> the repository root
 
 
 def run_tool(binary, args, lines):

@@ -3,7 +3,7 @@
 scripts/get_model.sh writes): per-token logprobs of chat sequences, and greedy generation.
 
   cmake --build build --target lockstep_model_check lockstep_generate_tokens
-  python3 scripts/compare_greedy.py MODEL_DIR --gsm8k ../shared/data/gsm8k/test.jsonl \
+  python3 scripts/dev/compare_greedy.py MODEL_DIR --gsm8k ../shared/data/gsm8k/test.jsonl \
       [--prompts 20] [--new 64] [--device cuda] [--recipes bf16,fp8] [--json out.json]
 
 Prompts: the first --prompts GSM8K questions, rendered with the folder's own chat template
@@ -29,7 +29,7 @@ import tempfile
 import torch
 import transformers
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
+REPO = pathlib.Path(__file__).resolve().parents[2]  # scripts/dev/ -> the repository root
 
 
 def chat_prompts(tokenizer, gsm8k, count):

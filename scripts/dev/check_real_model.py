@@ -4,7 +4,7 @@ transformers reading the GGUF file itself, and lockstep against transformers on 
 
   bash scripts/get_model.sh smollm2-135m-instruct .deps/models/smollm2-135m-instruct
   cmake --build build --target lockstep_model_check lockstep_tokenize
-  python3 scripts/check_real_model.py .deps/models/smollm2-135m-instruct [--gguf FILE]
+  python3 scripts/dev/check_real_model.py .deps/models/smollm2-135m-instruct [--gguf FILE]
       [--gsm8k ../shared/data/gsm8k/test.jsonl] [--bin-dir build/tools]
       [--lockstep-recipe fp32 [bf16 fp8]] [--lockstep-device cpu|cuda] [--no-lockstep]
 
@@ -50,14 +50,14 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
+REPO = pathlib.Path(__file__).resolve().parents[2]  # scripts/dev/ -> the repository root
 transformers.utils.logging.disable_progress_bar()
 
 # lockstep vs transformers fp32 on the folder: max |Δ logprob|, mean |Δ logprob|,
 # ‖Δ logits‖ / ‖logits‖.
 # fp32: the two differ only in summation order and cos/sin evaluation [measured through the 30
 # layers on the CPU: 4.6e-5, 8.1e-6, 1.5e-6]. bf16: bf16 weights, activations and LM-head input
-# [0.48, 0.040, 2.2e-2 on the CPU]; the bound on the logits is scripts/compare_hf.py's for its
+# [0.48, 0.040, 2.2e-2 on the CPU]; the bound on the logits is scripts/dev/compare_hf.py's for its
 # 28-layer model. fp8: E4M3 GEMM operands, compare_hf.py's small-model bounds widened as for bf16
 # (not measured on this model yet: lockstep refuses its 576-wide layers in fp8).
 TOLERANCE = {"fp32": {"max_dlogprob": 2e-4, "mean_dlogprob": 4e-5, "logits_rel": 1e-5},
@@ -262,7 +262,7 @@ def write_fixture(path, texts, sequences, logits):
         lsm = torch.log_softmax(z, -1)
         logprob.append(lsm[torch.arange(len(seq) - 1), torch.tensor(seq[1:])].tolist())
     path.write_text(json.dumps({
-        "source": f"scripts/check_real_model.py --write-fixture: ids from HF tokenizers "
+        "source": f"scripts/dev/check_real_model.py --write-fixture: ids from HF tokenizers "
                   f"{tokenizers_version()} on the folder's tokenizer.json, logprob[i][j] = "
                   f"log p(token j+1 | tokens 0..j) from transformers {transformers.__version__} "
                   f"(torch {torch.__version__}, fp32, CPU) on the folder written by "

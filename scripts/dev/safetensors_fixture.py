@@ -45,7 +45,7 @@ def spec(dtype, shape, array):
 def write(path):
     tensors = fixture()  # keeps the arrays alive while the library reads their memory
     specs = {name: spec(*t) for name, t in tensors.items()}
-    metadata = {"format": "pt", "written_by": "scripts/safetensors_fixture.py"}
+    metadata = {"format": "pt", "written_by": "scripts/dev/safetensors_fixture.py"}
     safetensors.serialize_file(specs, path, metadata=metadata)
 
 

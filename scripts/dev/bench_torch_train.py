@@ -4,7 +4,7 @@ with random weights in bf16 (SDPA attention, fused AdamW), over the same sequenc
 torch.compile. Sequences of equal length run as one batch; the gradients of all of them accumulate
 before the step; the loss is the mean next-token cross-entropy over all tokens.
 
-  python3 scripts/bench_torch_train.py [--model qwen3-8b|qwen3-1.7b] [--layers N]
+  python3 scripts/dev/bench_torch_train.py [--model qwen3-8b|qwen3-1.7b] [--layers N]
       [--seqs 4096,2048,1024,1024] [--modes eager,compile] [--steps 3] [--json FILE]
 """
 import argparse

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # Sums ncu's gpu__time_duration.sum (its --csv output on stdin) per (kernel, grid) and prints the
-# 40 largest: the time split of a run. Used by scripts/device_run.sh's decode_profile stage.
+# 40 largest: the time split of a run. Used by scripts/dev/device_run.sh's decode_profile stage.
 import csv, sys, collections
 rows = [r for r in csv.reader(l for l in sys.stdin if l.startswith('"'))]
 head, rows = rows[0], rows[1:]

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes a randomly initialized Hugging Face model of a Qwen3 shape (transformers' own init, bf16
 safetensors) with a given tokenizer, for timing runs where no trained checkpoint can be
-downloaded: python3 scripts/make_random_model.py OUT_DIR --tokenizer DIR [--model qwen3-1.7b]."""
+downloaded: python3 scripts/dev/make_random_model.py OUT_DIR --tokenizer DIR [--model qwen3-1.7b]."""
 import argparse
 import pathlib
 import shutil

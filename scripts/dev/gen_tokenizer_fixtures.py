@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Writes the tokenizer test fixtures under tests/data/, using the real Hugging Face `tokenizers`
-library as the oracle — never lockstep's own code. (The chat fixtures: scripts/gen_chat_fixtures.py.)
+library as the oracle — never lockstep's own code. (The chat fixtures: scripts/dev/gen_chat_fixtures.py.)
 
   pip install tokenizers
-  python3 scripts/gen_tokenizer_fixtures.py [--shared-data ../shared/data]
+  python3 scripts/dev/gen_tokenizer_fixtures.py [--shared-data ../shared/data]
 
 Outputs (all small, committed):
   tests/data/tokenizer_llama3_style.json         a Llama-3-style tokenizer: ByteLevel BPE trained on
@@ -29,7 +29,7 @@ import pathlib
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers
 from tokenizers import pre_tokenizers, processors, trainers
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
+REPO = pathlib.Path(__file__).resolve().parents[2]  # scripts/dev/ -> the repository root
 OUT = REPO / "tests" / "data"
 
 LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
@@ -530,7 +530,7 @@ def main():
     decode_texts = ["<|im_start|>user\nhi<|im_end|>\n", "<think>\nreasoning\n</think>\n\nanswer",
                     "<|begin_of_text|>hi<|eot_id|>", "a <mask> b [SW] <x><y>", "Cafe\u0301 😀"]
     cases = {
-        "generator": "scripts/gen_tokenizer_fixtures.py",
+        "generator": "scripts/dev/gen_tokenizer_fixtures.py",
         "texts": texts,
         "qwen3": {"ids": ids_for(qwen3, texts, True),
                   "decode": decode_cases(qwen3, decode_texts)},

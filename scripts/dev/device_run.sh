@@ -6,7 +6,7 @@
 # decode_trace, kernel_profile.
 # Logs go to $OUT; each stage has its own time limit, so one hang does not use up the lease.
 set -u
-cd "$(dirname "$0")/.."  # the repository root
+cd "$(dirname "$0")/../.."  # the repository root
 # cuDNN: the GPU machine has it as PyTorch's nvidia-cudnn wheel, not in the CUDA toolkit.
 CUDNN_LIB=$(python3 -c "import nvidia.cudnn, os; print(os.path.join(list(nvidia.cudnn.__path__)[0], 'lib'))" 2>/dev/null)
 export LD_LIBRARY_PATH=$PWD/.carry/lib:/usr/local/cuda/lib64:$CUDNN_LIB:${LD_LIBRARY_PATH:-}
@@ -16,7 +16,7 @@ NCU=/usr/local/cuda/bin/ncu
 # ncu_reports NAME: the details page and the SASS stall hot spots of /tmp/NAME.ncu-rep, into $OUT.
 ncu_reports() {
   $NCU --import /tmp/$1.ncu-rep --page details > $OUT/$1_details.txt 2>&1
-  $NCU --import /tmp/$1.ncu-rep --page source --print-source sass --csv 2>&1 | python3 scripts/ncu_sass_hotspots.py > $OUT/$1_sass.txt 2>&1
+  $NCU --import /tmp/$1.ncu-rep --page source --print-source sass --csv 2>&1 | python3 scripts/dev/ncu_sass_hotspots.py > $OUT/$1_sass.txt 2>&1
 }
 for stage in "$@"; do
   echo "=== $stage $(date +%T)"
@@ -48,20 +48,20 @@ for stage in "$@"; do
       LOCKSTEP_SDPA_VERBOSE=1 timeout 200 $B/bench_attention_cudnn >> $OUT/attention.txt 2>&1 ;;
     torch_bench)
       mkdir -p $OUT/json
-      timeout 300 python3 scripts/bench_torch_train.py --model qwen3-8b --layers 8 --json $OUT/json/torch_8b.json > $OUT/torch.txt 2>&1
-      timeout 300 python3 scripts/bench_torch_train.py --model qwen3-1.7b --json $OUT/json/torch_1.7b.json >> $OUT/torch.txt 2>&1 ;;
+      timeout 300 python3 scripts/dev/bench_torch_train.py --model qwen3-8b --layers 8 --json $OUT/json/torch_8b.json > $OUT/torch.txt 2>&1
+      timeout 300 python3 scripts/dev/bench_torch_train.py --model qwen3-1.7b --json $OUT/json/torch_1.7b.json >> $OUT/torch.txt 2>&1 ;;
     rollout_bench)
       mkdir -p $OUT/json
       timeout 280 $B/bench_rollout --new 1024 --json $OUT/json/rollout_1024.json > $OUT/rollout.txt 2>&1; echo "rc=$?" >> $OUT/rollout.txt
       timeout 200 $B/bench_rollout --new 4096 --batch 1,64 --max-seconds 60 --json $OUT/json/rollout_4096.json >> $OUT/rollout.txt 2>&1; echo "rc=$?" >> $OUT/rollout.txt ;;
     hf_generate)
       mkdir -p $OUT/json
-      timeout 240 python3 scripts/bench_hf_generate.py --new 1024 --batch 1,64 --json $OUT/json/hf_generate_1024.json > $OUT/hf_generate.txt 2>&1 ;;
+      timeout 240 python3 scripts/dev/bench_hf_generate.py --new 1024 --batch 1,64 --json $OUT/json/hf_generate_1024.json > $OUT/hf_generate.txt 2>&1 ;;
     default_job)
       (time timeout 300 $B/lockstep train --run.out_dir=/tmp/default --model.device=cuda) > $OUT/default_job.txt 2>&1
       cp /tmp/default/metrics.png $OUT/default_metrics.png; mkdir -p $OUT/json; cp /tmp/default/*.jsonl $OUT/json/ ;;
     large_grpo)
-      timeout 120 python3 scripts/make_random_model.py /tmp/q17 --tokenizer .carry/data/qwen3-tokenizer > $OUT/large_grpo.txt 2>&1
+      timeout 120 python3 scripts/dev/make_random_model.py /tmp/q17 --tokenizer .carry/data/qwen3-tokenizer > $OUT/large_grpo.txt 2>&1
       for p in fp8 bf16; do
         timeout 200 $B/lockstep train --model.path=/tmp/q17 --model.precision=$p --data.train=.carry/data/gsm8k/train.jsonl \
           --data.test=.carry/data/gsm8k/test.jsonl --data.chat_template=qwen3-no-think --sft.steps=0 --run.steps=4 \
@@ -73,14 +73,14 @@ for stage in "$@"; do
       for r in bf16 fp8; do
         timeout 150 $NCU --cache-control none --clock-control none --metrics gpu__time_duration.sum \
           --csv $B/bench_rollout --layers 4 --prompt 1024 --new 32 --batch 64 --recipes $r --graphs 0 \
-          --memory-fraction 0.2 2>$OUT/ncu_err_$r.txt | python3 scripts/ncu_kernel_sums.py > $OUT/decode_b64_${r}_kernels.txt
+          --memory-fraction 0.2 2>$OUT/ncu_err_$r.txt | python3 scripts/dev/ncu_kernel_sums.py > $OUT/decode_b64_${r}_kernels.txt
       done ;;
     decode_trace)  # in-flow kernel timeline of graph-replayed decode steps (bench/kernel_trace.cpp: needs
                    # .carry/lib/liblockstep_kernel_trace.so and libcupti.so.13), per recipe and batch
       for r in fp8 bf16; do for b in 64 1; do
         LOCKSTEP_KERNEL_TRACE=/tmp/trace_${r}_$b.csv CUDA_INJECTION64_PATH=$PWD/.carry/lib/liblockstep_kernel_trace.so \
           timeout 120 $B/bench_rollout --prompt 1024 --new 64 --batch $b --recipes $r > /dev/null 2>> $OUT/decode_trace_err.txt
-        python3 scripts/kernel_trace_steps.py /tmp/trace_${r}_$b.csv --period auto > $OUT/decode_trace_${r}_b$b.txt 2>&1
+        python3 scripts/dev/kernel_trace_steps.py /tmp/trace_${r}_$b.csv --period auto > $OUT/decode_trace_${r}_b$b.txt 2>&1
       done; done ;;
     kernel_profile)  # ncu of the fp8 small-T GEMM alone and the decode attention: details, SASS stall hot spots
       for shape in qwen3-8b:o:1 qwen3-8b:o:64 qwen3-8b:down:64; do
@@ -94,7 +94,7 @@ for stage in "$@"; do
         --launch-count 1 -f -o /tmp/ncu_decode_attention $B/bench_rollout --layers 2 --prompt 1024 --new 32 \
         --batch 64 --recipes bf16 --graphs 0 --memory-fraction 0.2 > $OUT/ncu_decode_attention.log 2>&1
       ncu_reports ncu_decode_attention ;;
-    compare_large) timeout 500 python3 scripts/compare_hf.py --large --bin $B/lockstep_model_check > $OUT/compare_large.txt 2>&1 ;;
+    compare_large) timeout 500 python3 scripts/dev/compare_hf.py --large --bin $B/lockstep_model_check > $OUT/compare_large.txt 2>&1 ;;
   esac
 done
 # At most 8 files come back: the JSON results travel as one archive, and when more than 8 files

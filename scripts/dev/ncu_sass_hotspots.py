@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 # Where a kernel's warps wait: reads `ncu --import REP --page source --print-source sass --csv`
 # on stdin and prints the SASS instructions with the most warp-stall samples (all samples: issued
-# or not), and the samples summed per opcode. Used by scripts/device_run.sh's kernel_profile.
+# or not), and the samples summed per opcode. Used by scripts/dev/device_run.sh's kernel_profile.
 import collections
 import csv
 import sys

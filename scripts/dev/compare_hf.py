@@ -4,8 +4,8 @@ Qwen3, Qwen2.5 and Llama-3 models: logits, per-token logprobs and entropies, and
 SFT loss for every weight tensor.
 
   cmake --build build --target lockstep_model_check
-  python3 scripts/compare_hf.py [--bin build/tools/lockstep_model_check] [--json results.json]
-  python3 scripts/compare_hf.py --large [...]    # on a GPU machine
+  python3 scripts/dev/compare_hf.py [--bin build/tools/lockstep_model_check] [--json results.json]
+  python3 scripts/dev/compare_hf.py --large [...]    # on a GPU machine
 
 --large instead compares a randomly initialized Qwen3-1.7B-shaped model (all 28 layers, full
 vocabulary; weights rounded to bf16 and saved as bf16) on the GPU: transformers in fp32 (SDPA) vs
@@ -29,7 +29,7 @@ import torch
 import transformers
 from safetensors.torch import load_file
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
+REPO = pathlib.Path(__file__).resolve().parents[2]  # scripts/dev/ -> the repository root
 
 COMMON = dict(vocab_size=1000, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,

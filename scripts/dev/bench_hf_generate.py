@@ -12,7 +12,7 @@ weights, and the KV cache at the mean context P + N/2), estimates each N's run, 
 (saying so) when the estimate exceeds --max-seconds. A configuration that runs out of GPU memory
 is reported as such.
 
-  python3 scripts/bench_hf_generate.py [--model qwen3-8b|qwen3-1.7b] [--layers N] [--prompt 512]
+  python3 scripts/dev/bench_hf_generate.py [--model qwen3-8b|qwen3-1.7b] [--layers N] [--prompt 512]
       [--new 1024,4096] [--batch 1,16,64,256] [--max-seconds 60] [--json FILE]
 """
 import argparse

@@ -4,7 +4,7 @@
 # instruction for instruction (addresses and comments aside). The decode kernels' speed moved by
 # 1–2% with source changes that did not touch their main loops (H200, 2026-11-22):
 # check that a change leaves the kernels it does not mean to change compiled exactly as before.
-#   scripts/sass_diff.sh [--rename SED] BEFORE.o AFTER.o [REGEX]   e.g. ... attention.cu.o attention.cu.o decode_kernel
+#   scripts/dev/sass_diff.sh [--rename SED] BEFORE.o AFTER.o [REGEX]   e.g. ... attention.cu.o attention.cu.o decode_kernel
 # Kernels are paired by name; when REGEX matches one kernel in each file, those two are compared
 # whatever their names (e.g. 'decode_kernelILi128E' after a template parameter was added). With
 # --rename, the sed -E expression SED turns BEFORE's names into AFTER's for the pairing, e.g. after
@@ -19,7 +19,7 @@ rename='s/^//'
 before=$1 after=$2 regex=${3:-.}
 for f in "$before" "$after"; do [[ -f $f ]] || { echo "sass_diff: no such file: $f" >&2; exit 2; }; done
 
-tools="$(cd "$(dirname "$0")/.." && pwd)/.deps/cuda-tools"
+tools="$(cd "$(dirname "$0")/../.." && pwd)/.deps/cuda-tools"
 find_tool() {
   command -v "$1" 2>/dev/null && return
   for path in "$tools/bin/$1" "/usr/local/cuda/bin/$1"; do [[ -x $path ]] && { echo "$path"; return; }; done

@@ -5,7 +5,7 @@ trim_blocks, lstrip_blocks, loopcontrols, its tojson, raise_exception and strfti
 HF `tokenizers` for ids — never by lockstep's own code.
 
   pip install transformers jinja2 tokenizers
-  python3 scripts/gen_chat_fixtures.py [--shared-data ../shared/data]
+  python3 scripts/dev/gen_chat_fixtures.py [--shared-data ../shared/data]
 
 Inputs (committed, verbatim copies of the models' published templates; data, not code):
   tests/data/chat_templates/smollm2-135m-instruct.jinja  SmolLM2-135M-Instruct (its GGUF's tokenizer.chat_template)
@@ -41,7 +41,7 @@ import transformers
 import transformers.utils.chat_template_utils as ctu
 from transformers import AutoTokenizer
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
+REPO = pathlib.Path(__file__).resolve().parents[2]  # scripts/dev/ -> the repository root
 OUT = REPO / "tests" / "data"
 TEMPLATES = OUT / "chat_templates"
 
@@ -308,7 +308,7 @@ def jinja_cases():
 
 def chat_format_cases(qwen3_config, qwen3, llama):
     """The written-out formats (ChatFormat) against the Qwen3 and Llama-3 templates, via plain jinja2."""
-    # Meta-Llama-3-8B-Instruct's chat_template, which scripts/gen_tokenizer_fixtures.py puts in the
+    # Meta-Llama-3-8B-Instruct's chat_template, which scripts/dev/gen_tokenizer_fixtures.py puts in the
     # Llama-3-style tokenizer's config.
     llama3_template = json.loads((OUT / "tokenizer_llama3_style_config.json").read_text())["chat_template"]
     def jinja(template, messages, **kwargs):
@@ -350,18 +350,18 @@ def main():
 
     qwen3_config = json.loads((shared / "qwen3-tokenizer" / "tokenizer_config.json").read_text())
     qwen3 = Tokenizer.from_file(str(shared / "qwen3-tokenizer" / "tokenizer.json"))
-    # The Llama-3-style tokenizer scripts/gen_tokenizer_fixtures.py trained (committed).
+    # The Llama-3-style tokenizer scripts/dev/gen_tokenizer_fixtures.py trained (committed).
     llama = Tokenizer.from_file(str(OUT / "tokenizer_llama3_style.json"))
 
-    write_json(OUT / "chat_cases.json", {"generator": "scripts/gen_chat_fixtures.py",
+    write_json(OUT / "chat_cases.json", {"generator": "scripts/dev/gen_chat_fixtures.py",
                                          "cases": chat_format_cases(qwen3_config, qwen3, llama)})
     templates, cases = template_cases(qwen3_config)
     write_json(OUT / "chat_template_cases.json", {
-        "generator": "scripts/gen_chat_fixtures.py", "transformers": transformers.__version__,
+        "generator": "scripts/dev/gen_chat_fixtures.py", "transformers": transformers.__version__,
         "jinja2": jinja2.__version__,
         "now": NOW.isoformat(), "templates": templates, "cases": cases,
         "qwen3_apply_chat_template": qwen3_apply_chat_template(shared)})
-    write_json(OUT / "chat_jinja_cases.json", {"generator": "scripts/gen_chat_fixtures.py",
+    write_json(OUT / "chat_jinja_cases.json", {"generator": "scripts/dev/gen_chat_fixtures.py",
                                                "now": NOW.isoformat(), "cases": jinja_cases()})
 
 
