@@ -191,6 +191,7 @@ Config every_key_changed() {
   c.sft = {1000, 2e-5, 64, 100};
   c.run = {1000, 1234567890123, "out/run 1", 25, 0, 100, true, 0, 10};
   c.generate = {"What is 2+2?", 17, 0.6, 3};
+  c.export_ = {"out/served", "bf16"};
   return c;
 }
 
@@ -199,6 +200,7 @@ TEST(RunConfig, ToTomlRoundTripsExactly) {
   // Each section compared on its own, so a section left at its defaults by mistake shows by name.
   EXPECT_NE(changed.model, Config{}.model);
   EXPECT_NE(changed.generate, Config{}.generate);
+  EXPECT_NE(changed.export_, Config{}.export_);
   for (const Config& c : {Config{}, changed}) {
     const std::string text = to_toml(c);
     const Config back = load_text(text);
@@ -210,6 +212,7 @@ TEST(RunConfig, ToTomlRoundTripsExactly) {
     EXPECT_EQ(back.sft, c.sft);
     EXPECT_EQ(back.run, c.run);
     EXPECT_EQ(back.generate, c.generate);
+    EXPECT_EQ(back.export_, c.export_);
     EXPECT_EQ(to_toml(back), text);
   }
   // Floats in their shortest form, not toml++'s 17 digits.
@@ -237,7 +240,7 @@ std::set<std::string> listed_keys(const std::string& text, const std::string& in
 
 TEST(RunConfig, HelpListsEveryKeyWithTypeDefaultAndDescription) {
   const std::set<std::string> all = listed_keys(to_toml(Config{}), "");
-  EXPECT_EQ(all.size(), 63u);  // the keys of config.h
+  EXPECT_EQ(all.size(), 65u);  // the keys of config.h
   EXPECT_EQ(listed_keys(config_help(""), "  "), all);
 
   const std::string help = config_help("");
@@ -260,7 +263,7 @@ TEST(RunConfig, HelpOfASubcommandListsItsSections) {
   EXPECT_EQ(plot.find("[model]"), std::string::npos);
 
   expect_error([] { config_help("serve"); },
-               {"unknown subcommand 'serve'", "train, sft, eval, generate, plot"});
+               {"unknown subcommand 'serve'", "train, sft, eval, generate, export, plot"});
 }
 
 }  // namespace

@@ -2,7 +2,7 @@
 """Checks a block-FP8 checkpoint written by `lockstep export` as transformers serves it, on a GPU.
 
   build/lockstep export --model.path=SOURCE_DIR --export.out=FP8_DIR
-  python3 scripts/check_fp8_export.py SOURCE_DIR FP8_DIR [--bin-dir build/tools]
+  python3 scripts/dev/check_fp8_export.py SOURCE_DIR FP8_DIR [--bin-dir build/tools]
       [--gsm8k ../shared/data/gsm8k/test.jsonl] [--texts 32] [--kernel-source DIR] [--json OUT]
 
 SOURCE_DIR is the checkpoint the export was made from (a Hugging Face folder of the masters).
@@ -43,7 +43,7 @@ import types
 import torch
 from safetensors import safe_open
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
+REPO = pathlib.Path(__file__).resolve().parents[2]
 BLOCK = 128
 
 
