@@ -1,4 +1,4 @@
-// model/recipe.h — the numeric recipe a model computes in (DESIGN.md, "The precision flow").
+// model/recipe.h — the numeric recipe a model computes in (docs/architecture.md, "The precision flow").
 //
 //   fp32  fp32 activations, fp32 GEMMs on the master weights (CPU only: gradient checks and
 //         comparisons with PyTorch in fp32)

@@ -6,7 +6,7 @@
 //
 // bf16 recipe: bf16 operands (or f32 operands, CPU only: the fp32 recipe), fp32 accumulation,
 // bf16 (or f32) output.
-// fp8 recipe (DESIGN.md): x, dy quantized 1×128 along the reduction dimension (Fp8Rows), W as
+// fp8 recipe (docs/architecture.md): x, dy quantized 1×128 along the reduction dimension (Fp8Rows), W as
 // 128×128 blocks (Fp8Weight: DGrad reads its transposed copy), WGrad from the columnwise
 // (transposed, token-padded) copies of dy and x. Every 128-wide K block is summed in fp32, scaled
 // by its two scales and added to an fp32 accumulator — on the CPU in exactly that order, so a row's

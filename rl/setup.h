@@ -2,7 +2,7 @@
 // the model (the builtin tiny model or a Hugging Face checkpoint), the tokenizer, the problems and
 // how a problem becomes prompt tokens, and the policy in the run's precision mode.
 //
-// Precision modes (DESIGN.md): `bf16` and `fp8` train and roll out with one Transformer (the rollout
+// Precision modes (docs/architecture.md): `bf16` and `fp8` train and roll out with one Transformer (the rollout
 // reads the very weight copies the optimizer step refreshed); `fp8-rollout` trains in bf16 and rolls
 // out with a second Transformer over the same fp32 masters whose fp8 weights are re-quantized at
 // each hand-over — the popular, off-policy baseline kept for comparison.
