@@ -159,6 +159,9 @@ Rule<double> in_open_closed(double lo, double hi) {
 Rule<double> off_or_at_least(double lo) {
   return {[lo](double x) { return x == 0 || x >= lo; }, concat("0 (off) or ≥ ", lo)};
 }
+Rule<double> off_or_above(double lo) {
+  return {[lo](double x) { return x == 0 || x > lo; }, concat("0 (off) or > ", lo)};
+}
 Rule<std::string> one_of(std::vector<std::string> allowed) {
   std::string text = "one of ";
   for (size_t i = 0; i < allowed.size(); ++i) text += (i ? ", " : "") + toml_string(allowed[i]);
@@ -288,34 +291,83 @@ const std::vector<Section>& schema() {
       field("block_size", &R::block_size, "tokens per KV-cache block", at_least(1)),
     }),
     section<L>("loss", "advantages and the policy loss", {"train"}, &Config::loss, {
-      field("scale_by_std", &L::scale_by_std, "divide advantages by the group std (false: Dr.GRPO)"),
-      field("clip_low", &L::clip_low, "PPO ratio clip below: 1 - clip_low", in_closed_open(0, 1)),
-      field("clip_high", &L::clip_high, "PPO ratio clip above: 1 + clip_high (DAPO: 0.28)",
+      field("scale_rewards", &L::scale_rewards,
+            "advantage A = (r - group mean) / (std + 1e-6): group = the group's std (GRPO), batch = "
+            "one std over the step's groups (TRL scale_rewards=\"batch\"), none = no division "
+            "(Dr.GRPO); stds divide by n - 1",
+            one_of({"group", "batch", "none"})),
+      field("clip_low", &L::clip_low,
+            "PPO clip: for A < 0 the ratio R = pi/pi_old is clipped below at 1 - clip_low. With "
+            "ppo_epochs = 1 and mini_batches = 1 (the defaults) R = 1 and no clip acts; only TIS does",
+            in_closed_open(0, 1)),
+      field("clip_high", &L::clip_high,
+            "PPO clip: for A > 0, R is clipped above at 1 + clip_high (DAPO's clip-higher: 0.28)",
             at_least(0)),
-      field("aggregation", &L::aggregation, "mean over all response tokens, or per sequence first",
-            one_of({"token-mean", "sequence-mean"})),
-      field("kl_coef", &L::kl_coef, "weight of the KL penalty to the initial policy", at_least(0)),
-      field("kl_estimator", &L::kl_estimator, "KL estimator", one_of({"k1", "k3"})),
-      field("tis_cap", &L::tis_cap, "truncated importance sampling: cap on exp(old - rollout)",
+      field("clip_ratio_c", &L::clip_ratio_c,
+            "dual-clip PPO (verl's clip_ratio_c): for A < 0 the loss stops growing at R > c, "
+            "-A*c; the log-ratio is clamped to +-20 before exp either way",
+            off_or_above(1)),
+      field("aggregation", &L::aggregation,
+            "how token losses become the loss: token-mean = sum / response tokens of the "
+            "mini-batch; sequence-mean = mean over sequences of each one's token mean; "
+            "sequence-mean-token-sum = mean over sequences of token sums (verl); token-sum-norm = "
+            "sum / (sequences x rollout.max_new_tokens) (Dr.GRPO's constant length, TRL dr_grpo)",
+            one_of({"token-mean", "sequence-mean", "sequence-mean-token-sum", "token-sum-norm"})),
+      field("kl_coef", &L::kl_coef,
+            "weight of the KL penalty to a frozen copy of the policy as RL starts (0: none, and no "
+            "reference model)", at_least(0)),
+      field("kl_estimator", &L::kl_estimator,
+            "KL(pi || ref) per token: k1 = log pi - log ref, k3 = exp(ref - pi) - (ref - pi) - 1 (logs)",
+            one_of({"k1", "k3"})),
+      field("tis_cap", &L::tis_cap,
+            "truncated importance sampling (0: off): the policy loss is weighted by min(exp(old - "
+            "rollout), tis_cap), old and rollout being the training forward's and the rollout's "
+            "logprobs; acts in every precision mode (the weight is 1 where they agree, e.g. fp8 on "
+            "the CPU); metric tis_clip_frac = share of tokens capped",
             off_or_at_least(1)),
-      field("adaptive_clip", &L::adaptive_clip, "QuRL adaptive clipping range (needs tis_cap)"),
-      field("dynamic_sampling", &L::dynamic_sampling, "DAPO: replace groups of equal rewards"),
+      field("adaptive_clip", &L::adaptive_clip,
+            "QuRL's adaptive clipping range (needs tis_cap): where exp(old - rollout) = rho > tis_cap, "
+            "the upper clip becomes (1 + clip_high) * rho / tis_cap"),
+      field("dynamic_sampling", &L::dynamic_sampling,
+            "DAPO: drop groups whose rewards are all equal and roll out further batches of "
+            "prompts_per_step prompts until prompts_per_step groups differ (metrics groups_kept, "
+            "rollout_batches)"),
+      field("dynamic_sampling_max_draws", &L::dynamic_sampling_max_draws,
+            "most rollout batches per step with dynamic_sampling; when they run out the step "
+            "trains on the groups found (none: no update)", at_least(1)),
+      field("overlong_buffer", &L::overlong_buffer,
+            "DAPO's overlong penalty (0: off): a response of L tokens gets reward - penalty * "
+            "min(1, (L - (max_new_tokens - overlong_buffer)) / overlong_buffer) when positive",
+            at_least(0)),
+      field("overlong_penalty", &L::overlong_penalty,
+            "the overlong penalty's full size (at max_new_tokens tokens)", at_least(0)),
       field("reuse_rollout_logprobs", &L::reuse_rollout_logprobs,
-            "old logprobs from the rollout, not a recompute"),
+            "old logprobs from the rollout engine instead of a training-forward recompute (then "
+            "tis_cap cannot act: old = rollout)"),
     }),
     section<O>("optim", "AdamW and the learning-rate schedule", {"train", "sft"}, &Config::optim, {
       field("lr", &O::lr, "peak learning rate of RL", above(0)),
-      field("min_lr", &O::min_lr, "final learning rate of the cosine schedule", at_least(0)),
-      field("schedule", &O::schedule, "learning rate after the warm-up",
+      field("min_lr", &O::min_lr,
+            "the cosine's floor: lr = min_lr + (lr - min_lr) * (1 + cos(pi * p)) / 2", at_least(0)),
+      field("schedule", &O::schedule,
+            "learning rate after the warm-up, as HF's schedules under torch's LambdaLR: cosine "
+            "p runs over the RL phase's optimizer steps (run.steps x ppo_epochs x mini_batches), "
+            "the last step above min_lr",
             one_of({"constant", "cosine"})),
-      field("warmup_steps", &O::warmup_steps, "optimizer steps of linear warm-up", at_least(0)),
+      field("warmup_steps", &O::warmup_steps,
+            "optimizer steps (not RL steps) of linear warm-up: step k (from 1) at lr * (k - 1) / "
+            "warmup_steps, so the first at 0", at_least(0)),
       field("weight_decay", &O::weight_decay, "decoupled weight decay", at_least(0)),
       field("beta1", &O::beta1, "first-moment decay", in_closed_open(0, 1)),
       field("beta2", &O::beta2, "second-moment decay", in_closed_open(0, 1)),
       field("eps", &O::eps, "added to the root of the second moment", above(0)),
       field("max_grad_norm", &O::max_grad_norm, "global gradient-norm clip (0: off)", at_least(0)),
-      field("ppo_epochs", &O::ppo_epochs, "passes over each rollout batch", at_least(1)),
-      field("mini_batches", &O::mini_batches, "optimizer steps per pass", at_least(1)),
+      field("ppo_epochs", &O::ppo_epochs,
+            "passes over each rollout batch (> 1: the ratio to the old policy moves and clips act)",
+            at_least(1)),
+      field("mini_batches", &O::mini_batches,
+            "optimizer steps per pass, over consecutive slices of the batch's sequences (at most "
+            "one per sequence)", at_least(1)),
       field("micro_batch_tokens", &O::micro_batch_tokens, "most tokens in one forward/backward",
             at_least(1)),
     }),
@@ -503,6 +555,13 @@ void check_consistency(const Config& c) {
   LOCKSTEP_CHECK(!c.loss.adaptive_clip || c.loss.tis_cap > 0,
                  "config: loss.adaptive_clip = true needs truncated importance sampling: "
                  "loss.tis_cap ≥ 1 (got 0)");
+  LOCKSTEP_CHECK(c.loss.tis_cap == 0 || !c.loss.reuse_rollout_logprobs,
+                 "config: loss.tis_cap = ", toml_float(c.loss.tis_cap),
+                 " cannot act with loss.reuse_rollout_logprobs = true: the old logprobs are then "
+                 "the rollout's, so the weight exp(old - rollout) is 1 everywhere; turn one off");
+  LOCKSTEP_CHECK(c.loss.overlong_buffer <= c.rollout.max_new_tokens, "config: loss.overlong_buffer (",
+                 c.loss.overlong_buffer, ") must be ≤ rollout.max_new_tokens (",
+                 c.rollout.max_new_tokens, ")");
 }
 
 }  // namespace

@@ -17,10 +17,11 @@
 //     or the allowed values;
 //   - TOML syntax error: toml++'s description with file:line:column.
 // After all sources, keys that constrain each other are checked together (optim.min_lr ≤
-// optim.lr; loss.adaptive_clip needs loss.tis_cap > 0).
+// optim.lr; loss.adaptive_clip needs loss.tis_cap > 0; loss.tis_cap cannot act with
+// loss.reuse_rollout_logprobs; loss.overlong_buffer ≤ rollout.max_new_tokens).
 //
-// Enumerated settings (precision, device, format, chat_template, aggregation, kl_estimator,
-// schedule) are held as their validated strings; the code that uses one maps it to its enum.
+// Enumerated settings (precision, device, format, chat_template, scale_rewards, aggregation,
+// kl_estimator, schedule) are held as their validated strings; the code that uses one maps it to its enum.
 // Floats are doubles so that to_toml and load_config round-trip exactly.
 #pragma once
 
@@ -72,15 +73,20 @@ struct RolloutOptions {
 };
 
 struct LossOptions {
-  bool scale_by_std = true;
+  std::string scale_rewards = "group";     // "group" | "batch" | "none" (Dr.GRPO)
   double clip_low = 0.2;                   // [0, 1)
   double clip_high = 0.2;                  // ≥ 0
-  std::string aggregation = "token-mean";  // "token-mean" | "sequence-mean"
+  double clip_ratio_c = 3.0;               // 0: off, else > 1
+  // "token-mean" | "sequence-mean" | "sequence-mean-token-sum" | "token-sum-norm"
+  std::string aggregation = "token-mean";
   double kl_coef = 0.0;                    // ≥ 0
   std::string kl_estimator = "k3";         // "k1" | "k3"
   double tis_cap = 0.0;                    // 0: off, else ≥ 1
   bool adaptive_clip = false;
   bool dynamic_sampling = false;
+  int64_t dynamic_sampling_max_draws = 10;  // ≥ 1
+  int64_t overlong_buffer = 0;              // 0: off
+  double overlong_penalty = 1.0;            // ≥ 0
   bool reuse_rollout_logprobs = false;
   bool operator==(const LossOptions&) const = default;
 };

@@ -15,15 +15,16 @@
 #include "model/sft_loss.h"
 #include "rl/checkpoint.h"
 #include "rl/console.h"
+#include "rl/dynamic_sampling.h"
 #include "rl/eval.h"
+#include "rl/grpo_update.h"
 #include "rl/metrics.h"
+#include "rl/packed_rows.h"
 #include "rl/setup.h"
 #include "rollout/engine.h"
 #include "tasks/verifier.h"
-#include "train/advantages.h"
 #include "train/optimizer.h"
-#include "train/policy_loss.h"
-#include "train/rollout_mismatch.h"
+#include "train/overlong_penalty.h"
 
 namespace lockstep {
 
@@ -51,61 +52,6 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// Packed sequences with per-row training data; row t predicts token t + 1 of its sequence.
-struct Rows {
-  std::vector<int32_t> tokens, targets, cu{0};
-  std::vector<float> mask, rollout_logprob;
-  std::vector<int64_t> lengths;
-
-  void add(const std::vector<int32_t>& prompt, const std::vector<int32_t>& response,
-           const std::vector<float>& response_logprob) {
-    const size_t start = tokens.size();
-    tokens.insert(tokens.end(), prompt.begin(), prompt.end());
-    tokens.insert(tokens.end(), response.begin(), response.end());
-    const size_t n = tokens.size() - start;
-    for (size_t i = 0; i < n; ++i) {
-      const bool predicts_response = i + 1 >= prompt.size() && i + 1 < n;
-      targets.push_back(i + 1 < n ? tokens[start + i + 1] : 0);
-      mask.push_back(predicts_response ? 1.0f : 0.0f);
-      rollout_logprob.push_back(predicts_response && !response_logprob.empty()
-                                    ? response_logprob[i + 1 - prompt.size()]
-                                    : 0.0f);
-    }
-    cu.push_back(int32_t(tokens.size()));
-    lengths.push_back(int64_t(n));
-  }
-};
-
-// Sequences [first, last) of `rows` as a batch on `device`; `offset` gets the first row.
-TrainBatch slice_batch(const Rows& rows, size_t first, size_t last, int64_t vocab, Device device,
-                       size_t& offset) {
-  const size_t begin = size_t(rows.cu[first]), end = size_t(rows.cu[last]);
-  std::vector<int32_t> cu;
-  for (size_t s = first; s <= last; ++s) cu.push_back(rows.cu[s] - int32_t(begin));
-  offset = begin;
-  return make_train_batch(std::span(rows.tokens).subspan(begin, end - begin),
-                          std::span(rows.targets).subspan(begin, end - begin), cu, vocab, device);
-}
-
-std::vector<float> host_floats(const Tensor& t) {
-  const Tensor c = t.device() == Device::cpu ? t : t.to(Device::cpu);
-  return {c.data_as<float>(), c.data_as<float>() + c.numel()};
-}
-
-// Logprobs of every row under `model` at `temperature`, micro-batch by micro-batch, nothing kept.
-std::vector<float> forward_logprobs(Transformer& model, const Rows& rows, int64_t budget,
-                                    float temperature) {
-  std::vector<float> out;
-  for (const SequenceRange& r : plan_micro_batches(rows.lengths, budget)) {
-    size_t offset = 0;
-    const TrainBatch b = slice_batch(rows, r.first, r.last, model.config().vocab_size,
-                                     model.device(), offset);
-    const std::vector<float> lp = host_floats(model.forward(b, temperature, false).logprob);
-    out.insert(out.end(), lp.begin(), lp.end());
-  }
-  return out;
-}
-
 OptimizerConfig optimizer_config(const OptimOptions& o, int64_t total_steps) {
   OptimizerConfig c;
   c.beta1 = float(o.beta1);
@@ -118,19 +64,6 @@ OptimizerConfig optimizer_config(const OptimOptions& o, int64_t total_steps) {
   c.schedule.min_lr = float(o.min_lr);
   c.schedule.warmup_steps = o.warmup_steps;
   c.schedule.total_steps = std::max(total_steps, o.warmup_steps);
-  return c;
-}
-
-PolicyLossConfig loss_config(const LossOptions& o) {
-  PolicyLossConfig c;
-  c.clip_low = float(o.clip_low);
-  c.clip_high = float(o.clip_high);
-  c.aggregation = o.aggregation == "sequence-mean" ? LossAggregation::sequence_mean
-                                                   : LossAggregation::token_mean;
-  c.kl_coef = float(o.kl_coef);
-  c.kl_estimator = o.kl_estimator == "k1" ? KlEstimator::k1 : KlEstimator::k3;
-  c.tis_cap = float(o.tis_cap);
-  c.adaptive_clip = o.adaptive_clip;
   return c;
 }
 
@@ -203,7 +136,7 @@ void save(Run& run) {
                   *run.optimizer, run.state, run.setup.tokenizer_dir);
 }
 
-// Why a step's update was skipped, or empty.
+// Why an SFT step's update was skipped, or empty.
 std::string check_finite(double loss, const OptimizerStep& step) {
   if (!std::isfinite(loss)) return "loss";
   if (!step.applied) return "gradient of " + step.nonfinite_grad;
@@ -215,7 +148,7 @@ std::string check_finite(double loss, const OptimizerStep& step) {
 Metrics sft_step(Run& run, int64_t step) {
   const Setup& s = run.setup;
   const SftOptions& o = s.config.sft;
-  Rows rows;
+  PackedRows rows;
   for (int64_t i = 0; i < o.batch_size; ++i) {
     const Problem p = s.train.draw(uint64_t(s.config.run.seed), step * o.batch_size + i);
     rows.add(s.prompt_tokens(p), s.tokenizer->encode(s.sft_target(p), false), {});
@@ -236,9 +169,13 @@ Metrics sft_step(Run& run, int64_t step) {
     }
     model.backward(f, dlogprob.to(model.device()), Tensor());
   }
-  const OptimizerStep opt = run.optimizer->step(model.params(), model.grads(), copies_of(run));
+  // A non-finite loss never reaches the optimizer (weights, moments, step count and schedule
+  // stay); AdamW itself skips a non-finite gradient.
+  OptimizerStep opt;
+  if (std::isfinite(loss)) opt = run.optimizer->step(model.params(), model.grads(), copies_of(run));
+  else model.grads().zero();
   const std::string skipped = check_finite(loss, opt);
-  return {{"loss", loss}, {"lr", opt.lr}, {"grad_norm", opt.grad_norm},
+  return {{"loss", loss}, {"lr", opt.applied ? opt.lr : NAN}, {"grad_norm", opt.grad_norm},
           {"skipped", skipped.empty() ? 0.0 : 1.0}};
 }
 
@@ -250,151 +187,92 @@ struct StepTimes {
   double rollout = 0, scoring = 0, recompute = 0, update = 0;
 };
 
-Metrics grpo_step(Run& run, Transformer* reference, int64_t step, StepTimes& times,
-                  std::string& skipped) {
+// The problems of rollout batch `draw` of step `step`: draw 0 is the run's stream (problems
+// step·B .. step·B + B − 1); dynamic sampling's further draws k ≥ 1 walk streams of their own,
+// offset by k·2^40 (a fresh shuffle of a dataset, further synthetic problems), so that a resumed
+// run draws the same problems without keeping any state.
+int64_t problem_index(int64_t step, int64_t draw, int64_t b, int64_t i) {
+  return (draw << 40) + step * b + i;
+}
+
+Metrics grpo_step(Run& run, Transformer* reference, int64_t step, const TrainHooks& hooks,
+                  StepTimes& times, std::string& skipped) {
   const Setup& s = run.setup;
   const RolloutOptions& ro = s.config.rollout;
   const LossOptions& lo = s.config.loss;
-  const int64_t g = ro.samples_per_prompt, budget = s.config.optim.micro_batch_tokens;
-  const float temperature = float(ro.temperature);
+  const int64_t g = ro.samples_per_prompt, b = ro.prompts_per_step;
 
-  // 1. rollout
-  auto t0 = Clock::now();
-  std::vector<Problem> problems;
-  std::vector<GenerationRequest> requests;
-  for (int64_t i = 0; i < ro.prompts_per_step; ++i) {
-    problems.push_back(s.train.draw(uint64_t(s.config.run.seed), step * ro.prompts_per_step + i));
-    GenerationRequest r;
-    r.prompt = s.prompt_tokens(problems.back());
-    r.sampling.n = g;
-    r.sampling.temperature = temperature;
-    r.sampling.top_p = float(ro.top_p);
-    r.sampling.top_k = ro.top_k;
-    r.sampling.max_new_tokens = ro.max_new_tokens;
-    r.sampling.stop_token_ids = s.stop_token_ids;
-    r.sampling.stop_strings = ro.stop;
-    r.sampling.seed = uint64_t(s.config.run.seed) * 1000003u + uint64_t(step) * 65537u + uint64_t(i);
-    requests.push_back(std::move(r));
-  }
-  const auto samples = run.engine->generate(requests);
-  times.rollout = seconds_since(t0);
-
-  // 2. scoring, 3. advantages
-  t0 = Clock::now();
-  std::vector<float> rewards;
-  double response_tokens = 0, found = 0;
-  for (size_t i = 0; i < samples.size(); ++i)
-    for (const GeneratedSample& sample : samples[i]) {
-      const std::string text = s.tokenizer->decode(sample.tokens, /*skip_special_tokens=*/true);
-      rewards.push_back(float(answer_reward(text, problems[i].answer)));
-      found += answer_found(text) ? 1 : 0;
-      response_tokens += double(sample.tokens.size());
+  // 1. rollout, 2. scoring (with dynamic sampling: more batches until B groups differ)
+  double samples_drawn = 0, reward_sum = 0, correct = 0, found = 0, response_tokens = 0, overlong = 0;
+  const auto draw = [&](int64_t draw) {
+    auto t0 = Clock::now();
+    std::vector<Problem> problems;
+    std::vector<GenerationRequest> requests;
+    for (int64_t i = 0; i < b; ++i) {
+      problems.push_back(s.train.draw(uint64_t(s.config.run.seed), problem_index(step, draw, b, i)));
+      GenerationRequest r;
+      r.prompt = s.prompt_tokens(problems.back());
+      r.sampling.n = g;
+      r.sampling.temperature = float(ro.temperature);
+      r.sampling.top_p = float(ro.top_p);
+      r.sampling.top_k = ro.top_k;
+      r.sampling.max_new_tokens = ro.max_new_tokens;
+      r.sampling.stop_token_ids = s.stop_token_ids;
+      r.sampling.stop_strings = ro.stop;
+      r.sampling.seed = uint64_t(s.config.run.seed) * 1000003u + uint64_t(step) * 65537u +
+                        uint64_t(i) + (uint64_t(draw) << 32);
+      requests.push_back(std::move(r));
     }
-  const std::vector<float> advantages =
-      group_advantages(rewards, g, GroupAdvantageConfig{.scale_by_std = lo.scale_by_std});
-  std::vector<int64_t> groups(samples.size());
-  std::iota(groups.begin(), groups.end(), 0);
-  if (lo.dynamic_sampling) groups = informative_groups(rewards, g);
-  Rows rows;
-  std::vector<float> seq_advantage;
-  for (int64_t grp : groups)
-    for (int64_t j = 0; j < g; ++j) {
-      const GeneratedSample& sample = samples[size_t(grp)][size_t(j)];
-      rows.add(requests[size_t(grp)].prompt, sample.tokens, sample.logprobs);
-      seq_advantage.push_back(advantages[size_t(grp * g + j)]);
+    auto samples = run.engine->generate(requests);
+    times.rollout += seconds_since(t0);
+    t0 = Clock::now();
+    std::vector<ScoredGroup> groups(samples.size());
+    for (size_t i = 0; i < samples.size(); ++i) {
+      groups[i].prompt = requests[i].prompt;
+      for (const GeneratedSample& sample : samples[i]) {
+        const std::string text = s.tokenizer->decode(sample.tokens, /*skip_special_tokens=*/true);
+        const double correctness = answer_reward(text, problems[i].answer);
+        const double penalty = lo.overlong_buffer > 0
+            ? overlong_penalty(int64_t(sample.tokens.size()), ro.max_new_tokens, lo.overlong_buffer,
+                               lo.overlong_penalty)
+            : 0.0;
+        groups[i].rewards.push_back(float(correctness + penalty));
+        samples_drawn += 1;
+        reward_sum += correctness + penalty;
+        correct += correctness == 1.0 ? 1 : 0;
+        found += answer_found(text) ? 1 : 0;
+        response_tokens += double(sample.tokens.size());
+        overlong += penalty < 0 ? 1 : 0;
+      }
+      groups[i].samples = std::move(samples[i]);
     }
-  times.scoring = seconds_since(t0);
+    times.scoring += seconds_since(t0);
+    return groups;
+  };
+  const CollectedGroups collected =
+      collect_groups(b, lo.dynamic_sampling ? lo.dynamic_sampling_max_draws : 1,
+                     lo.dynamic_sampling, draw);
 
-  const double n = double(rewards.size());
-  Metrics m = {{"reward_mean", std::accumulate(rewards.begin(), rewards.end(), 0.0) / n},
-               {"accuracy", std::count(rewards.begin(), rewards.end(), 1.0f) / n},
+  const double n = samples_drawn;
+  Metrics m = {{"reward_mean", reward_sum / n},
+               {"accuracy", correct / n},
                {"answer_found", found / n},
                {"response_length", response_tokens / n},
-               {"groups_kept", double(groups.size())}};
-  if (groups.empty()) return m;  // nothing to learn from: dynamic sampling dropped every group
+               {"groups_kept", double(collected.kept.size())},
+               {"rollout_batches", double(collected.draws)}};
+  if (lo.overlong_buffer > 0) m.emplace_back("overlong_frac", overlong / n);
 
-  // 4. old-policy (and reference) logprobs
-  t0 = Clock::now();
-  Transformer& model = run.policy->trainer();
-  const std::vector<float> old_logprob =
-      lo.reuse_rollout_logprobs ? rows.rollout_logprob
-                                : forward_logprobs(model, rows, budget, temperature);
-  std::vector<float> ref_logprob;
-  if (reference) ref_logprob = forward_logprobs(*reference, rows, budget, temperature);
-  times.recompute = seconds_since(t0);
-  const RolloutMismatch mismatch = rollout_mismatch(old_logprob, rows.rollout_logprob, rows.mask);
-
-  // 5. PPO update: mini-batches of whole sequences, micro-batches inside.
-  t0 = Clock::now();
-  PolicyLossConfig cfg = loss_config(lo);
-  if (s.config.model.precision != "fp8-rollout") cfg.tis_cap = 0, cfg.adaptive_clip = false;
-  const size_t sequences = rows.lengths.size();
-  const int64_t minis = std::min<int64_t>(s.config.optim.mini_batches, int64_t(sequences));
-  double loss_sum = 0, clip = 0, kl_ref = 0, tis_clip = 0, entropy = 0, grad_norm = 0, lr = 0,
-         counted = 0;
-  for (int64_t epoch = 0; epoch < s.config.optim.ppo_epochs; ++epoch) {
-    for (int64_t mb = 0; mb < minis; ++mb) {
-      const size_t first = sequences * size_t(mb) / size_t(minis);
-      const size_t last = sequences * size_t(mb + 1) / size_t(minis);
-      double tokens = 0;
-      for (size_t t = size_t(rows.cu[first]); t < size_t(rows.cu[last]); ++t) tokens += rows.mask[t];
-      cfg.normalizer = cfg.aggregation == LossAggregation::token_mean ? tokens : double(last - first);
-      double mini_loss = 0;
-      const auto lengths = std::span<const int64_t>(rows.lengths).subspan(first, last - first);
-      for (const SequenceRange& r : plan_micro_batches(lengths, budget)) {
-        size_t offset = 0;
-        const TrainBatch b = slice_batch(rows, first + r.first, first + r.last,
-                                         model.config().vocab_size, model.device(), offset);
-        TrainForward f = model.forward(b, temperature);
-        const std::vector<float> lp = host_floats(f.logprob), ent = host_floats(f.entropy);
-        const size_t len = lp.size();
-        std::vector<int32_t> cu;
-        for (size_t q = first + r.first; q <= first + r.last; ++q) cu.push_back(rows.cu[q] - int32_t(offset));
-        auto sub = [&](const std::vector<float>& v) {
-          return v.empty() ? std::span<const float>() : std::span<const float>(v).subspan(offset, len);
-        };
-        PolicyLossInputs in;
-        in.logprob = lp;
-        in.old_logprob = sub(old_logprob);
-        if (cfg.tis_cap > 0) in.rollout_logprob = sub(rows.rollout_logprob);
-        if (reference) in.ref_logprob = sub(ref_logprob);
-        in.entropy = ent;
-        in.mask = sub(rows.mask);
-        in.cu_seqlens = cu;
-        in.advantage = std::span<const float>(seq_advantage).subspan(first + r.first, r.last - r.first);
-        const PolicyLoss pl = policy_loss(in, cfg);
-        mini_loss += pl.loss;
-        if (std::isfinite(pl.loss)) model.backward(f, pl.dlogprob.to(model.device()), Tensor());
-        clip += (pl.clip_frac_low + pl.clip_frac_high) * pl.tokens;
-        kl_ref += pl.kl_ref * pl.tokens;
-        tis_clip += pl.tis_clip_frac * pl.tokens;
-        entropy += pl.entropy_mean * pl.tokens;
-        counted += pl.tokens;
-      }
-      if (!std::isfinite(mini_loss)) model.grads().zero();  // never let it reach the weights
-      const OptimizerStep opt = run.optimizer->step(model.params(), model.grads(), copies_of(run));
-      grad_norm = opt.grad_norm;
-      lr = opt.lr;
-      loss_sum += mini_loss;
-      const std::string why = check_finite(mini_loss, opt);
-      if (!why.empty() && skipped.empty()) skipped = why;
-    }
-  }
-  times.update = seconds_since(t0);
-
-  const double c = std::max(counted, 1.0);
-  for (auto [name, value] : std::initializer_list<std::pair<const char*, double>>{
-           {"loss", loss_sum / double(minis * s.config.optim.ppo_epochs)},
-           {"entropy", entropy / c},
-           {"kl_ref", kl_ref / c},
-           {"clip_frac", clip / c},
-           {"grad_norm", grad_norm},
-           {"lr", lr},
-           {"mismatch_abs", mismatch.mean_abs_diff},
-           {"mismatch_mult_prob_error", mismatch.mult_prob_error},
-           {"mismatch_k3", mismatch.kl_k3},
-           {"tis_clip_frac", tis_clip / c}})
-    m.emplace_back(name, value);
+  // 3.-5. advantages, old logprobs, PPO update
+  const OptimizerStepFn optimizer_step = [&](ModelParameters& params, ModelParameters& grads) {
+    if (hooks.before_optimizer_step) hooks.before_optimizer_step(grads);
+    return run.optimizer->step(params, grads, copies_of(run));
+  };
+  const GrpoUpdate u =
+      grpo_update(collected.kept, s.config, run.policy->trainer(), reference, optimizer_step);
+  times.recompute = u.recompute_seconds;
+  times.update = u.update_seconds;
+  skipped = u.skipped;
+  m.insert(m.end(), u.metrics.begin(), u.metrics.end());
   return m;
 }
 
@@ -524,7 +402,7 @@ TrainSummary run_train(const Config& config, const TrainHooks& hooks) {
     const auto t0 = Clock::now();
     StepTimes times;
     std::string skipped;
-    Metrics m = grpo_step(run, reference.get(), run.state.step, times, skipped);
+    Metrics m = grpo_step(run, reference.get(), run.state.step, hooks, times, skipped);
     ++run.state.step;
     run.state.optimizer_steps = run.optimizer->steps();
     const double total = seconds_since(t0);
@@ -532,7 +410,7 @@ TrainSummary run_train(const Config& config, const TrainHooks& hooks) {
              {"time_rollout", times.rollout}, {"time_scoring", times.scoring},
              {"time_recompute", times.recompute}, {"time_update", times.update},
              {"time_step", total},
-             {"tokens_per_s", metric(m, "response_length") * double(c.rollout.prompts_per_step * c.rollout.samples_per_prompt) / total}})
+             {"tokens_per_s", metric(m, "response_length") * double(c.rollout.prompts_per_step * c.rollout.samples_per_prompt) * metric(m, "rollout_batches") / total}})
       m.emplace_back(name, value);
     run.state.consecutive_skips = skipped.empty() ? 0 : run.state.consecutive_skips + 1;
     m.emplace_back("skipped", skipped.empty() ? 0.0 : 1.0);

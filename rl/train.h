@@ -5,18 +5,19 @@
 //   1. rollout: B problems (Problems::draw of the run seed and the step) × G samples each, through
 //      the rollout engine (rollout/engine.h) of the policy's rollout model;
 //   2. scoring: reward 1 for a correct final answer (tasks/verifier.h), else 0;
-//   3. advantages: group-normalized (GRPO; std scaling off = Dr.GRPO); with dynamic sampling,
-//      groups whose rewards are all equal are dropped;
-//   4. old-policy logprobs recomputed by the training forward at the rollout's temperature (or the
-//      rollout's own, with loss.reuse_rollout_logprobs), and a frozen reference's when kl_coef > 0;
-//   5. update: ppo_epochs × mini_batches optimizer steps, each over micro-batches of at most
-//      micro_batch_tokens tokens whose gradients accumulate (train/policy_loss.h: PPO-clip,
-//      decoupled with TIS in the fp8-rollout mode when tis_cap > 0);
+//   2. scoring: reward 1 for a correct final answer (tasks/verifier.h), else 0, plus DAPO's
+//      overlong penalty when loss.overlong_buffer > 0 (train/overlong_penalty.h); with dynamic
+//      sampling, groups whose rewards are all equal are dropped and further batches of B prompts
+//      are drawn until B groups differ, at most loss.dynamic_sampling_max_draws batches
+//      (rl/dynamic_sampling.h; metrics groups_kept, rollout_batches);
+//   3.-5. advantages, old-policy (and reference) logprobs, and ppo_epochs × mini_batches optimizer
+//      steps over micro-batches (rl/grpo_update.h, train/policy_loss.h);
 //   6. weight hand-over to the rollout model: inside the optimizer's update pass, which writes the
 //      weight copies the rollout reads (rl/setup.h Policy::copies).
-// A non-finite loss or gradient never reaches the weights: the optimizer step is skipped and the
-// metrics say where the first non-finite value appeared; after run.max_skipped_steps consecutive
-// skipped steps the run stops with an error. Held-out evaluation (greedy and sampled pass@1) every
+// A non-finite loss or gradient never reaches the weights: that optimizer step is not taken at all
+// (weights, moments, step count and learning-rate schedule stay as they were) and the metrics say
+// where the first non-finite value appeared; after run.max_skipped_steps consecutive steps with a
+// skipped update the run stops with an error. Held-out evaluation (greedy and sampled pass@1) every
 // run.eval_every steps and at the end. Checkpoints (rl/checkpoint.h) every run.checkpoint_every
 // steps, at the end, and on SIGINT (then the run returns early); run.resume continues from the
 // checkpoint in run.out_dir exactly, and says where it resumed; resuming a run whose checkpoint is
@@ -29,6 +30,7 @@
 #include <functional>
 
 #include "cli/config.h"
+#include "model/parameters.h"
 
 namespace lockstep {
 
@@ -36,6 +38,9 @@ struct TrainHooks {
   // Called after each completed step (SFT steps count negative: -1, -2, ...); returning true stops
   // the run as SIGINT does (checkpoint, return). For tests.
   std::function<bool(int64_t step)> stop_after;
+  // Called with the accumulated gradients before each GRPO optimizer step (a test plants a
+  // non-finite value there).
+  std::function<void(ModelParameters& grads)> before_optimizer_step;
 };
 
 struct TrainSummary {

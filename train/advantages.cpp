@@ -21,6 +21,20 @@ int64_t check_rewards(std::span<const float> rewards, int64_t group_size, const 
   return n / group_size;
 }
 
+double mean_of(std::span<const float> r) {
+  double sum = 0;
+  for (float x : r) sum += x;
+  return sum / double(r.size());
+}
+
+// Divides by n − 1 (torch.std); n ≥ 2.
+double sample_std(std::span<const float> r) {
+  const double mean = mean_of(r);
+  double var = 0;
+  for (float x : r) var += (x - mean) * (x - mean);
+  return std::sqrt(var / double(r.size() - 1));
+}
+
 }  // namespace
 
 std::vector<float> group_advantages(std::span<const float> rewards, int64_t group_size,
@@ -29,15 +43,13 @@ std::vector<float> group_advantages(std::span<const float> rewards, int64_t grou
   LOCKSTEP_CHECK(config.eps > 0 && std::isfinite(config.eps),
                  "group_advantages: eps must be positive and finite, got ", config.eps);
   std::vector<float> out(rewards.size());
+  const double batch_scale =
+      config.scaling == RewardScaling::batch ? 1.0 / (sample_std(rewards) + config.eps) : 1.0;
   for (int64_t b = 0; b < groups; ++b) {
     const std::span<const float> r = rewards.subspan(size_t(b * group_size), size_t(group_size));
-    double mean = 0;
-    for (float x : r) mean += x;
-    mean /= double(group_size);
-    double var = 0;
-    for (float x : r) var += (x - mean) * (x - mean);
-    const double scale =
-        config.scale_by_std ? 1.0 / (std::sqrt(var / double(group_size - 1)) + config.eps) : 1.0;
+    const double mean = mean_of(r);
+    const double scale = config.scaling == RewardScaling::group ? 1.0 / (sample_std(r) + config.eps)
+                                                                : batch_scale;
     for (int64_t g = 0; g < group_size; ++g)
       out[size_t(b * group_size + g)] = float((r[size_t(g)] - mean) * scale);
   }

@@ -3,12 +3,15 @@
 // Rewards come group by group: B prompts × G samples, prompt-major (rewards[b·G + g] is sample g of
 // prompt b). Every sample of a group gets one advantage, shared by all its response tokens:
 //
-//   A = (r − mean_group) / (std_group + eps)     scale_by_std (GRPO, Shao et al. 2024)
-//   A =  r − mean_group                          otherwise (Dr.GRPO, Liu et al. 2025: the std
-//                                                division favours easy and hard prompts)
+//   A = (r − mean_group) / (std_group + eps)     RewardScaling::group (GRPO, Shao et al. 2024;
+//                                                TRL scale_rewards="group")
+//   A = (r − mean_group) / (std_batch + eps)     RewardScaling::batch (TRL scale_rewards="batch":
+//                                                one std over all B·G rewards)
+//   A =  r − mean_group                          RewardScaling::none (Dr.GRPO, Liu et al. 2025:
+//                                                the std division favours easy and hard prompts)
 //
-// std_group is the sample standard deviation (divides by G − 1), as torch.std in verl and TRL.
-// A group whose rewards are all equal gets A = 0 either way (no NaN), and carries no learning
+// Both stds are sample standard deviations (divide by n − 1), as torch.std in verl and TRL.
+// A group whose rewards are all equal gets A = 0 in every mode (no NaN), and carries no learning
 // signal: informative_groups() lists the groups to keep (DAPO dynamic sampling drops the others and
 // samples more prompts). Sums run in double.
 #pragma once
@@ -19,8 +22,10 @@
 
 namespace lockstep {
 
+enum class RewardScaling { group, batch, none };
+
 struct GroupAdvantageConfig {
-  bool scale_by_std = true;
+  RewardScaling scaling = RewardScaling::group;
   float eps = 1e-6f;
 };
 

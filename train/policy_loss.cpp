@@ -25,6 +25,13 @@ void check_config(const PolicyLossConfig& c, const PolicyLossInputs& in) {
   LOCKSTEP_CHECK(c.clip_low >= 0 && c.clip_low < 1, "policy_loss: config.clip_low = ", c.clip_low,
                  " (must be in [0, 1))");
   check_finite_non_negative(c.clip_high, "clip_high");
+  LOCKSTEP_CHECK(c.clip_ratio_c == 0 || (std::isfinite(c.clip_ratio_c) && c.clip_ratio_c > 1),
+                 "policy_loss: config.clip_ratio_c = ", c.clip_ratio_c,
+                 " (dual-clip bound: must be 0 (off) or > 1)");
+  LOCKSTEP_CHECK(c.aggregation != LossAggregation::token_sum_norm ||
+                     (std::isfinite(c.max_response_tokens) && c.max_response_tokens > 0),
+                 "policy_loss: config.aggregation token_sum_norm needs max_response_tokens > 0, got ",
+                 c.max_response_tokens);
   check_finite_non_negative(c.kl_coef, "kl_coef");
   check_finite_non_negative(c.tis_cap, "tis_cap");
   LOCKSTEP_CHECK(std::isfinite(c.normalizer) && c.normalizer >= 0,
@@ -80,28 +87,42 @@ PolicyLoss policy_loss(const PolicyLossInputs& in, const PolicyLossConfig& confi
     out.tokens += seq_tokens[s];
     if (seq_tokens[s] > 0) ++out.sequences;
   }
-  const bool token_mean = config.aggregation == LossAggregation::token_mean;
-  const double norm = config.normalizer > 0 ? config.normalizer
-                      : token_mean          ? out.tokens
-                                            : double(out.sequences);
+  const LossAggregation agg = config.aggregation;
+  const double norm = config.normalizer > 0                  ? config.normalizer
+                      : agg == LossAggregation::token_mean ? out.tokens
+                                                            : double(out.sequences);
   LOCKSTEP_CHECK(norm > 0, "policy_loss: the mask selects no token");
+  // The weight of one token's ℓ in the loss, given its sequence's Σ m (see the header).
+  const auto token_weight = [&](double seq_tokens) {
+    switch (agg) {
+      case LossAggregation::token_mean: return 1.0 / norm;
+      case LossAggregation::sequence_mean: return 1.0 / (norm * seq_tokens);
+      case LossAggregation::sequence_mean_token_sum: return 1.0 / norm;
+      case LossAggregation::token_sum_norm: return 1.0 / (norm * config.max_response_tokens);
+    }
+    return 0.0;
+  };
 
   out.dlogprob = Tensor::zeros({num_tokens}, DType::f32);
   float* dlogprob = out.dlogprob.data_as<float>();
   const double lower = 1.0 - config.clip_low, upper_fixed = 1.0 + config.clip_high;
-  const double cap = config.tis_cap, beta = config.kl_coef;
+  const double cap = config.tis_cap, beta = config.kl_coef, dual = config.clip_ratio_c;
   const bool tis = cap > 0, has_ref = !in.ref_logprob.empty();
-  double clipped_low = 0, clipped_high = 0, ratio_sum = 0, kl_old_sum = 0, kl_ref_sum = 0,
-         tis_clipped = 0, entropy_sum = 0;
+  double clipped_low = 0, clipped_high = 0, clipped_dual = 0, ratio_sum = 0, kl_old_sum = 0,
+         kl_ref_sum = 0, tis_clipped = 0, entropy_sum = 0;
+  constexpr double kMaxLogRatio = 20;  // verl's clamp: exp(20) = 4.9e8, far from overflow
   for (size_t s = 0; s < num_seqs; ++s) {
     if (seq_tokens[s] == 0) continue;
     const double a = in.advantage[s];
-    const double scale = token_mean ? 1.0 / norm : 1.0 / (norm * seq_tokens[s]);
+    const double scale = token_weight(seq_tokens[s]);
     for (int32_t ti = in.cu_seqlens[s]; ti < in.cu_seqlens[s + 1]; ++ti) {
       const size_t t = size_t(ti);
       const double m = in.mask[t];
       if (m == 0) continue;
-      const double lp = in.logprob[t], log_ratio = lp - double(in.old_logprob[t]);
+      const double lp = in.logprob[t], raw_log_ratio = lp - double(in.old_logprob[t]);
+      // std::clamp keeps a NaN (every comparison with it is false).
+      const double log_ratio = std::clamp(raw_log_ratio, -kMaxLogRatio, kMaxLogRatio);
+      const bool ratio_clamped = log_ratio != raw_log_ratio && !std::isnan(raw_log_ratio);
       const double ratio = std::exp(log_ratio);
 
       double w = 1, upper = upper_fixed;
@@ -113,7 +134,8 @@ PolicyLoss policy_loss(const PolicyLossInputs& in, const PolicyLossConfig& confi
           if (config.adaptive_clip) upper = upper_fixed * rho / cap;  // (1 + ε_high) / r, r = C/ρ
         }
       }
-      // min(R·A, clip(R)·A): the clip binds only against the advantage's direction.
+      // min(R·A, clip(R)·A): the clip binds only against the advantage's direction; at a bound
+      // the unclipped branch, whose gradient does not vanish.
       double l_pg, d_pg = 0;
       if (a > 0 && ratio > upper) {
         l_pg = -w * a * upper;
@@ -121,8 +143,12 @@ PolicyLoss policy_loss(const PolicyLossInputs& in, const PolicyLossConfig& confi
       } else if (a < 0 && ratio < lower) {
         l_pg = -w * a * lower;
         clipped_low += m;
+      } else if (a < 0 && dual > 0 && ratio > dual) {
+        l_pg = -w * a * dual;
+        clipped_dual += m;
       } else {
-        l_pg = d_pg = -w * a * ratio;
+        l_pg = -w * a * ratio;
+        d_pg = ratio_clamped ? 0.0 : l_pg;
       }
 
       double l_kl = 0, d_kl = 0;
@@ -149,6 +175,7 @@ PolicyLoss policy_loss(const PolicyLossInputs& in, const PolicyLossConfig& confi
   if (out.tokens > 0) {
     out.clip_frac_low = clipped_low / out.tokens;
     out.clip_frac_high = clipped_high / out.tokens;
+    out.clip_frac_dual = clipped_dual / out.tokens;
     out.ratio_mean = ratio_sum / out.tokens;
     out.approx_kl_old = kl_old_sum / out.tokens;
     out.kl_ref = kl_ref_sum / out.tokens;

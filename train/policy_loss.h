@@ -12,9 +12,14 @@
 //   ref frozen reference policy's logprob
 //   A   advantage[s]
 //
-//   R    = exp(lp − old)
+//   R    = exp(clamp(lp − old, −20, 20))                the clamp keeps one wild token from
+//                                                         overflowing (verl); outside it the
+//                                                         gradient through R is 0 (torch.clamp)
 //   ℓ_pg = −w · min(R·A, clip(R, 1 − ε_low, U)·A)        PPO-clip; ε_low ≠ ε_high is DAPO's
 //                                                         clip-higher; U = 1 + ε_high
+//   ℓ_pg = −w · A · c   when A < 0 and R > c             dual-clip PPO (Ye et al. 2020,
+//                                                         arXiv:1912.09729; verl's clip_ratio_c):
+//                                                         bounds the loss of a negative advantage
 //   w    = min(exp(old − ro), C)  with tis_cap C > 0      decoupled PPO with truncated importance
 //          1                      otherwise               sampling (FlashRL; verl's rollout_is):
 //                                                         w is a constant (no gradient)
@@ -24,27 +29,36 @@
 //          β · (exp(ref − lp) − (ref − lp) − 1)    k3     π_θ (Schulman 2020; k3 as GRPO's)
 //   ℓ    = ℓ_pg + ℓ_kl
 //
-// Aggregation (verl's loss_agg_mode):
-//   token_mean:     loss = Σ_t m_t ℓ_t / N,   N = Σ_t m_t over the whole batch
-//   sequence_mean:  loss = (1/S) Σ_s (Σ_{t∈s} m_t ℓ_t / Σ_{t∈s} m_t),   S = sequences with Σ m > 0
-// `normalizer` > 0 replaces N (token_mean) or S (sequence_mean): a mini-batch split into
+// Aggregation (verl's loss_agg_mode; TRL's loss_type):
+//   token_mean:               loss = Σ_t m_t ℓ_t / N,   N = Σ_t m_t over the whole batch
+//                             (verl token-mean, TRL dapo)
+//   sequence_mean:            loss = (1/S) Σ_s (Σ_{t∈s} m_t ℓ_t / Σ_{t∈s} m_t),
+//                             S = sequences with Σ m > 0 (verl seq-mean-token-mean, TRL grpo)
+//   sequence_mean_token_sum:  loss = (1/S) Σ_s Σ_{t∈s} m_t ℓ_t   (verl seq-mean-token-sum)
+//   token_sum_norm:           loss = Σ_t m_t ℓ_t / (S · L),  L = max_response_tokens, a constant:
+//                             Dr.GRPO's length normalizer (Liu et al. 2025; TRL dr_grpo, whose S
+//                             is the batch's sequence count; verl's seq-mean-token-sum-norm
+//                             divides by L alone, S times the loss)
+// `normalizer` > 0 replaces N (token_mean) or S (the others): a mini-batch split into
 // micro-batches passes the mini-batch's count to every call, so the gradients add up to the
 // mini-batch's.
 //
-// dlogprob[t] = ∂loss/∂lp_t exactly: ∂ℓ_pg/∂lp = −w·A·R, and 0 where the clip binds (A > 0 and
-// R > U, or A < 0 and R < 1 − ε_low; at R equal to a bound, the unclipped branch); ∂k1/∂lp = 1,
-// ∂k3/∂lp = 1 − exp(ref − lp); times m_t / N (token_mean) or m_t / (S·Σ_{t∈s} m) (sequence_mean).
-// Tokens with m_t = 0 get 0 and their logprobs are not read (they may be anything). Non-finite
-// logprobs of counted tokens propagate into the loss and the gradient, where the optimizer's
-// non-finite check skips the step.
+// dlogprob[t] = ∂loss/∂lp_t exactly: ∂ℓ_pg/∂lp = −w·A·R, and 0 where a clip binds (A > 0 and
+// R > U; A < 0 and R < 1 − ε_low; A < 0 and R > c with dual-clip; |lp − old| > 20). At R equal
+// to a bound the unclipped branch is taken, so with ε = 0 and R = 1 (the first on-policy
+// mini-batch) the gradient is −w·A, as torch's clamp passes it at its bounds. ∂k1/∂lp = 1,
+// ∂k3/∂lp = 1 − exp(ref − lp). Times the aggregation's weight: m_t / N, m_t / (S·Σ_{t∈s} m),
+// m_t / S or m_t / (S·L).
+// Tokens with m_t = 0 get 0 and their logprobs are not read (they may be anything). A NaN logprob
+// of a counted token propagates into the loss and the gradient, where the training loop skips the
+// step; an infinite log-ratio is clamped like any other beyond ±20.
 //
 // Adaptive Clipping Range (QuRL: Li, Elangovan, Dong, Panda, Khailany, "QuRL: Efficient
 // Reinforcement Learning with Quantized Rollout", ICLR 2026, arXiv:2602.13953, eq. 7–9): written
 // as decoupled PPO, truncating ρ at C scales the PPO term by
 // r = π_behav / π_behav^trunc = min(ρ, C)/ρ, which shrinks the clip range to
 // [r(1 − ε), r(1 + ε)] and over-clips positive-advantage tokens of truncated ratios; ACR moves the
-// upper bound to (1 + ε_high)/r. r = 1 (plain TIS) unless ρ > C. (Taken from detailed notes on
-// the paper; the paper's own text was not readable here.)
+// upper bound to (1 + ε_high)/r. r = 1 (plain TIS) unless ρ > C. QURL_CHECK
 //
 // Metrics are token means over the counted tokens (weights m_t), whatever the aggregation.
 // All math runs in double on the host.
@@ -57,18 +71,20 @@
 
 namespace lockstep {
 
-enum class LossAggregation { token_mean, sequence_mean };
+enum class LossAggregation { token_mean, sequence_mean, sequence_mean_token_sum, token_sum_norm };
 enum class KlEstimator { k1, k3 };
 
 struct PolicyLossConfig {
   float clip_low = 0.2f;   // ε_low, in [0, 1)
   float clip_high = 0.2f;  // ε_high ≥ 0 (DAPO: 0.28)
+  float clip_ratio_c = 3.0f;  // c > 1: dual-clip (verl's default 3); 0: off
   LossAggregation aggregation = LossAggregation::token_mean;
   float kl_coef = 0.0f;  // β ≥ 0; > 0 needs ref_logprob
   KlEstimator kl_estimator = KlEstimator::k3;
   float tis_cap = 0.0f;        // C > 0: truncated importance sampling (needs rollout_logprob)
   bool adaptive_clip = false;  // QuRL's ACR (needs tis_cap > 0)
   double normalizer = 0;       // > 0: N or S of the whole mini-batch (see above)
+  double max_response_tokens = 0;  // L > 0 of token_sum_norm (the rollout's max_new_tokens)
 };
 
 // Host-side per-token data of T tokens in S sequences (std::vector converts implicitly).
@@ -93,6 +109,7 @@ struct PolicyLoss {
 
   double clip_frac_low = 0;   // share of tokens with A < 0 and R < 1 − ε_low
   double clip_frac_high = 0;  // share of tokens with A > 0 and R > U
+  double clip_frac_dual = 0;  // share of tokens with A < 0 and R > c (dual-clip)
   double ratio_mean = 0;      // mean R
   double approx_kl_old = 0;   // mean (R − 1) − log R: k3 estimate of KL(π_old ‖ π_θ)
   double kl_ref = 0;          // mean k1 or k3 (kl_estimator); 0 without ref_logprob

@@ -14,14 +14,15 @@ float LrSchedule::lr(int64_t step) const {
                  " (must be finite and non-negative)");
   LOCKSTEP_CHECK(warmup_steps >= 0, "LrSchedule: warmup_steps = ", warmup_steps,
                  " (must be non-negative)");
-  if (step <= warmup_steps) return float(double(peak_lr) * double(step) / double(warmup_steps));
+  const int64_t i = step - 1;  // LambdaLR's index of this step
+  if (i < warmup_steps) return float(double(peak_lr) * double(i) / double(warmup_steps));
   if (kind == Kind::constant) return peak_lr;
   LOCKSTEP_CHECK(total_steps >= warmup_steps, "LrSchedule: total_steps = ", total_steps,
                  " is less than warmup_steps = ", warmup_steps);
   LOCKSTEP_CHECK(min_lr >= 0 && min_lr <= peak_lr, "LrSchedule: min_lr = ", min_lr,
                  " (must be in [0, peak_lr = ", peak_lr, "])");
-  if (step >= total_steps) return min_lr;
-  const double p = double(step - warmup_steps) / double(total_steps - warmup_steps);
+  if (i >= total_steps) return min_lr;
+  const double p = double(i - warmup_steps) / double(total_steps - warmup_steps);
   return float(min_lr + (double(peak_lr) - min_lr) * 0.5 * (1.0 + std::cos(std::numbers::pi * p)));
 }
 

@@ -1,13 +1,18 @@
 // train/schedule.h — the learning rate of optimizer step `step` (counting from 1, as
-// ops/adamw.h's step):
+// ops/adamw.h's step), as Hugging Face's get_constant_schedule_with_warmup and
+// get_cosine_schedule_with_warmup compute it under torch's LambdaLR. LambdaLR gives the k-th
+// optimizer.step() (k from 1) the factor lambda(k − 1): scheduler.step() runs after each optimizer
+// step, so the first step reads lambda(0). With i = step − 1:
 //
-//   warm-up, step ≤ warmup_steps:   lr = peak_lr · step / warmup_steps   (linear from 0)
-//   constant, after the warm-up:    lr = peak_lr
-//   cosine, after the warm-up:      lr = min_lr + (peak_lr − min_lr) · (1 + cos(π·p)) / 2,
-//                                   p = (step − warmup_steps) / (total_steps − warmup_steps),
-//                                   and lr = min_lr once step ≥ total_steps
+//   warm-up, i < warmup_steps:   lr = peak_lr · i / warmup_steps   (the first step at lr 0)
+//   constant, after the warm-up: lr = peak_lr
+//   cosine, after the warm-up:   lr = min_lr + (peak_lr − min_lr) · (1 + cos(π·p)) / 2,
+//                                p = (i − warmup_steps) / (total_steps − warmup_steps)
+//                                (min_lr = 0: HF's cosine; min_lr > 0: verl's min_lr_ratio form)
 //
-// So the cosine goes from peak_lr at the last warm-up step to min_lr at total_steps. Computed in
+// So step warmup_steps + 1 is the first at peak_lr, and the cosine's last step (i =
+// total_steps − 1) sits one step above min_lr instead of wasting a step at lr = min_lr. Past
+// total_steps, p goes on growing (HF's cosine rises again; here lr stays at min_lr). Computed in
 // double, returned as float.
 #pragma once
 

@@ -177,6 +177,13 @@ TEST(RunConfig, KeysThatConstrainEachOther) {
   expect_error([] { load({"--loss.adaptive_clip=true"}); },
                {"loss.adaptive_clip = true needs", "loss.tis_cap ≥ 1"});
   EXPECT_TRUE(load({"--loss.adaptive_clip=true", "--loss.tis_cap=2"}).loss.adaptive_clip);
+  // TIS cannot act when the old logprobs are the rollout's own.
+  expect_error([] { load({"--loss.tis_cap=2", "--loss.reuse_rollout_logprobs=true"}); },
+               {"loss.tis_cap = 2.0 cannot act with loss.reuse_rollout_logprobs = true"});
+  expect_error([] { load({"--loss.overlong_buffer=7", "--rollout.max_new_tokens=6"}); },
+               {"loss.overlong_buffer (7) must be ≤ rollout.max_new_tokens (6)"});
+  expect_error([] { load({"--loss.clip_ratio_c=1"}); },
+               {"loss.clip_ratio_c must be 0 (off) or > 1, got 1.0"});
 }
 
 // Every member differs from its default, with values whose text is easy to get wrong.
@@ -186,7 +193,9 @@ Config every_key_changed() {
   c.data = {"train \"q\".jsonl", "C:\\data\\test.jsonl", "gsm8k", true, 3, "qwen3-no-think",
             "You are\ta tutor.\nBe brief. é ✓ \x01"};
   c.rollout = {32, 8, 0.1, 0.95, 50, 1024, {"\n\n", "</s>", "'"}, 1.0 / 3.0, 32};
-  c.loss = {false, 0.25, 0.28, "sequence-mean", 1.0 / 3000, "k1", 2.5, true, true, true};
+  // reuse_rollout_logprobs stays false: with tis_cap > 0 the config rejects it (tested above).
+  c.loss = {"none", 0.25, 0.28, 2.5, "token-sum-norm", 1.0 / 3000, "k1", 2.5, true, true, 7, 512,
+            0.5, false};
   c.optim = {1e-6, 1e-7, "cosine", 20, 0.1, 0.8, 0.95, 1e-12, 0.5, 2, 4, 16384};
   c.sft = {1000, 2e-5, 64, 100};
   c.run = {1000, 1234567890123, "out/run 1", 25, 0, 100, true, 0, 10};
@@ -240,7 +249,7 @@ std::set<std::string> listed_keys(const std::string& text, const std::string& in
 
 TEST(RunConfig, HelpListsEveryKeyWithTypeDefaultAndDescription) {
   const std::set<std::string> all = listed_keys(to_toml(Config{}), "");
-  EXPECT_EQ(all.size(), 65u);  // the keys of config.h
+  EXPECT_EQ(all.size(), 69u);  // the keys of config.h
   EXPECT_EQ(listed_keys(config_help(""), "  "), all);
 
   const std::string help = config_help("");

@@ -32,7 +32,7 @@ TEST(GroupAdvantages, GrpoDividesByTheGroupStd) {
 }
 
 TEST(GroupAdvantages, DrGrpoOnlySubtractsTheMean) {
-  const std::vector<float> a = group_advantages(kRewards, 4, {.scale_by_std = false});
+  const std::vector<float> a = group_advantages(kRewards, 4, {.scaling = RewardScaling::none});
   const std::vector<double> expected = {0.5, -0.5, -0.5, 0.5, 0, 0, 0, 0, -3, 0, 3, 0};
   ASSERT_EQ(a.size(), expected.size());
   for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], expected[i], kTol) << i;
@@ -41,11 +41,23 @@ TEST(GroupAdvantages, DrGrpoOnlySubtractsTheMean) {
 TEST(GroupAdvantages, ConstantGroupsGiveExactZeros) {
   // 0.1 is not a power of two: the mean must still come out exact (G·x and G·x/G are exact in
   // double), so the advantage is exactly 0 and not 1e-17/eps.
-  for (bool scale : {true, false}) {
+  for (RewardScaling scaling : {RewardScaling::group, RewardScaling::batch, RewardScaling::none}) {
     const std::vector<float> rewards = {0.1f, 0.1f, 0.1f, -7, -7, -7};
-    const std::vector<float> a = group_advantages(rewards, 3, {.scale_by_std = scale});
+    const std::vector<float> a = group_advantages(rewards, 3, {.scaling = scaling});
     for (float x : a) EXPECT_EQ(x, 0.0f);
   }
+}
+
+TEST(GroupAdvantages, BatchScalingDividesByOneStdOverAllRewards) {
+  // TRL's scale_rewards="batch": the 12 rewards have mean 22/12 = 1.8333333 and
+  // Σ(r − mean)² = Σr² − 12·mean² = 72 − 40.3333333 = 31.6666667, sample std
+  // sqrt(31.6666667/11) = 1.6966991; A = (r − group mean) / (1.6966991 + 1e-6):
+  // ±0.5/1.6967001 = ±0.2946897, 0 ×4, ∓3/1.6967001 = ∓1.7681380, 0, 0.
+  const std::vector<float> a = group_advantages(kRewards, 4, {.scaling = RewardScaling::batch});
+  const std::vector<double> expected = {0.2946897, -0.2946897, -0.2946897, 0.2946897, 0, 0, 0, 0,
+                                        -1.7681380, 0, 1.7681380, 0};
+  ASSERT_EQ(a.size(), expected.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], expected[i], kTol) << i;
 }
 
 TEST(GroupAdvantages, EpsIsAddedToTheStd) {

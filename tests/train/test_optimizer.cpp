@@ -109,24 +109,25 @@ TEST(AdamW, ClippingScalesTheGradient) {
 }
 
 TEST(AdamW, TwoStepsFollowTheScheduleAndBiasCorrection) {
-  // Warm-up over 2 steps to 0.01: lr 0.005, then 0.01. With the same gradient twice,
+  // Warm-up over 2 steps to 0.01, as LambdaLR: lr 0, then 0.005. With the same gradient twice,
   // m = 0.19·g, v = 0.001999·g² and the bias corrections 1 − 0.81, 1 − 0.998001 give m̂ = g,
-  // v̂ = g² again, so each step is p ← p − lr·(sign(g) + 0.1·p):
-  //   0.5 → 0.5 − 0.005·1.05 = 0.49475 → 0.49475 − 0.01·1.049475 = 0.48425525
-  //   −1 → −0.9945 → −0.9835055;  2 → 1.994 → 1.982006;  0.25 → 0.244875 → 0.234630125
-  //   1 → 1.0045 → 1.0134955;  −0.5 → −0.50475 → −0.51424525
+  // v̂ = g² again. Step 1 at lr 0 leaves the parameters (weight decay is lr-scaled too); step 2
+  // is p ← p − 0.005·(sign(g) + 0.1·p):
+  //   0.5 → 0.5 − 0.005·1.05 = 0.49475;  −1 → −0.9945;  2 → 1.994;  0.25 → 0.244875
+  //   1 → 1.0045;  −0.5 → −0.50475
   ModelParameters params = tiny_params();
   OptimizerConfig c = config(0);
   c.schedule.warmup_steps = 2;
   AdamW opt(params, c);
   ModelParameters grads = tiny_grads();
-  EXPECT_FLOAT_EQ(opt.step(params, grads).lr, 0.005f);
+  EXPECT_EQ(opt.step(params, grads).lr, 0.0f);
+  expect_values(params.embed, {0.5, -1, 2, 0.25}, 0, 0);
   grads = tiny_grads();
   const OptimizerStep s = opt.step(params, grads);
   EXPECT_EQ(s.step, 2);
-  EXPECT_FLOAT_EQ(s.lr, 0.01f);
-  expect_values(params.embed, {0.48425525, -0.9835055, 1.982006, 0.234630125}, 0, kTol);
-  expect_values(params.final_norm, {1.0134955, -0.51424525}, 0, kTol);
+  EXPECT_FLOAT_EQ(s.lr, 0.005f);
+  expect_values(params.embed, {0.49475, -0.9945, 1.994, 0.244875}, 0, kTol);
+  expect_values(params.final_norm, {1.0045, -0.50475}, 0, kTol);
 }
 
 TEST(AdamW, NonFiniteGradientSkipsTheStepAndIsNamed) {

@@ -72,6 +72,9 @@ Batch two_sequences() {
 }
 
 const PolicyLossConfig kDapoClip{.clip_low = 0.2f, .clip_high = 0.28f};
+const LossAggregation kAggregations[] = {
+    LossAggregation::token_mean, LossAggregation::sequence_mean,
+    LossAggregation::sequence_mean_token_sum, LossAggregation::token_sum_norm};
 
 TEST(PolicyLoss, TokenMeanByHand) {
   const PolicyLoss l = policy_loss(two_sequences().inputs(), kDapoClip);
@@ -104,6 +107,29 @@ TEST(PolicyLoss, SequenceMeanByHand) {
   EXPECT_NEAR(l.clip_frac_high, 0.2, kTol);
 }
 
+TEST(PolicyLoss, SequenceMeanTokenSumByHand) {
+  // verl's seq-mean-token-sum: sequence 0 sums to −1.28 − 1.1 − 0.5 = −2.88, sequence 1 to 1.0;
+  // their mean −0.94. Each token's weight is 1/S = 1/2.
+  PolicyLossConfig c = kDapoClip;
+  c.aggregation = LossAggregation::sequence_mean_token_sum;
+  const PolicyLoss l = policy_loss(two_sequences().inputs(), c);
+  EXPECT_NEAR(l.loss, -0.94, kTol);
+  expect_near(dlogprob_of(l), {0, 0, -1.1 / 2, -0.5 / 2, 0, 0.6 / 2});
+}
+
+TEST(PolicyLoss, DrGrpoConstantLengthNormalizerByHand) {
+  // Σ ℓ = −1.88 over S·L = 2·10 (TRL dr_grpo: batch size × max_completion_length), whatever the
+  // sequences' own lengths: −0.094, each token's weight 1/20.
+  PolicyLossConfig c = kDapoClip;
+  c.aggregation = LossAggregation::token_sum_norm;
+  c.max_response_tokens = 10;
+  const PolicyLoss l = policy_loss(two_sequences().inputs(), c);
+  EXPECT_NEAR(l.loss, -0.094, kTol);
+  expect_near(dlogprob_of(l), {0, 0, -1.1 / 20, -0.5 / 20, 0, 0.6 / 20});
+  c.max_response_tokens = 0;
+  EXPECT_THROW(policy_loss(two_sequences().inputs(), c), Error);
+}
+
 TEST(PolicyLoss, MaskWeightsScaleTokens) {
   // Token t5 at weight 0.5: Σ m ℓ = −1.28 − 1.1 − 0.5 + 0.4 + 0.3 = −2.18 over N = 4.5.
   Batch b = two_sequences();
@@ -129,9 +155,10 @@ TEST(PolicyLoss, MicroBatchesWithTheMiniBatchNormalizerAddUp) {
   // The two sequences as two micro-batches, each normalized by the whole mini-batch's count.
   const Batch full = two_sequences();
   const Batch first = one_sequence_of(full, 0, 4, 0), second = one_sequence_of(full, 4, 6, 1);
-  for (LossAggregation agg : {LossAggregation::token_mean, LossAggregation::sequence_mean}) {
+  for (LossAggregation agg : kAggregations) {
     PolicyLossConfig c = kDapoClip;
     c.aggregation = agg;
+    c.max_response_tokens = 10;
     const PolicyLoss whole = policy_loss(full.inputs(), c);
     c.normalizer = agg == LossAggregation::token_mean ? whole.tokens : double(whole.sequences);
     const PolicyLoss a = policy_loss(first.inputs(), c), b = policy_loss(second.inputs(), c);
@@ -250,7 +277,7 @@ TEST(PolicyLoss, ClipRegionEdges) {
       {1, 0.3, 0.2f, 0.28f, false},                // A > 0: the lower bound never binds
       {-1, 0.8 * (1 + 1e-4), 0.2f, 0.28f, false},  // just inside the lower bound
       {-1, 0.8 * (1 - 1e-4), 0.2f, 0.28f, true},   // just outside
-      {-1, 3.0, 0.2f, 0.28f, false},               // A < 0: the upper bound never binds
+      {-1, 2.9, 0.2f, 0.28f, false},  // A < 0: the upper bound never binds (dual-clip: at 3)
       {1, 1.25, 0.2f, 0.28f, false},               // clip-higher lets 1.25 through...
       {1, 1.25, 0.2f, 0.2f, true},                 // ...which symmetric 0.2 clips
       {-1, 0.75, 0.2f, 0.28f, true},               // and the two bounds are independent
@@ -274,6 +301,78 @@ TEST(PolicyLoss, ClipRegionEdges) {
   }
 }
 
+// One token at ratio R, advantage A, with the given config.
+PolicyLoss one_token(double a, double log_ratio, const PolicyLossConfig& c) {
+  Batch b;
+  b.old = {-2.0f};
+  b.lp = {float(-2.0 + log_ratio)};
+  b.mask = {1};
+  b.cu = {0, 1};
+  b.adv = {float(a)};
+  return policy_loss(b.inputs(), c);
+}
+
+TEST(PolicyLoss, DualClipBoundsTheLossOfNegativeAdvantages) {
+  // verl's dual-clip, c = 3: A = −1, R = 4 → ℓ = −A·c = 3 (not −A·R = 4), ∂ = 0.
+  PolicyLoss l = one_token(-1, std::log(4.0), kDapoClip);
+  EXPECT_NEAR(l.loss, 3.0, kTol);
+  EXPECT_EQ(l.dlogprob.data_as<float>()[0], 0.0f);
+  EXPECT_EQ(l.clip_frac_dual, 1.0);
+  EXPECT_EQ(l.clip_frac_low + l.clip_frac_high, 0.0);
+  // R = 2.9 < c: the plain branch, ℓ = 2.9, ∂ = −A·R = 2.9.
+  l = one_token(-1, std::log(2.9), kDapoClip);
+  EXPECT_NEAR(l.loss, 2.9, kTol);
+  EXPECT_NEAR(l.dlogprob.data_as<float>()[0], 2.9, kTol);
+  EXPECT_EQ(l.clip_frac_dual, 0.0);
+  // Off (c = 0): ℓ = 4, ∂ = 4.
+  PolicyLossConfig off = kDapoClip;
+  off.clip_ratio_c = 0;
+  l = one_token(-1, std::log(4.0), off);
+  EXPECT_NEAR(l.loss, 4.0, kTol);
+  EXPECT_NEAR(l.dlogprob.data_as<float>()[0], 4.0, kTol);
+  // A > 0 is untouched by it: R = 4 clips at 1 + ε_high = 1.28.
+  l = one_token(1, std::log(4.0), kDapoClip);
+  EXPECT_NEAR(l.loss, -1.28, kTol);
+  EXPECT_EQ(l.clip_frac_high, 1.0);
+  EXPECT_EQ(l.clip_frac_dual, 0.0);
+  PolicyLossConfig bad = kDapoClip;
+  bad.clip_ratio_c = 1.0f;
+  EXPECT_THROW(one_token(-1, 0, bad), Error);
+}
+
+TEST(PolicyLoss, LogRatioIsClampedAtTwenty) {
+  // lp − old = −25, A = +1: R = exp(−20) = 2.0611536e-9 (not exp(−25)); the clamp passes no
+  // gradient, as torch.clamp outside its range.
+  PolicyLoss l = one_token(1, -25, kDapoClip);
+  EXPECT_NEAR(l.loss, -2.0611536e-9, 1e-15);
+  EXPECT_EQ(l.dlogprob.data_as<float>()[0], 0.0f);
+  // lp − old = +30, A = −1, dual-clip off: R = exp(20) = 4.8516520e8, a finite loss of that size.
+  PolicyLossConfig off = kDapoClip;
+  off.clip_ratio_c = 0;
+  l = one_token(-1, 30, off);
+  EXPECT_NEAR(l.loss, 4.8516520e8, 1e2);
+  EXPECT_EQ(l.dlogprob.data_as<float>()[0], 0.0f);
+  // A token the policy now gives probability 0 (lp = −inf): still a finite loss.
+  l = one_token(1, -INFINITY, kDapoClip);
+  EXPECT_NEAR(l.loss, -2.0611536e-9, 1e-15);
+  // Inside ±20 nothing changes: lp − old = 19.9, A = −1, dual-clip off: ∂ = −A·R = e^19.9.
+  l = one_token(-1, 19.9, off);
+  EXPECT_NEAR(l.dlogprob.data_as<float>()[0], std::exp(19.9), 1e-6 * std::exp(19.9));
+}
+
+TEST(PolicyLoss, RatioOneWithZeroEpsilonKeepsItsGradient) {
+  // ε_low = ε_high = 0 and R = 1 exactly (the first on-policy mini-batch): R sits on both bounds;
+  // the unclipped branch is taken (torch's clamp passes the gradient at its bounds), so
+  // ∂ℓ/∂lp = −A·R = −A. A ">=" at the bound would give 0 and stop learning.
+  const PolicyLossConfig zero{.clip_low = 0.0f, .clip_high = 0.0f};
+  for (double a : {1.0, -0.5}) {
+    const PolicyLoss l = one_token(a, 0, zero);
+    EXPECT_NEAR(l.loss, -a, kTol) << a;
+    EXPECT_EQ(l.dlogprob.data_as<float>()[0], float(-a)) << a;
+    EXPECT_EQ(l.clip_frac_low + l.clip_frac_high, 0.0) << a;
+  }
+}
+
 TEST(PolicyLoss, EntropyMetricIsAMaskedMean) {
   Batch b = two_sequences();
   b.entropy = {100, 1, 2, 3, 4, 5};  // token 0 is masked out
@@ -290,7 +389,7 @@ TEST(PolicyLoss, NonFiniteLogprobOfACountedTokenPropagates) {
 
 // Random batches for the finite differences: ratios kept ≥ 3% away from every clip bound (the
 // loss has kinks there), some ρ above the TIS cap.
-Batch random_batch(uint64_t seed, float clip_low, float clip_high, float cap) {
+Batch random_batch(uint64_t seed, float clip_low, float clip_high, float cap, float dual = 3) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<double> uniform(0, 1);
   std::normal_distribution<double> normal;
@@ -307,7 +406,7 @@ Batch random_batch(uint64_t seed, float clip_low, float clip_high, float cap) {
         ratio = 0.5 + 1.5 * uniform(rng);
       } while (std::abs(ratio / (1 - clip_low) - 1) < 0.03 ||
                std::abs(ratio / (1 + clip_high) - 1) < 0.03 ||
-               std::abs(ratio / upper_acr - 1) < 0.03);
+               std::abs(ratio / upper_acr - 1) < 0.03 || std::abs(ratio / dual - 1) < 0.03);
       b.old.push_back(float(old));
       b.lp.push_back(float(old + std::log(ratio)));
       b.ro.push_back(float(old - std::log(rho)));
@@ -325,19 +424,22 @@ Batch random_batch(uint64_t seed, float clip_low, float clip_high, float cap) {
 // error (~h²·|ℓ'''|/6) and the float steps' asymmetry are below 1e-6 relative; the analytic
 // gradient is stored as a float (6e-8): 1e-5 relative over the whole gradient vector.
 TEST(PolicyLoss, FiniteDifferencesOfEveryOption) {
-  const float clip_low = 0.2f, clip_high = 0.28f, cap = 2.0f;
+  // Dual-clip at c = 1.6, inside the ratios' range [0.5, 2], so that it binds on some tokens.
+  const float clip_low = 0.2f, clip_high = 0.28f, cap = 2.0f, dual = 1.6f;
   int seed = 0;
-  for (LossAggregation agg : {LossAggregation::token_mean, LossAggregation::sequence_mean}) {
+  for (LossAggregation agg : kAggregations) {
     for (int kl = 0; kl < 3; ++kl) {
       for (int tis = 0; tis < 3; ++tis) {
         const PolicyLossConfig c{.clip_low = clip_low,
                                  .clip_high = clip_high,
+                                 .clip_ratio_c = dual,
                                  .aggregation = agg,
                                  .kl_coef = kl == 0 ? 0.0f : 0.3f,
                                  .kl_estimator = kl == 1 ? KlEstimator::k1 : KlEstimator::k3,
                                  .tis_cap = tis == 0 ? 0.0f : cap,
-                                 .adaptive_clip = tis == 2};
-        Batch b = random_batch(uint64_t(++seed), clip_low, clip_high, cap);
+                                 .adaptive_clip = tis == 2,
+                                 .max_response_tokens = 7};
+        Batch b = random_batch(uint64_t(++seed), clip_low, clip_high, cap, dual);
         const std::vector<float> analytic = dlogprob_of(policy_loss(b.inputs(), c));
         std::vector<double> numeric(analytic.size()), analytic_d(analytic.begin(), analytic.end());
         const float h = 1e-3f;

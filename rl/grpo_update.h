@@ -1,0 +1,62 @@
+// rl/grpo_update.h — steps 3 to 5 of a GRPO step (rl/train.h) on groups that are already sampled
+// and scored: advantages, old-policy (and reference) logprobs, and the PPO update. The loop calls
+// it with the rollout's groups; tests call it with hand-built ones.
+//
+//   3. advantages: group_advantages (train/advantages.h) over the rewards of `groups`, with
+//      loss.scale_rewards; every token of a response gets its sample's advantage.
+//   4. old logprobs: the training forward at the rollout temperature (the proximal policy), or the
+//      rollout's own with loss.reuse_rollout_logprobs; the reference's when `reference` is given.
+//   5. optim.ppo_epochs passes; each splits the sequences, in order, into optim.mini_batches
+//      mini-batches of ⌊S·k/M⌋..⌊S·(k+1)/M⌋ (M = min(mini_batches, S)) and takes one optimizer
+//      step per mini-batch; inside one, micro-batches of at most optim.micro_batch_tokens tokens
+//      accumulate gradients, each normalized by the whole mini-batch's count
+//      (train/policy_loss.h). TIS acts in every precision mode when loss.tis_cap > 0: the weight
+//      min(exp(old − rollout), C) is exactly 1 where the two logprobs agree.
+//
+// A mini-batch whose loss is not finite, or whose gradient is not (OptimizerStep::applied false),
+// changes nothing: its gradients are zeroed and `optimizer_step` is not called for it, so the
+// weights, the optimizer's moments, its step count and the learning-rate schedule stay where they
+// were. `skipped` names the first such mini-batch's cause.
+//
+// No groups (dynamic sampling dropped them all): nothing happens, and the metrics are empty.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "cli/config.h"
+#include "model/transformer.h"
+#include "rl/metrics.h"
+#include "rollout/engine.h"
+#include "train/optimizer.h"
+
+namespace lockstep {
+
+// One prompt's samples and their rewards.
+struct ScoredGroup {
+  std::vector<int32_t> prompt;
+  std::vector<GeneratedSample> samples;  // G ≥ 2, with the rollout's logprobs
+  std::vector<float> rewards;            // G: the task reward plus any overlong penalty
+};
+
+// One optimizer step over the accumulated gradients (AdamW::step with the rollout's weight copies,
+// in the loop).
+using OptimizerStepFn = std::function<OptimizerStep(ModelParameters& params, ModelParameters& grads)>;
+
+struct GrpoUpdate {
+  // loss, entropy, kl_ref, clip_frac, clip_frac_dual, grad_norm, lr, the mismatch metrics and
+  // tis_clip_frac (token means over the update; grad_norm and lr of the last applied step, NaN
+  // when none was); optimizer_steps: the steps applied.
+  Metrics metrics;
+  std::string skipped;  // the cause of the first skipped mini-batch, or empty
+  int64_t optimizer_steps = 0;
+  double recompute_seconds = 0, update_seconds = 0;
+};
+
+GrpoUpdate grpo_update(const std::vector<ScoredGroup>& groups, const Config& config,
+                       Transformer& model, Transformer* reference,
+                       const OptimizerStepFn& optimizer_step);
+
+}  // namespace lockstep
