@@ -54,11 +54,14 @@
 // step; an infinite log-ratio is clamped like any other beyond ±20.
 //
 // Adaptive Clipping Range (QuRL: Li, Elangovan, Dong, Panda, Khailany, "QuRL: Efficient
-// Reinforcement Learning with Quantized Rollout", ICLR 2026, arXiv:2602.13953, eq. 7–9): written
-// as decoupled PPO, truncating ρ at C scales the PPO term by
-// r = π_behav / π_behav^trunc = min(ρ, C)/ρ, which shrinks the clip range to
-// [r(1 − ε), r(1 + ε)] and over-clips positive-advantage tokens of truncated ratios; ACR moves the
-// upper bound to (1 + ε_high)/r. r = 1 (plain TIS) unless ρ > C. QURL_CHECK
+// Reinforcement Learning with Quantized Rollout", ICLR 2026, arXiv:2602.13953): written as
+// decoupled PPO, truncating ρ at C scales the PPO term by r = min(ρ, C)/ρ, which shrinks the clip
+// range to [r(1 − ε), r(1 + ε)] and over-clips positive-advantage tokens of truncated ratios; ACR
+// moves the upper bound to (1 + ε_high)/r. r = 1 (plain TIS) unless ρ > C. What was checked
+// against the paper (2026-11-28): its abstract (arXiv) and two public summaries of it confirm that
+// ACR adjusts the clipping ratio by the policy ratio between the full-precision and the quantized
+// actor within decoupled PPO; the method section's equations were not readable here, so the exact
+// bound (whether the lower bound moves too) is taken from notes on the paper, not checked.
 //
 // Metrics are token means over the counted tokens (weights m_t), whatever the aggregation.
 // All math runs in double on the host.
