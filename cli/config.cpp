@@ -375,7 +375,9 @@ const std::vector<Section>& schema() {
       field("steps", &F::steps, "SFT optimizer steps (`train` runs them before RL; 0: none)", at_least(0)),
       field("lr", &F::lr, "peak learning rate", above(0)),
       field("batch_size", &F::batch_size, "sequences per step", at_least(1)),
-      field("warmup_steps", &F::warmup_steps, "steps of linear warm-up", at_least(0)),
+      field("warmup_steps", &F::warmup_steps,
+            "SFT steps (one optimizer step each) of linear warm-up, as optim.warmup_steps: the "
+            "first at lr 0", at_least(0)),
     }),
     section<U>("run", "length, seed and outputs", {"train", "sft", "eval", "generate", "export", "plot"},
                &Config::run, {
@@ -587,6 +589,30 @@ void append_commented(std::string& out, const std::string& line, std::string_vie
   out += '\n';
 }
 
+// Columns of UTF-8 text: its code points (no wide characters appear in the help).
+size_t columns(std::string_view s) {
+  return size_t(std::count_if(s.begin(), s.end(), [](char c) { return (c & 0xC0) != 0x80; }));
+}
+
+// `text` as lines of at most `width` columns, each after `indent`, broken at spaces.
+std::string wrapped(std::string_view text, std::string_view indent, size_t width) {
+  std::string out, line;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find(' ', start);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view word = text.substr(start, end - start);
+    if (!line.empty() && columns(indent) + columns(line) + 1 + columns(word) > width) {
+      out += concat(indent, line, "\n");
+      line.clear();
+    }
+    line += concat(line.empty() ? "" : " ", word);
+    start = end + 1;
+  }
+  if (!line.empty()) out += concat(indent, line, "\n");
+  return out;
+}
+
 }  // namespace
 
 std::string config_help(std::string_view subcommand) {
@@ -608,7 +634,7 @@ std::string config_help(std::string_view subcommand) {
     out += concat("\n[", s.name, "]  ", s.help, "\n");
     for (const Field<Config>& k : s.keys) {
       append_commented(out, concat("  ", after_dot(k.name), " = ", k.get(defaults)), k.type);
-      out += concat("      ", k.help, "\n");
+      out += wrapped(k.help, "      ", 100);
     }
   }
   return out;

@@ -257,6 +257,15 @@ TEST(RunConfig, HelpListsEveryKeyWithTypeDefaultAndDescription) {
   EXPECT_NE(help.find("float, > 0\n      sampling temperature\n"), std::string::npos) << help;
   EXPECT_NE(help.find("string, one of \"fp8\", \"bf16\", \"fp8-rollout\""), std::string::npos);
   EXPECT_NE(help.find("--section.key=value"), std::string::npos);
+  // Descriptions are wrapped to 100 columns (key lines may overflow with a long type).
+  std::istringstream lines(help);
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.starts_with("      ")) continue;
+    const size_t cols = size_t(std::count_if(line.begin(), line.end(),
+                                             [](char ch) { return (ch & 0xC0) != 0x80; }));
+    EXPECT_LE(cols, 100u) << line;
+  }
+  EXPECT_NE(help.find("      advantage A = (r - group mean)"), std::string::npos);
 }
 
 TEST(RunConfig, HelpOfASubcommandListsItsSections) {
