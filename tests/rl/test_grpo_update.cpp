@@ -513,6 +513,33 @@ TEST(TrainLoop, MaxSkippedStepsStopsTheRun) {
   EXPECT_NO_THROW(run_train(c, hooks));
 }
 
+TEST(TrainLoop, DynamicSamplingAndOverlongPenaltyInTheMetrics) {
+  // Dynamic sampling with at most 3 rollout batches a step: a batch short of B = 2 groups means
+  // every draw was spent. The overlong buffer is the whole budget (3 tokens), penalty 0.5, so a
+  // response of L tokens scores −0.5·L/3 on top of its correctness: reward_mean = accuracy −
+  // response_length/6 exactly, and every response (L ≥ 1) is penalized.
+  Config c = tiny_run("dynamic_sampling");
+  c.loss.dynamic_sampling = true;
+  c.loss.dynamic_sampling_max_draws = 3;
+  c.loss.overlong_buffer = 3;
+  c.loss.overlong_penalty = 0.5;
+  run_train(c);
+  std::ifstream in(fs::path(c.run.out_dir) / "metrics.jsonl");
+  int lines = 0;
+  for (std::string line; std::getline(in, line); ++lines) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    const double batches = j["rollout_batches"], kept = j["groups_kept"];
+    EXPECT_GE(batches, 1) << line;
+    EXPECT_LE(batches, 3) << line;
+    EXPECT_LE(kept, 2) << line;
+    if (kept < 2) EXPECT_EQ(batches, 3) << line;
+    const double accuracy = j["accuracy"], length = j["response_length"], reward = j["reward_mean"];
+    EXPECT_NEAR(reward, accuracy - length / 6, 1e-6) << line;
+    EXPECT_EQ(j["overlong_frac"].get<double>(), 1.0) << line;
+  }
+  EXPECT_EQ(lines, 3);
+}
+
 TEST(TrainLoop, CheckpointEverySavesAtItsSteps) {
   // checkpoint_every = 2 over 3 steps: after step 1 no checkpoint, after 2 and 3 (the last) one
   // at that step.
