@@ -81,12 +81,12 @@ TEST(Train, ResumeReproducesTheUninterruptedRun) {
 }
 
 // The default job's recipe, shortened to 150 GRPO steps: held-out greedy accuracy after GRPO
-// against after SFT, seed 1. Measured with this configuration on the CPU (the training code of commit 70913a6 on the
-// rl-fixes branch, 2026-11-28; `lockstep train --run.steps=150 --run.eval_every=0 --run.seed=N`):
-// seed 1 0.445 -> 0.609, seed 2 0.609 -> 0.730, seed 3 0.816 -> 0.867 (256 problems; SFT's end
-// lands before or after the model "groks" addition depending on the seed, hence the spread). The
-// margin asserted, +0.01 of accuracy, held for every seed tried; seed 1's run is deterministic on
-// the CPU.
+// against after SFT, seed 1. Measured with this configuration on the CPU on 2026-11-28, with the
+// LambdaLR warm-up of train/schedule.h (`lockstep train --run.steps=150 --run.eval_every=0
+// --run.seed=N`): seed 1 0.445 -> 0.609, seed 2 0.609 -> 0.730, seed 3 0.816 -> 0.867 (256
+// problems; SFT's end lands before or after the model "groks" addition depending on the seed,
+// hence the spread). The margin asserted, +0.01 of accuracy, held for every seed tried; seed 1's
+// run is deterministic on the CPU.
 TEST(Train, GrpoImprovesHeldOutAccuracy) {
   Config c;
   c.model.device = "cpu";
