@@ -55,6 +55,7 @@ double seconds_since(Clock::time_point t0) {
 struct Rows {
   std::vector<int32_t> tokens, targets, cu{0};
   std::vector<float> mask, rollout_logprob;
+  std::vector<int64_t> response_position;  // of the predicted token in its response; -1 off the response
   std::vector<int64_t> lengths;
 
   void add(const std::vector<int32_t>& prompt, const std::vector<int32_t>& response,
@@ -67,6 +68,7 @@ struct Rows {
       const bool predicts_response = i + 1 >= prompt.size() && i + 1 < n;
       targets.push_back(i + 1 < n ? tokens[start + i + 1] : 0);
       mask.push_back(predicts_response ? 1.0f : 0.0f);
+      response_position.push_back(predicts_response ? int64_t(i + 1 - prompt.size()) : -1);
       rollout_logprob.push_back(predicts_response && !response_logprob.empty()
                                     ? response_logprob[i + 1 - prompt.size()]
                                     : 0.0f);
@@ -250,8 +252,9 @@ struct StepTimes {
   double rollout = 0, scoring = 0, recompute = 0, update = 0;
 };
 
+// `series` gets the step's list-valued metrics (the mismatch by response position).
 Metrics grpo_step(Run& run, Transformer* reference, int64_t step, StepTimes& times,
-                  std::string& skipped) {
+                  std::string& skipped, MetricSeries& series) {
   const Setup& s = run.setup;
   const RolloutOptions& ro = s.config.rollout;
   const LossOptions& lo = s.config.loss;
@@ -323,6 +326,10 @@ Metrics grpo_step(Run& run, Transformer* reference, int64_t step, StepTimes& tim
   if (reference) ref_logprob = forward_logprobs(*reference, rows, budget, temperature);
   times.recompute = seconds_since(t0);
   const RolloutMismatch mismatch = rollout_mismatch(old_logprob, rows.rollout_logprob, rows.mask);
+  const MismatchByPosition by_position = rollout_mismatch_by_position(
+      old_logprob, rows.rollout_logprob, rows.mask, rows.response_position, s.config.run.mismatch_bin_tokens);
+  series = {{"mismatch_abs_by_position", by_position.mean_abs_diff},
+            {"mismatch_tokens_by_position", by_position.tokens}};
 
   // 5. PPO update: mini-batches of whole sequences, micro-batches inside.
   t0 = Clock::now();
@@ -524,7 +531,8 @@ TrainSummary run_train(const Config& config, const TrainHooks& hooks) {
     const auto t0 = Clock::now();
     StepTimes times;
     std::string skipped;
-    Metrics m = grpo_step(run, reference.get(), run.state.step, times, skipped);
+    MetricSeries series;
+    Metrics m = grpo_step(run, reference.get(), run.state.step, times, skipped, series);
     ++run.state.step;
     run.state.optimizer_steps = run.optimizer->steps();
     const double total = seconds_since(t0);
@@ -540,7 +548,7 @@ TrainSummary run_train(const Config& config, const TrainHooks& hooks) {
     const bool evaluated = last || (c.run.eval_every > 0 && run.state.step % c.run.eval_every == 0);
     if (evaluated) add_eval(run, m, progress, run.state.step);
     if (last) summary.final_accuracy = metric(m, "eval_accuracy_greedy");
-    log.write(run.state.step, m);
+    log.write(run.state.step, m, series);
     if (!skipped.empty())
       progress.line(run.state.step, {"step skipped: non-finite " + skipped});
     progress.update(run.state.step, {metric_field("reward", metric(m, "reward_mean"))});

@@ -141,6 +141,10 @@ TEST(RunConfig, OutOfRangeValues) {
   expect_error([] { load({"--rollout.stop=[\"\"]"}); },
                {"rollout.stop must be non-empty strings, got [\"\"]"});
   expect_error([] { load({"--run.out_dir="}); }, {"run.out_dir must be non-empty, got \"\""});
+  expect_error([] { load({"--data.word_problem_steps=4"}); }, {"data.word_problem_steps must be in [1, 3], got 4"});
+  expect_error([] { load_text("[data]\nword_problem_steps = 0\n"); },
+               {"run.toml:2:", "data.word_problem_steps must be in [1, 3], got 0"});
+  expect_error([] { load({"--run.mismatch_bin_tokens=0"}); }, {"run.mismatch_bin_tokens must be ≥ 1, got 0"});
 }
 
 TEST(RunConfig, BadChoicesListTheAllowedValues) {
@@ -240,7 +244,7 @@ std::set<std::string> listed_keys(const std::string& text, const std::string& in
 
 TEST(RunConfig, HelpListsEveryKeyWithTypeDefaultAndDescription) {
   const std::set<std::string> all = listed_keys(to_toml(Config{}), "");
-  EXPECT_EQ(all.size(), 65u);  // the keys of config.h
+  EXPECT_EQ(all.size(), 67u);  // the keys of config.h
   EXPECT_EQ(listed_keys(config_help(""), "  "), all);
 
   const std::string help = config_help("");
