@@ -187,13 +187,13 @@ TEST(RunConfig, KeysThatConstrainEachOther) {
 Config every_key_changed() {
   Config c;
   c.model = {"/models/Qwen3-1.7B", "fp8-rollout", "cuda", "fp8", true, 256, 4};
-  c.data = {"train \"q\".jsonl", "C:\\data\\test.jsonl", "gsm8k", true, 3, "qwen3-no-think",
+  c.data = {"train \"q\".jsonl", "C:\\data\\test.jsonl", "gsm8k", true, 3, 1, "qwen3-no-think",
             "You are\ta tutor.\nBe brief. é ✓ \x01"};
   c.rollout = {32, 8, 0.1, 0.95, 50, 1024, {"\n\n", "</s>", "'"}, 1.0 / 3.0, 32};
   c.loss = {false, 0.25, 0.28, "sequence-mean", 1.0 / 3000, "k1", 2.5, true, true, true};
   c.optim = {1e-6, 1e-7, "cosine", 20, 0.1, 0.8, 0.95, 1e-12, 0.5, 2, 4, 16384};
   c.sft = {1000, 2e-5, 64, 100};
-  c.run = {1000, 1234567890123, "out/run 1", 25, 0, 100, true, 0, 10};
+  c.run = {1000, 1234567890123, "out/run 1", 25, 0, 100, true, 0, 10, 512};
   c.generate = {"What is 2+2?", 17, 0.6, 3};
   c.export_ = {"out/served", "bf16"};
   return c;
