@@ -264,8 +264,8 @@ const std::vector<Section>& schema() {
     }),
     section<D>("data", "problems and prompts", {"train", "sft", "eval", "generate"}, &Config::data, {
       field("train", &D::train,
-            "training problems: JSONL file, \"synthetic\" (arithmetic, builtin model) or \"word-problems\" "
-            "(English, a Hugging Face model)", non_empty()),
+            "training problems: JSONL file, \"synthetic\" or \"word-problems\" (English: a Hugging Face model)",
+            non_empty()),
       field("test", &D::test, "evaluation problems: JSONL file, \"synthetic\" or \"word-problems\"",
             non_empty()),
       field("format", &D::format, "JSONL layout (auto: from the first line)",
