@@ -150,6 +150,9 @@ Rule<double> above(double lo) {
 Rule<double> at_least(double lo) {
   return {[lo](double x) { return x >= lo; }, "≥ " + concat(lo)};
 }
+Rule<double> in_closed(double lo, double hi) {
+  return {[=](double x) { return x >= lo && x <= hi; }, concat("in [", lo, ", ", hi, "]")};
+}
 Rule<double> in_closed_open(double lo, double hi) {
   return {[=](double x) { return x >= lo && x < hi; }, concat("in [", lo, ", ", hi, ")")};
 }
@@ -263,12 +266,17 @@ const std::vector<Section>& schema() {
       field("builtin_layers", &M::builtin_layers, "layers of the builtin model", at_least(1)),
     }),
     section<D>("data", "problems and prompts", {"train", "sft", "eval", "generate"}, &Config::data, {
-      field("train", &D::train, "training problems: JSONL file, or \"synthetic\"", non_empty()),
-      field("test", &D::test, "evaluation problems: JSONL file, or \"synthetic\"", non_empty()),
+      field("train", &D::train,
+            "training problems: JSONL file, \"synthetic\" or \"word-problems\" (English: a Hugging Face model)",
+            non_empty()),
+      field("test", &D::test, "evaluation problems: JSONL file, \"synthetic\" or \"word-problems\"",
+            non_empty()),
       field("format", &D::format, "JSONL layout (auto: from the first line)",
             one_of({"auto", "gsm8k", "jsonl"})),
       field("skip_bad_lines", &D::skip_bad_lines, "skip unreadable JSONL lines instead of failing"),
       field("synthetic_level", &D::synthetic_level, "difficulty of synthetic problems", at_least(1)),
+      field("word_problem_steps", &D::word_problem_steps,
+            "most arithmetic operations of a word problem (the count is uniform from 1)", in_closed(1, 3)),
       field("chat_template", &D::chat_template,
             "prompt format: auto = the checkpoint's own chat template, else the plain text; model = its "
             "template (an error without one); none = the plain text; or a format written out",
@@ -394,6 +402,9 @@ const std::vector<Section>& schema() {
       field("log_every", &U::log_every,
             "a console line every this many steps, besides evaluations (0: only at evaluations, "
             "or every twentieth of a phase without them)", at_least(0)),
+      field("mismatch_bin_tokens", &U::mismatch_bin_tokens,
+            "response positions per bin of the train/rollout mismatch by position (metrics.jsonl)",
+            at_least(1)),
     }),
     section<G>("generate", "text generation from one prompt", {"generate"}, &Config::generate, {
       field("prompt", &G::prompt, "the user message (the chat template applies)"),

@@ -46,11 +46,12 @@ struct ModelOptions {
 };
 
 struct DataOptions {
-  std::string train = "synthetic";     // JSONL path, or "synthetic"
-  std::string test = "synthetic";      // JSONL path, or "synthetic"
+  std::string train = "synthetic";     // JSONL path, "synthetic" or "word-problems"
+  std::string test = "synthetic";      // JSONL path, "synthetic" or "word-problems"
   std::string format = "auto";         // "auto" | "gsm8k" | "jsonl"
   bool skip_bad_lines = false;
   int64_t synthetic_level = 1;         // ≥ 1
+  int64_t word_problem_steps = 2;      // 1..3: most operations of a "word-problems" problem
   // "auto" (the checkpoint's own template, else plain text) | "model" | "none" | "chatml" |
   // "qwen3-no-think" | "llama3"
   std::string chat_template = "auto";
@@ -125,6 +126,7 @@ struct RunOptions {
   bool resume = false;
   int64_t max_skipped_steps = 3;  // consecutive non-finite steps before the run stops
   int64_t log_every = 0;  // 0: lines at evaluations (rl/console.h)
+  int64_t mismatch_bin_tokens = 256;  // response positions per bin of mismatch_abs_by_position
   bool operator==(const RunOptions&) const = default;
 };
 

@@ -87,6 +87,11 @@ GrpoUpdate grpo_update(const std::vector<ScoredGroup>& groups, const Config& con
   if (reference) ref_logprob = forward_logprobs(*reference, rows, budget, temperature);
   out.recompute_seconds = seconds_since(t0);
   const RolloutMismatch mismatch = rollout_mismatch(old_logprob, rows.rollout_logprob, rows.mask);
+  const MismatchByPosition by_position =
+      rollout_mismatch_by_position(old_logprob, rows.rollout_logprob, rows.mask, rows.response_position,
+                                   config.run.mismatch_bin_tokens);
+  out.series = {{"mismatch_abs_by_position", by_position.mean_abs_diff},
+                {"mismatch_tokens_by_position", by_position.tokens}};
 
   // 5. PPO update: mini-batches of whole sequences, micro-batches inside.
   t0 = Clock::now();

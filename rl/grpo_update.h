@@ -50,6 +50,9 @@ struct GrpoUpdate {
   // tis_clip_frac (token means over the update; grad_norm and lr of the last applied step, NaN
   // when none was); optimizer_steps: the steps applied.
   Metrics metrics;
+  // mismatch_abs_by_position and mismatch_tokens_by_position (train/rollout_mismatch.h), bins of
+  // run.mismatch_bin_tokens response positions.
+  MetricSeries series;
   std::string skipped;  // the cause of the first skipped mini-batch, or empty
   int64_t optimizer_steps = 0;
   double recompute_seconds = 0, update_seconds = 0;

@@ -29,10 +29,20 @@ MetricsLog::~MetricsLog() {
   if (file_) std::fclose(file_);
 }
 
-void MetricsLog::write(int64_t step, const Metrics& metrics) {
+namespace {
+nlohmann::ordered_json json_number(double value) {
+  return std::isfinite(value) ? nlohmann::ordered_json(value) : nlohmann::ordered_json(nullptr);
+}
+}  // namespace
+
+void MetricsLog::write(int64_t step, const Metrics& metrics, const MetricSeries& series) {
   nlohmann::ordered_json j;
   j["step"] = step;
-  for (const auto& [name, value] : metrics) j[name] = std::isfinite(value) ? nlohmann::ordered_json(value) : nullptr;
+  for (const auto& [name, value] : metrics) j[name] = json_number(value);
+  for (const auto& [name, values] : series) {
+    nlohmann::ordered_json& list = j[name] = nlohmann::ordered_json::array();
+    for (double v : values) list.push_back(json_number(v));
+  }
   const std::string line = j.dump() + "\n";
   LOCKSTEP_CHECK(std::fputs(line.c_str(), file_) >= 0 && std::fflush(file_) == 0, path_.string(),
                  ": write failed");

@@ -13,6 +13,9 @@ namespace lockstep {
 
 // Field name and value, in the order they are written; a non-finite value is written as null.
 using Metrics = std::vector<std::pair<std::string, double>>;
+// Fields whose value is a list (e.g. one value per bin), written as JSON arrays after the Metrics;
+// a non-finite element is written as null.
+using MetricSeries = std::vector<std::pair<std::string, std::vector<double>>>;
 
 class MetricsLog {
  public:
@@ -23,7 +26,7 @@ class MetricsLog {
   MetricsLog(const MetricsLog&) = delete;
   MetricsLog& operator=(const MetricsLog&) = delete;
 
-  void write(int64_t step, const Metrics& metrics);
+  void write(int64_t step, const Metrics& metrics, const MetricSeries& series = {});
 
  private:
   std::filesystem::path path_;

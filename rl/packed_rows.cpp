@@ -15,6 +15,7 @@ void PackedRows::add(const std::vector<int32_t>& prompt, const std::vector<int32
     const bool predicts_response = i + 1 >= prompt.size() && i + 1 < n;
     targets.push_back(i + 1 < n ? tokens[start + i + 1] : 0);
     mask.push_back(predicts_response ? 1.0f : 0.0f);
+    response_position.push_back(predicts_response ? int64_t(i + 1 - prompt.size()) : -1);
     rollout_logprob.push_back(predicts_response && !response_logprob.empty()
                                   ? response_logprob[i + 1 - prompt.size()]
                                   : 0.0f);

@@ -13,6 +13,7 @@ namespace lockstep {
 struct PackedRows {
   std::vector<int32_t> tokens, targets, cu{0};
   std::vector<float> mask, rollout_logprob;  // per row; rollout_logprob 0 where not given
+  std::vector<int64_t> response_position;    // per row: of the predicted token in its response; -1 off it
   std::vector<int64_t> lengths;              // per sequence
 
   // Appends prompt + response; `response_logprob` (one per response token, or empty) are the

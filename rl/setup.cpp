@@ -20,7 +20,13 @@ Problems Problems::loaded(std::vector<Problem> problems) {
 
 Problems Problems::synthetic(uint64_t seed, int level, SyntheticSplit split) {
   Problems p;
-  p.synthetic_ = Synthetic{seed, level, split};
+  p.synthetic_ = Synthetic{Synthetic::Task::arithmetic, seed, level, split};
+  return p;
+}
+
+Problems Problems::word_problems(uint64_t seed, int max_steps, SyntheticSplit split) {
+  Problems p;
+  p.synthetic_ = Synthetic{Synthetic::Task::word_problems, seed, max_steps, split};
   return p;
 }
 
@@ -29,7 +35,11 @@ int64_t Problems::size() const { return endless() ? INT64_MAX : int64_t(problems
 const Problem& Problems::operator[](int64_t i) const { return problems_.at(size_t(i)); }
 
 Problem Problems::draw(uint64_t seed, int64_t i) const {
-  if (synthetic_) return synthetic_problem(synthetic_->seed, synthetic_->level, synthetic_->split, uint64_t(i));
+  if (synthetic_) {
+    const Synthetic& t = *synthetic_;
+    return t.task == Synthetic::Task::arithmetic ? synthetic_problem(t.seed, t.level, t.split, uint64_t(i))
+                                                 : word_problem(t.seed, t.level, t.split, uint64_t(i));
+  }
   // Epoch e's order: a Fisher–Yates shuffle driven by Philox at (seed, e) — the same on every
   // machine, so a resumed run draws what the uninterrupted one would have.
   const int64_t n = size(), epoch = i / n;
@@ -44,7 +54,8 @@ Problem Problems::draw(uint64_t seed, int64_t i) const {
 
 std::vector<Problem> Problems::head(int64_t n) const {
   const int64_t count = endless() ? n : (n <= 0 ? size() : std::min(n, size()));
-  LOCKSTEP_CHECK(count > 0, "evaluation needs run.eval_problems > 0 with the synthetic task");
+  LOCKSTEP_CHECK(count > 0, "evaluation needs run.eval_problems > 0 with a generated task (\"synthetic\", "
+                 "\"word-problems\")");
   std::vector<Problem> out;
   for (int64_t i = 0; i < count; ++i) out.push_back(endless() ? draw(0, i) : problems_[size_t(i)]);
   return out;
@@ -90,6 +101,8 @@ Device resolve_device(const std::string& name) {
 Problems load_set(const Config& c, const std::string& path, SyntheticSplit split) {
   if (path == "synthetic")
     return Problems::synthetic(uint64_t(c.run.seed), int(c.data.synthetic_level), split);
+  if (path == "word-problems")
+    return Problems::word_problems(uint64_t(c.run.seed), int(c.data.word_problem_steps), split);
   DatasetFormat format = DatasetFormat::prompt_answer;
   if (c.data.format == "gsm8k" || (c.data.format == "auto" && path.find("gsm8k") != std::string::npos))
     format = DatasetFormat::gsm8k;
@@ -129,6 +142,10 @@ Setup make_setup(const Config& config, bool need_data) {
   s.device = resolve_device(config.model.device);
   const bool builtin = config.model.path == "builtin";
   if (builtin) {
+    for (const auto& [key, value] : {std::pair{"data.train", &config.data.train}, {"data.test", &config.data.test}})
+      LOCKSTEP_CHECK(!need_data || *value != "word-problems", key, " = \"word-problems\" is English text, which "
+                     "model.path = \"builtin\" cannot read (its tokenizer knows only digits and + - * =): give a "
+                     "Hugging Face model in model.path (e.g. scripts/get_model.sh smollm2-135m-instruct DIR)");
     LOCKSTEP_CHECK(!need_data || (config.data.train == "synthetic" && config.data.test == "synthetic"),
                    "model.path = \"builtin\" knows only the synthetic task's characters: set "
                    "data.train and data.test to \"synthetic\" (or give a Hugging Face model)");
@@ -181,9 +198,12 @@ std::vector<int32_t> Setup::prompt_tokens(const Problem& problem) const {
 
 std::string Setup::sft_target(const Problem& problem) const {
   if (config.data.train == "synthetic") return synthetic_sft_target(problem);
-  // Datasets keep only the final answer: SFT teaches the answer format ("#### N").
   const std::optional<int32_t> eos = tokenizer->eos_id();
-  return "#### " + problem.answer + (eos ? *tokenizer->id_to_token(*eos) : std::string());
+  const std::string end = eos ? *tokenizer->id_to_token(*eos) : std::string();
+  // The word problems come with a worked answer; datasets keep only the final answer, so there SFT
+  // teaches the answer format ("#### N").
+  if (!problem.solution.empty()) return problem.solution + end;
+  return "#### " + problem.answer + end;
 }
 
 ModelParameters initial_parameters(const Setup& setup, const std::filesystem::path& checkpoint_model) {

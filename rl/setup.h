@@ -21,19 +21,22 @@
 #include "model/transformer.h"
 #include "tasks/dataset.h"
 #include "tasks/synthetic.h"
+#include "tasks/word_problems.h"
 
 namespace lockstep {
 
-// A dataset, or the synthetic task (problems made on demand: an endless supply).
+// A dataset, or a generated task, the synthetic arithmetic or the word problems (problems made on
+// demand: an endless supply).
 class Problems {
  public:
   static Problems loaded(std::vector<Problem> problems);
   static Problems synthetic(uint64_t seed, int level, SyntheticSplit split);
+  static Problems word_problems(uint64_t seed, int max_steps, SyntheticSplit split);
 
   bool endless() const { return synthetic_.has_value(); }
   int64_t size() const;  // endless: INT64_MAX
   const Problem& operator[](int64_t i) const;  // loaded only
-  // Problem `i` of a run's stream: the synthetic task's i-th, or the dataset walked in a fresh
+  // Problem `i` of a run's stream: the generated task's i-th, or the dataset walked in a fresh
   // seeded shuffle each epoch.
   Problem draw(uint64_t seed, int64_t i) const;
   // The first `n` problems (the whole set when n is 0 or larger) for evaluation.
@@ -42,8 +45,9 @@ class Problems {
  private:
   std::vector<Problem> problems_;
   struct Synthetic {
+    enum class Task { arithmetic, word_problems } task;
     uint64_t seed;
-    int level;
+    int level;  // the arithmetic's level, or the word problems' max_steps
     SyntheticSplit split;
   };
   std::optional<Synthetic> synthetic_;
@@ -64,7 +68,8 @@ struct Setup {
   // generation prompt (ids with add_special_tokens=false), or the plain text (with the tokenizer's
   // special tokens, for a Hugging Face checkpoint) when there is no template.
   std::vector<int32_t> prompt_tokens(const Problem& problem) const;
-  // The SFT target text of a problem (the answer and the end token).
+  // The SFT target text of a problem: its worked solution (word problems) or the answer, then the
+  // end token.
   std::string sft_target(const Problem& problem) const;
 };
 

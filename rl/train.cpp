@@ -195,8 +195,9 @@ int64_t problem_index(int64_t step, int64_t draw, int64_t b, int64_t i) {
   return (draw << 40) + step * b + i;
 }
 
+// `series` gets the step's list-valued metrics (the mismatch by response position).
 Metrics grpo_step(Run& run, Transformer* reference, int64_t step, const TrainHooks& hooks,
-                  StepTimes& times, std::string& skipped) {
+                  StepTimes& times, std::string& skipped, MetricSeries& series) {
   const Setup& s = run.setup;
   const RolloutOptions& ro = s.config.rollout;
   const LossOptions& lo = s.config.loss;
@@ -272,6 +273,7 @@ Metrics grpo_step(Run& run, Transformer* reference, int64_t step, const TrainHoo
   times.recompute = u.recompute_seconds;
   times.update = u.update_seconds;
   skipped = u.skipped;
+  series = u.series;
   m.insert(m.end(), u.metrics.begin(), u.metrics.end());
   return m;
 }
@@ -402,7 +404,8 @@ TrainSummary run_train(const Config& config, const TrainHooks& hooks) {
     const auto t0 = Clock::now();
     StepTimes times;
     std::string skipped;
-    Metrics m = grpo_step(run, reference.get(), run.state.step, hooks, times, skipped);
+    MetricSeries series;
+    Metrics m = grpo_step(run, reference.get(), run.state.step, hooks, times, skipped, series);
     ++run.state.step;
     run.state.optimizer_steps = run.optimizer->steps();
     const double total = seconds_since(t0);
@@ -418,7 +421,7 @@ TrainSummary run_train(const Config& config, const TrainHooks& hooks) {
     const bool evaluated = last || (c.run.eval_every > 0 && run.state.step % c.run.eval_every == 0);
     if (evaluated) add_eval(run, m, progress, run.state.step);
     if (last) summary.final_accuracy = metric(m, "eval_accuracy_greedy");
-    log.write(run.state.step, m);
+    log.write(run.state.step, m, series);
     if (!skipped.empty())
       progress.line(run.state.step, {"step skipped: non-finite " + skipped});
     progress.update(run.state.step, {metric_field("reward", metric(m, "reward_mean"))});

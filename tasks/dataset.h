@@ -15,13 +15,22 @@
 #include <cstddef>
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace lockstep {
 
 struct Problem {
+  Problem() = default;
+  // {prompt, answer}: a problem without a worked solution, as datasets have.
+  Problem(std::string prompt, std::string answer, std::string solution = {})
+      : prompt(std::move(prompt)), answer(std::move(answer)), solution(std::move(solution)) {}
+
   std::string prompt;
   std::string answer;  // the reference final answer, as written ("70,000")
+  // A worked answer ending in the final answer, where the task makes one (the word problems' SFT
+  // target); empty for datasets, which keep only the final answer.
+  std::string solution;
 };
 
 enum class DatasetFormat { gsm8k, prompt_answer };

@@ -27,13 +27,6 @@ int64_t operand(uint32_t digits_word, uint32_t value_word, int max_digits) {
   return int64_t(low + below(value_word, high - low));
 }
 
-// Held out: 1 in 8 prompts, by a hash of the text under a fixed key (the same for every seed).
-bool is_held_out(std::string_view prompt) {
-  uint64_t fnv = 0xCBF29CE484222325ull;  // FNV-1a, then Philox to mix it well
-  for (char c : prompt) fnv = (fnv ^ uint8_t(c)) * 0x100000001B3ull;
-  return below(philox_at(0x6F1D5EEDu, fnv, 0).v[0], 8) == 0;
-}
-
 std::string text_of(int64_t a, char op, int64_t b) { return std::to_string(a) + op + std::to_string(b); }
 
 // One candidate problem: eight random words decide it.
@@ -97,13 +90,20 @@ std::string tokenizer_json() {
 
 }  // namespace
 
+// A hash of the text under a fixed key (the same for every seed).
+bool is_held_out_text(std::string_view prompt) {
+  uint64_t fnv = 0xCBF29CE484222325ull;  // FNV-1a, then Philox to mix it well
+  for (char c : prompt) fnv = (fnv ^ uint8_t(c)) * 0x100000001B3ull;
+  return below(philox_at(0x6F1D5EEDu, fnv, 0).v[0], 8) == 0;
+}
+
 Problem synthetic_problem(uint64_t seed, int level, SyntheticSplit split, uint64_t index) {
   LOCKSTEP_CHECK(level >= 1 && level <= kSyntheticLevels, "synthetic_problem: level must be 1..",
                  kSyntheticLevels, ", not ", level);
   // Rejection: 8/7 draws on average for train, 8 for held-out; it ends with probability 1.
   for (uint64_t attempt = 0;; ++attempt) {
     Problem problem = draw(seed, level, split, index, attempt);
-    if (is_held_out(problem.prompt) == (split == SyntheticSplit::held_out)) return problem;
+    if (is_held_out_text(problem.prompt) == (split == SyntheticSplit::held_out)) return problem;
   }
 }
 

@@ -39,6 +39,10 @@ inline constexpr std::string_view kSyntheticChars = "0123456789+-*=";
 
 enum class SyntheticSplit { train, held_out };
 
+// Whether a problem with this prompt text is held out: 1 in 8 texts, by a fixed hash (the same for
+// every seed; the word problems of tasks/word_problems.h split by it too).
+bool is_held_out_text(std::string_view prompt);
+
 // Problem `index` of the split; the same for the same arguments on every machine. Throws
 // lockstep::Error unless 1 <= level <= kSyntheticLevels.
 Problem synthetic_problem(uint64_t seed, int level, SyntheticSplit split, uint64_t index);

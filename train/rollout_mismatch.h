@@ -11,7 +11,9 @@
 // Sums run in double. Non-finite logprobs of counted tokens propagate into the results.
 #pragma once
 
+#include <cstdint>
 #include <span>
+#include <vector>
 
 namespace lockstep {
 
@@ -27,5 +29,22 @@ struct RolloutMismatch {
 RolloutMismatch rollout_mismatch(std::span<const float> train_logprob,
                                  std::span<const float> rollout_logprob,
                                  std::span<const float> mask);
+
+// mean_abs_diff per response position bin: bin b holds the tokens whose position in their response
+// (0 for a response's first token) is in [b·bin_tokens, (b+1)·bin_tokens). The off-policy drift of
+// an fp8 rollout is expected to grow along the response; this shows where it does.
+struct MismatchByPosition {
+  std::vector<double> mean_abs_diff;  // Σ m·|Δ| / Σ m over the bin; NaN for a bin without tokens
+  std::vector<double> tokens;         // Σ m over the bin
+};
+
+// `response_position` is each token's position in its response (read only where mask > 0, where it
+// must be ≥ 0). The bins run from 0 to the last that has a token; bin_tokens ≥ 1. Non-finite
+// logprobs of counted tokens propagate into their bin's mean.
+MismatchByPosition rollout_mismatch_by_position(std::span<const float> train_logprob,
+                                                std::span<const float> rollout_logprob,
+                                                std::span<const float> mask,
+                                                std::span<const int64_t> response_position,
+                                                int64_t bin_tokens);
 
 }  // namespace lockstep

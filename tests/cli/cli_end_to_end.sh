@@ -67,6 +67,8 @@ check 1 "model.path = $work/empty: the folder has no config.json" -- "$bin" gene
   --model.path="$work/empty" --run.out_dir="$work/x"
 check 1 "generate.prompt: the builtin model reads only the characters 0123456789+-*=" "'h' at position 0" -- \
   "$bin" generate --generate.prompt=hello --model.device=cpu --run.out_dir="$work/x"
+check 1 'data.test = "word-problems" is English text, which model.path = "builtin" cannot read' \
+  "give a Hugging Face model" -- "$bin" eval --data.test=word-problems --model.device=cpu --run.out_dir="$work/x"
 
 # --- two tiny SFT runs of different seeds (different weights) ---
 small=(--model.device=cpu --model.builtin_layers=1 --sft.steps=3 --sft.batch_size=8 --run.eval_problems=8

@@ -141,6 +141,10 @@ TEST(RunConfig, OutOfRangeValues) {
   expect_error([] { load({"--rollout.stop=[\"\"]"}); },
                {"rollout.stop must be non-empty strings, got [\"\"]"});
   expect_error([] { load({"--run.out_dir="}); }, {"run.out_dir must be non-empty, got \"\""});
+  expect_error([] { load({"--data.word_problem_steps=4"}); }, {"data.word_problem_steps must be in [1, 3], got 4"});
+  expect_error([] { load_text("[data]\nword_problem_steps = 0\n"); },
+               {"run.toml:2:", "data.word_problem_steps must be in [1, 3], got 0"});
+  expect_error([] { load({"--run.mismatch_bin_tokens=0"}); }, {"run.mismatch_bin_tokens must be ≥ 1, got 0"});
 }
 
 TEST(RunConfig, BadChoicesListTheAllowedValues) {
@@ -190,7 +194,7 @@ TEST(RunConfig, KeysThatConstrainEachOther) {
 Config every_key_changed() {
   Config c;
   c.model = {"/models/Qwen3-1.7B", "fp8-rollout", "cuda", "fp8", true, 256, 4};
-  c.data = {"train \"q\".jsonl", "C:\\data\\test.jsonl", "gsm8k", true, 3, "qwen3-no-think",
+  c.data = {"train \"q\".jsonl", "C:\\data\\test.jsonl", "gsm8k", true, 3, 1, "qwen3-no-think",
             "You are\ta tutor.\nBe brief. é ✓ \x01"};
   c.rollout = {32, 8, 0.1, 0.95, 50, 1024, {"\n\n", "</s>", "'"}, 1.0 / 3.0, 32};
   // reuse_rollout_logprobs stays false: with tis_cap > 0 the config rejects it (tested above).
@@ -198,7 +202,7 @@ Config every_key_changed() {
             0.5, false};
   c.optim = {1e-6, 1e-7, "cosine", 20, 0.1, 0.8, 0.95, 1e-12, 0.5, 2, 4, 16384};
   c.sft = {1000, 2e-5, 64, 100};
-  c.run = {1000, 1234567890123, "out/run 1", 25, 0, 100, true, 0, 10};
+  c.run = {1000, 1234567890123, "out/run 1", 25, 0, 100, true, 0, 10, 512};
   c.generate = {"What is 2+2?", 17, 0.6, 3};
   c.export_ = {"out/served", "bf16"};
   return c;
@@ -249,7 +253,7 @@ std::set<std::string> listed_keys(const std::string& text, const std::string& in
 
 TEST(RunConfig, HelpListsEveryKeyWithTypeDefaultAndDescription) {
   const std::set<std::string> all = listed_keys(to_toml(Config{}), "");
-  EXPECT_EQ(all.size(), 69u);  // the keys of config.h
+  EXPECT_EQ(all.size(), 71u);  // the keys of config.h
   EXPECT_EQ(listed_keys(config_help(""), "  "), all);
 
   const std::string help = config_help("");

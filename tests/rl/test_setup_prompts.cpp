@@ -11,6 +11,8 @@
 
 #include "core/error.h"
 #include "rl/setup.h"
+#include "tasks/verifier.h"
+#include "tasks/word_problems.h"
 #include "tests/test_util.h"
 
 namespace lockstep {
@@ -100,6 +102,45 @@ TEST(SetupPrompts, BuiltinModelKeepsPlainPrompts) {
   EXPECT_EQ(s.chat_template, nullptr);
   EXPECT_EQ(s.prompt_tokens({"12+7=", ""}), s.tokenizer->encode("12+7=", /*add_special_tokens=*/false));
   fs::remove_all(dir);
+}
+
+// data.train / data.test = "word-problems": the generated problems of the run's seed and
+// data.word_problem_steps, train and held-out splits, prompted through the checkpoint's template as
+// a dataset's question is (equal to the written-out llama3 format), the worked solution as the SFT
+// target; the builtin model cannot read them.
+TEST(SetupPrompts, WordProblemsThroughTheChatTemplate) {
+  const fs::path dir = llama_checkpoint("word_problems", true);
+  Config c = config_for(dir, "auto");
+  c.data.train = c.data.test = "word-problems";
+  c.data.word_problem_steps = 3;
+  c.run.seed = 5;
+  const lockstep::Setup s = make_setup(c, /*need_data=*/true);
+  ASSERT_TRUE(s.train.endless());
+  ASSERT_TRUE(s.test.endless());
+  const Problem p = s.train.draw(5, 7);
+  EXPECT_EQ(p.prompt, word_problem(5, 3, SyntheticSplit::train, 7).prompt);
+  EXPECT_EQ(s.test.head(3).at(2).prompt, word_problem(5, 3, SyntheticSplit::held_out, 2).prompt);
+  c.data.chat_template = "llama3";
+  const std::vector<int32_t> prompt = s.prompt_tokens(p);
+  EXPECT_EQ(prompt, make_setup(c, true).prompt_tokens(p));
+  EXPECT_NE(s.tokenizer->decode(prompt).find(p.prompt), std::string::npos);
+  const std::string target = s.sft_target(p);
+  const std::string eos = s.tokenizer->id_to_token(s.tokenizer->eos_id().value()).value();
+  EXPECT_EQ(target, p.solution + eos);
+  EXPECT_EQ(answer_reward(target, p.answer), 1.0);
+  fs::remove_all(dir);
+
+  Config builtin;
+  builtin.model.device = "cpu";
+  builtin.run.out_dir = (fs::temp_directory_path() / "lockstep_test_setup_builtin_words").string();
+  for (const char* key : {"data.train", "data.test"}) {
+    builtin.data.train = key == std::string("data.train") ? "word-problems" : "synthetic";
+    builtin.data.test = key == std::string("data.test") ? "word-problems" : "synthetic";
+    testing::expect_error([&] { make_setup(builtin, true); },
+                          {std::string(key) + " = \"word-problems\" is English text",
+                           "model.path = \"builtin\" cannot read", "give a Hugging Face model"});
+  }
+  fs::remove_all(builtin.run.out_dir);
 }
 
 }  // namespace

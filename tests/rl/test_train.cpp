@@ -101,24 +101,46 @@ TEST(Train, GrpoImprovesHeldOutAccuracy) {
   EXPECT_GE(s.final_accuracy, s.sft_accuracy + 0.01);
 }
 
-// With the fp8 KV cache the rollout's logprobs still equal the training forward's bit for bit on the
-// CPU: the mismatch metric is exactly 0 at every step.
-TEST(Train, Fp8KvCacheKeepsRolloutAndTrainingIdentical) {
-  const fs::path dir = fresh_dir("fp8_kv_cache");
-  Config c = small_config(dir);
-  c.model.kv_cache = "fp8";
-  c.run.steps = 2;
-  c.run.eval_every = 0;
-  run_train(c);
-  int steps = 0;
-  std::ifstream in(dir / "metrics.jsonl");
-  for (std::string line; std::getline(in, line);) {
-    const nlohmann::json j = nlohmann::json::parse(line);
-    if (!j.contains("mismatch_abs")) continue;
-    EXPECT_EQ(j["mismatch_abs"].get<double>(), 0.0) << line;
-    ++steps;
+// On the CPU the rollout's logprobs equal the training forward's bit for bit, in fp8 and bf16 and
+// with the fp8 KV cache: the mismatch metric is exactly 0 at every step, and so is the mismatch by
+// response position in every bin. A random model (no SFT) writes all max_new_tokens = 8 tokens
+// mostly, so bins of 3 positions give three bins: 0-2, 3-5, 6-7; the bins' tokens add up to the
+// step's response tokens.
+TEST(Train, MismatchIsExactlyZeroInEveryPositionBin) {
+  for (const auto& [precision, kv_cache] : {std::pair{"fp8", "fp8"}, {"fp8", "bf16"}, {"bf16", "bf16"}}) {
+    SCOPED_TRACE(std::string(precision) + " with the " + kv_cache + " KV cache");
+    const fs::path dir = fresh_dir(std::string("zero_mismatch_") + precision + "_" + kv_cache);
+    Config c = small_config(dir);
+    c.model.precision = precision;
+    c.model.kv_cache = kv_cache;
+    c.sft.steps = 0;
+    c.rollout.max_new_tokens = 8;
+    c.run.mismatch_bin_tokens = 3;
+    c.run.steps = 2;
+    c.run.eval_every = 0;
+    run_train(c);
+    int steps = 0;
+    size_t most_bins = 0;
+    std::ifstream in(dir / "metrics.jsonl");
+    for (std::string line; std::getline(in, line);) {
+      const nlohmann::json j = nlohmann::json::parse(line);
+      if (!j.contains("mismatch_abs")) continue;
+      EXPECT_EQ(j["mismatch_abs"].get<double>(), 0.0) << line;
+      const auto by_position = j.at("mismatch_abs_by_position").get<std::vector<double>>();
+      const auto tokens = j.at("mismatch_tokens_by_position").get<std::vector<double>>();
+      ASSERT_EQ(by_position.size(), tokens.size()) << line;
+      ASSERT_LE(tokens.size(), 3u) << line;
+      for (double v : by_position) EXPECT_EQ(v, 0.0) << line;
+      double counted = 0;
+      for (double t : tokens) counted += t;
+      const double samples = double(c.rollout.prompts_per_step * c.rollout.samples_per_prompt);
+      EXPECT_EQ(counted, j["response_length"].get<double>() * samples) << line;
+      most_bins = std::max(most_bins, tokens.size());
+      ++steps;
+    }
+    EXPECT_EQ(steps, 2);
+    EXPECT_EQ(most_bins, 3u);
   }
-  EXPECT_EQ(steps, 2);
 }
 
 // A run resumed after its last step runs nothing, logs nothing more, and reports the accuracy its
