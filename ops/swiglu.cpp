@@ -126,7 +126,7 @@ void swiglu_backward(Tensor& dgate_up, const Tensor& dout, const Fp8Rows& gate_u
 void swiglu_forward_fp8(Fp8Rows& out_rows, Fp8Rows& out_cols, const Fp8Rows& gate_up, ScaleFormat format) {
   const int64_t I = check_fp8_gate_up(gate_up, "swiglu_forward_fp8: gate_up"), T = gate_up.rows();
   const Device device = gate_up.data.device();
-  const bool columns = check_fp8_outputs(out_rows, out_cols, T, I, device);
+  [[maybe_unused]] const bool columns = check_fp8_outputs(out_rows, out_cols, T, I, device);
   if (device == Device::cuda && I % kQuantGroup == 0) {
 #if LOCKSTEP_HAS_CUDA
     check_cuda_vectors(gate_up.data, "swiglu_forward_fp8: gate_up", /*rows=*/true);

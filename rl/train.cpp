@@ -171,7 +171,8 @@ Metrics sft_step(Run& run, int64_t step) {
   }
   // A non-finite loss never reaches the optimizer (weights, moments, step count and schedule
   // stay); AdamW itself skips a non-finite gradient.
-  OptimizerStep opt{.grad_norm = NAN};
+  OptimizerStep opt;
+  opt.grad_norm = NAN;
   if (std::isfinite(loss)) opt = run.optimizer->step(model.params(), model.grads(), copies_of(run));
   else model.grads().zero();
   const std::string skipped = check_finite(loss, opt);

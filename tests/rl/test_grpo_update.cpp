@@ -33,6 +33,14 @@ using testing::tiny_config;
 
 constexpr double kTol = 1e-5;
 
+// What a test's own optimizer returns for an applied step.
+OptimizerStep applied_step(int64_t step) {
+  OptimizerStep s;
+  s.applied = true;
+  s.step = step;
+  return s;
+}
+
 struct Sequence {
   std::vector<int32_t> prompt, response;
 };
@@ -152,7 +160,7 @@ struct GradientRecorder {
     return [this](ModelParameters&, ModelParameters& grads) {
       steps.push_back(flatten(grads));
       grads.zero();
-      return OptimizerStep{.applied = true, .step = int64_t(steps.size()), .lr = 0.0f};
+      return applied_step(int64_t(steps.size()));
     };
   }
 };
@@ -238,7 +246,7 @@ TEST(GrpoUpdate, SecondEpochUsesTheRatioToTheOldPolicy) {
         p[i]->data_as<float>()[j] -= 0.01f * g[i]->data_as<float>()[j];
     grads.zero();
     model->refresh_weights();
-    return OptimizerStep{.applied = true, .step = int64_t(steps.size())};
+    return applied_step(int64_t(steps.size()));
   };
   const GrpoUpdate u = grpo_update(groups, c, *model, nullptr, sgd);
   ASSERT_EQ(steps.size(), 2u);
@@ -532,7 +540,9 @@ TEST(TrainLoop, DynamicSamplingAndOverlongPenaltyInTheMetrics) {
     EXPECT_GE(batches, 1) << line;
     EXPECT_LE(batches, 3) << line;
     EXPECT_LE(kept, 2) << line;
-    if (kept < 2) EXPECT_EQ(batches, 3) << line;
+    if (kept < 2) {
+      EXPECT_EQ(batches, 3) << line;
+    }
     const double accuracy = j["accuracy"], length = j["response_length"], reward = j["reward_mean"];
     EXPECT_NEAR(reward, accuracy - length / 6, 1e-6) << line;
     EXPECT_EQ(j["overlong_frac"].get<double>(), 1.0) << line;
