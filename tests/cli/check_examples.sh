@@ -70,7 +70,7 @@ expect gsm8k-smollm2.resolved.toml model path '"models/smollm2-135m-instruct"'
 expect gsm8k-smollm2.resolved.toml data train '"../shared/data/gsm8k/train.jsonl"'
 expect gsm8k-smollm2.resolved.toml sft steps 0
 expect word-problems-smollm2.resolved.toml data train '"word-problems"'
-expect word-problems-smollm2.resolved.toml optim lr 3e-06
+expect word-problems-smollm2.resolved.toml optim lr 1e-05
 for m in fp8 bf16 fp8-rollout-tis; do expect $m.resolved.toml run out_dir "\"runs/$m\""; done
 
 # A misspelled key and a value out of range are errors that name them.
