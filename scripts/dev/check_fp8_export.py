@@ -34,6 +34,7 @@ import argparse
 import importlib
 import json
 import math
+import os
 import pathlib
 import subprocess
 import sys
@@ -144,7 +145,6 @@ def main():
     args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("check_fp8_export.py needs a GPU: transformers runs FP8 checkpoints there only")
-    import os
     os.environ.setdefault("TRANSFORMERS_DISABLE_DEEPGEMM_LINEAR", "1")  # the Triton kernel, not DeepGEMM
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.integrations.finegrained_fp8 import FP8Linear
