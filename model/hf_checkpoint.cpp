@@ -113,6 +113,7 @@ std::string load_fp8_piece(Tensor& dst, const Tensor& src, const SafetensorsChec
   const e4m3* q = src.data_as<e4m3>();
   const float* s = scale.data_as<float>();
   float* d = dst.data_as<float>();
+#pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < k; ++j)
       d[i * k + j] = e4m3_to_float(q[i * k + j]) * s[(i / br) * want[1] + j / bc];
