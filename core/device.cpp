@@ -203,6 +203,11 @@ void device_synchronize() {
 #endif
 }
 
+double device_seconds_since(std::chrono::steady_clock::time_point t0) {
+  device_synchronize();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 int device_sm_count() {
 #if LOCKSTEP_HAS_CUDA
   static const int sms = [] {

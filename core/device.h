@@ -2,6 +2,8 @@
 // CUDA calls live only in device.cpp (and kernels), so code above core/ never includes CUDA headers.
 #pragma once
 
+#include <chrono>
+
 #include <cstddef>
 #include <string>
 #include <string_view>
@@ -40,6 +42,9 @@ void stream_synchronize();
 void device_fill_bytes(Device d, void* p, unsigned char value, size_t bytes);
 // Waits for the GPU's queued work (nothing to wait for without one).
 void device_synchronize();
+// Seconds from t0 until the GPU's queued work is done (device_synchronize, then the clock): the
+// time a phase of a step really took.
+double device_seconds_since(std::chrono::steady_clock::time_point t0);
 // The GPU's streaming multiprocessors (0 without CUDA), queried once: kernels size their grids by
 // it. (One device per process, as everywhere in lockstep: the device current at the first call.)
 int device_sm_count();

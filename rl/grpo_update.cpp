@@ -19,11 +19,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t0) {
-  device_synchronize();
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
 RewardScaling reward_scaling(const std::string& s) {
   return s == "batch" ? RewardScaling::batch : s == "none" ? RewardScaling::none : RewardScaling::group;
 }
@@ -85,7 +80,7 @@ GrpoUpdate grpo_update(const std::vector<ScoredGroup>& groups, const Config& con
                                 : forward_logprobs(model, rows, budget, temperature);
   std::vector<float> ref_logprob;
   if (reference) ref_logprob = forward_logprobs(*reference, rows, budget, temperature);
-  out.recompute_seconds = seconds_since(t0);
+  out.recompute_seconds = device_seconds_since(t0);
   const RolloutMismatch mismatch = rollout_mismatch(old_logprob, rows.rollout_logprob, rows.mask);
   const MismatchByPosition by_position =
       rollout_mismatch_by_position(old_logprob, rows.rollout_logprob, rows.mask, rows.response_position,
@@ -161,7 +156,7 @@ GrpoUpdate grpo_update(const std::vector<ScoredGroup>& groups, const Config& con
       if (!why.empty() && out.skipped.empty()) out.skipped = why;
     }
   }
-  out.update_seconds = seconds_since(t0);
+  out.update_seconds = device_seconds_since(t0);
 
   const double c = std::max(counted, 1.0);
   out.metrics = {{"loss", loss_sum / double(minis * oo.ppo_epochs)},

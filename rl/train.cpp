@@ -47,11 +47,6 @@ class SigintGuard {
   void (*previous_)(int);
 };
 
-double seconds_since(Clock::time_point t0) {
-  device_synchronize();
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
 OptimizerConfig optimizer_config(const OptimOptions& o, int64_t total_steps) {
   OptimizerConfig c;
   c.beta1 = float(o.beta1);
@@ -226,7 +221,7 @@ Metrics grpo_step(Run& run, Transformer* reference, int64_t step, const TrainHoo
       requests.push_back(std::move(r));
     }
     auto samples = run.engine->generate(requests);
-    times.rollout += seconds_since(t0);
+    times.rollout += device_seconds_since(t0);
     t0 = Clock::now();
     std::vector<ScoredGroup> groups(samples.size());
     for (size_t i = 0; i < samples.size(); ++i) {
@@ -248,7 +243,7 @@ Metrics grpo_step(Run& run, Transformer* reference, int64_t step, const TrainHoo
       }
       groups[i].samples = std::move(samples[i]);
     }
-    times.scoring += seconds_since(t0);
+    times.scoring += device_seconds_since(t0);
     return groups;
   };
   const CollectedGroups collected =
@@ -338,7 +333,7 @@ bool sft_phase(Run& run, const TrainHooks& hooks, TrainSummary& summary) {
     Metrics m = sft_step(run, run.state.sft_step);
     ++run.state.sft_step;
     run.state.optimizer_steps = run.optimizer->steps();
-    m.emplace_back("time_step", seconds_since(t0));
+    m.emplace_back("time_step", device_seconds_since(t0));
     const bool last = run.state.sft_step == c.sft.steps;
     const bool evaluated = last || (c.run.eval_every > 0 && run.state.sft_step % c.run.eval_every == 0);
     if (evaluated) add_eval(run, m, progress, run.state.sft_step);
@@ -409,7 +404,7 @@ TrainSummary run_train(const Config& config, const TrainHooks& hooks) {
     Metrics m = grpo_step(run, reference.get(), run.state.step, hooks, times, skipped, series);
     ++run.state.step;
     run.state.optimizer_steps = run.optimizer->steps();
-    const double total = seconds_since(t0);
+    const double total = device_seconds_since(t0);
     for (auto [name, value] : std::initializer_list<std::pair<const char*, double>>{
              {"time_rollout", times.rollout}, {"time_scoring", times.scoring},
              {"time_recompute", times.recompute}, {"time_update", times.update},

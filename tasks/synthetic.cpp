@@ -97,14 +97,17 @@ bool is_held_out_text(std::string_view prompt) {
   return below(philox_at(0x6F1D5EEDu, fnv, 0).v[0], 8) == 0;
 }
 
+Problem draw_in_split(SyntheticSplit split, const std::function<Problem(uint64_t attempt)>& draw) {
+  for (uint64_t attempt = 0;; ++attempt) {
+    Problem problem = draw(attempt);
+    if (is_held_out_text(problem.prompt) == (split == SyntheticSplit::held_out)) return problem;
+  }
+}
+
 Problem synthetic_problem(uint64_t seed, int level, SyntheticSplit split, uint64_t index) {
   LOCKSTEP_CHECK(level >= 1 && level <= kSyntheticLevels, "synthetic_problem: level must be 1..",
                  kSyntheticLevels, ", not ", level);
-  // Rejection: 8/7 draws on average for train, 8 for held-out; it ends with probability 1.
-  for (uint64_t attempt = 0;; ++attempt) {
-    Problem problem = draw(seed, level, split, index, attempt);
-    if (is_held_out_text(problem.prompt) == (split == SyntheticSplit::held_out)) return problem;
-  }
+  return draw_in_split(split, [&](uint64_t attempt) { return draw(seed, level, split, index, attempt); });
 }
 
 std::string synthetic_sft_target(const Problem& problem) { return problem.answer + std::string(kSyntheticEos); }

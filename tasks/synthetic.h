@@ -24,6 +24,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -42,6 +43,11 @@ enum class SyntheticSplit { train, held_out };
 // Whether a problem with this prompt text is held out: 1 in 8 texts, by a fixed hash (the same for
 // every seed; the word problems of tasks/word_problems.h split by it too).
 bool is_held_out_text(std::string_view prompt);
+
+// The first of draw(0), draw(1), ... whose prompt belongs to `split` by is_held_out_text: how both
+// generated tasks keep their splits apart (8/7 draws on average for train, 8 for held-out; it ends
+// with probability 1).
+Problem draw_in_split(SyntheticSplit split, const std::function<Problem(uint64_t attempt)>& draw);
 
 // Problem `index` of the split; the same for the same arguments on every machine. Throws
 // lockstep::Error unless 1 <= level <= kSyntheticLevels.

@@ -197,11 +197,7 @@ Problem draw(uint64_t seed, int max_steps, SyntheticSplit split, uint64_t index,
 Problem word_problem(uint64_t seed, int max_steps, SyntheticSplit split, uint64_t index) {
   LOCKSTEP_CHECK(max_steps >= 1 && max_steps <= kWordProblemMaxSteps, "word_problem: max_steps must be 1..",
                  kWordProblemMaxSteps, ", not ", max_steps);
-  // Rejection, as in synthetic_problem: 8/7 draws on average for train, 8 for held-out.
-  for (uint64_t attempt = 0;; ++attempt) {
-    Problem problem = draw(seed, max_steps, split, index, attempt);
-    if (is_held_out_text(problem.prompt) == (split == SyntheticSplit::held_out)) return problem;
-  }
+  return draw_in_split(split, [&](uint64_t attempt) { return draw(seed, max_steps, split, index, attempt); });
 }
 
 }  // namespace lockstep
