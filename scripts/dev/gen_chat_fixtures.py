@@ -41,6 +41,8 @@ import transformers
 import transformers.utils.chat_template_utils as ctu
 from transformers import AutoTokenizer
 
+from gen_tokenizer_fixtures import write_json  # one JSON layout for every fixture
+
 REPO = pathlib.Path(__file__).resolve().parents[2]  # scripts/dev/ -> the repository root
 OUT = REPO / "tests" / "data"
 TEMPLATES = OUT / "chat_templates"
@@ -334,12 +336,6 @@ def chat_format_cases(qwen3_config, qwen3, llama):
                 "llama3_style_ids": llama.encode(llama3, add_special_tokens=False).ids,
             })
     return cases
-
-
-def write_json(path, obj, pretty=True):
-    text = json.dumps(obj, ensure_ascii=False, indent=1 if pretty else None)
-    path.write_text(text + "\n", encoding="utf-8")
-    print(f"wrote {path.relative_to(REPO)} ({path.stat().st_size} bytes)")
 
 
 def main():
