@@ -4,7 +4,7 @@ with random weights in bf16 (SDPA attention, fused AdamW), over the same sequenc
 torch.compile. Sequences of equal length run as one batch; the gradients of all of them accumulate
 before the step; the loss is the mean next-token cross-entropy over all tokens.
 
-  python3 scripts/dev/bench_torch_train.py [--model qwen3-8b|qwen3-1.7b] [--layers N]
+  python3 scripts/dev/bench_torch_train.py [--model qwen3-8b|qwen3-4b|qwen3-1.7b] [--layers N]
       [--seqs 4096,2048,1024,1024] [--modes eager,compile] [--steps 3] [--json FILE]
 """
 import argparse
@@ -19,6 +19,8 @@ import transformers
 MODELS = {
     "qwen3-8b": dict(hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
                      num_attention_heads=32, tie_word_embeddings=False),
+    "qwen3-4b": dict(hidden_size=2560, intermediate_size=9728, num_hidden_layers=36,
+                     num_attention_heads=32, tie_word_embeddings=True),
     "qwen3-1.7b": dict(hidden_size=2048, intermediate_size=6144, num_hidden_layers=28,
                        num_attention_heads=16, tie_word_embeddings=True),
 }
