@@ -64,16 +64,16 @@ OptimizerConfig optimizer_config(const OptimOptions& o, int64_t total_steps) {
   return c;
 }
 
-// The engine's cache: every sample of a step resident at once (no preemption in normal runs).
-EngineOptions engine_options(const Setup& s, int64_t max_prompt) {
+// The engine's cache: every sample of a step resident at once (no preemption in normal runs); with
+// several ranks, those of this rank's share of the prompts and of the evaluation problems.
+EngineOptions engine_options(const Setup& s, int64_t max_prompt, int ranks) {
   EngineOptions e;
   e.block_size = s.config.rollout.block_size;
   const int64_t per_sequence = (max_prompt + s.config.rollout.max_new_tokens + e.block_size - 1) / e.block_size;
-  e.num_blocks = per_sequence * std::max<int64_t>(s.config.rollout.prompts_per_step *
-                                                      s.config.rollout.samples_per_prompt,
-                                                  s.config.run.eval_problems) + 1;
-  e.max_step_sequences = std::max<int64_t>(256, s.config.rollout.prompts_per_step *
-                                                    s.config.rollout.samples_per_prompt);
+  const int64_t samples = s.config.rollout.prompts_per_step / ranks * s.config.rollout.samples_per_prompt;
+  const int64_t eval = (s.config.run.eval_problems + ranks - 1) / ranks;
+  e.num_blocks = per_sequence * std::max<int64_t>(samples, eval) + 1;
+  e.max_step_sequences = std::max<int64_t>(256, samples);
   return e;
 }
 
@@ -120,7 +120,7 @@ Run start_run(const Config& config, std::string_view command, Communicator& comm
       max_prompt = std::max<int64_t>(max_prompt, int64_t(run.setup.prompt_tokens(run.setup.train[i]).size()));
   else
     max_prompt = std::max<int64_t>(max_prompt, 32);
-  run.engine = std::make_unique<Engine>(run.policy->rollout(), engine_options(run.setup, max_prompt),
+  run.engine = std::make_unique<Engine>(run.policy->rollout(), engine_options(run.setup, max_prompt, comm.size()),
                                         run.setup.tokenizer.get());
   run.evaluator = std::make_unique<Evaluator>(run.setup, *run.engine, comm);
   return run;
