@@ -303,6 +303,9 @@ std::optional<int> take_rank_count(std::vector<std::string>& args, const std::st
   // CPU ranks share the cores; a user's OMP_NUM_THREADS is kept.
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   setenv("OMP_NUM_THREADS", std::to_string(std::max(1u, cores / unsigned(ranks))).c_str(), 0);
+  // mpirun gives its ranks a terminal of their own for stdout; a log gets plain lines as with one
+  // process (rl/console.h: TERM=dumb).
+  if (!isatty(fileno(stdout))) setenv("TERM", "dumb", 1);
   std::vector<std::string> args;
   for (char** a = argv + 1; *a; ++a) {
     const std::string_view s(*a);

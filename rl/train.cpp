@@ -100,6 +100,11 @@ Run start_run(const Config& config, std::string_view command, Communicator& comm
                    " (expected ", (run.out_dir / "checkpoint" / "state.json").string(), ")");
   }
   std::printf("%s\n", run_header(command, run.setup, config.model.path, config.run.out_dir).c_str());
+  if (comm.size() > 1)
+    std::printf("%d data-parallel ranks, weights replicated: each generates %lld of the %lld prompts "
+                "a step; rank 0 prints and writes %s\n",
+                comm.size(), (long long)(config.rollout.prompts_per_step / comm.size()),
+                (long long)config.rollout.prompts_per_step, config.run.out_dir.c_str());
   std::fflush(stdout);  // before the first step, in a log too
   if (run.saved) {
     run.state = run.saved->state;
