@@ -67,6 +67,12 @@ lines=$(wc -l <"$work/two/metrics.jsonl" 2>/dev/null || echo 0)
 [[ $lines == 2 && -f $work/two/checkpoint/state.json && -f $work/two/metrics.png ]] &&
   echo "ok: metrics (2 steps), checkpoint and plot written" ||
   { echo "FAIL: metrics lines $lines, or no checkpoint / plot in $work/two"; failures=$((failures + 1)); }
+# Every rank holds the whole state: the 2-rank run resumes on one rank.
+check 0 120 "resuming from its checkpoint: SFT step 2 of 2, GRPO step 2 of 3" -- \
+  "$bin" train "${tiny[@]}" --run.steps=3 --run.resume=true --run.out_dir="$work/two"
+lines=$(wc -l <"$work/two/metrics.jsonl" 2>/dev/null || echo 0)
+[[ $lines == 3 ]] && echo "ok: the resumed run logged step 3" ||
+  { echo "FAIL: $lines metrics lines after resuming, expected 3"; failures=$((failures + 1)); }
 # The same by hand under mpirun, with the launcher variables of each rank agreeing.
 check 0 120 "held-out accuracy (greedy) after SFT" -- \
   "${mpi[@]}" -np 2 -x WORLD_SIZE=2 "$bin" sft "${tiny[@]}" --run.out_dir="$work/by_hand"

@@ -7,6 +7,7 @@
 // with DAPO's overlong penalty over the whole budget, so that responses of different lengths get
 // different rewards and every step has a gradient (the untrained model is rarely right).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -39,7 +40,9 @@ Config tiny_run(const std::string& name) {
   c.run.steps = 3;
   c.run.eval_every = 0;
   c.run.eval_problems = 5;
-  c.run.out_dir = (fs::temp_directory_path() / ("lockstep_test_dp_" + name)).string();
+  // getppid(): mpirun's process for every rank, and another for each test run beside it.
+  c.run.out_dir = (fs::temp_directory_path() /
+                   ("lockstep_test_dp_" + name + "_" + std::to_string(getppid()))).string();
   c.rollout.prompts_per_step = 6;  // divides among 1, 2 and 3 ranks
   c.rollout.samples_per_prompt = 4;
   c.rollout.max_new_tokens = 4;
@@ -83,6 +86,7 @@ Recorded record(Config config, Communicator& comm, const std::string& suffix) {
   if (comm.is_main()) {
     std::ifstream in(fs::path(config.run.out_dir) / "metrics.jsonl");
     for (std::string line; std::getline(in, line);) r.metrics.push_back(nlohmann::json::parse(line));
+    fs::remove_all(config.run.out_dir);
   }
   return r;
 }
