@@ -135,13 +135,20 @@ void expect_same_metrics(const std::vector<nlohmann::json>& n_ranks,
   }
 }
 
-TEST(DataParallel, GrpoEqualsOneRankBitForBit) {
+// (scale_rewards, aggregation): the default, and batch std scaling (the std of every rank's
+// rewards) with the sequence-mean normalizer (the mini-batch's sequence count over all ranks).
+class DataParallelExact : public ::testing::TestWithParam<std::pair<const char*, const char*>> {};
+
+TEST_P(DataParallelExact, GrpoEqualsOneRankBitForBit) {
   // mini_batches = N: each optimizer step's mini-batch is one rank's share of the batch, so its
   // gradient comes from that rank's micro-batches alone, as on one rank, and the sum over the
   // ranks adds exact zeros: the weights are the same bits after every step.
   Communicator& comm = world();
-  Config c = tiny_run("exact_" + std::to_string(comm.size()));
+  const auto [scaling, aggregation] = GetParam();
+  Config c = tiny_run(std::string("exact_") + scaling + "_" + std::to_string(comm.size()));
   c.optim.mini_batches = comm.size();
+  c.loss.scale_rewards = scaling;
+  c.loss.aggregation = aggregation;
   const Recorded n = record(c, comm, "_ranks");
   expect_identical_on_every_rank(comm, n.hashes);
   ASSERT_EQ(n.hashes.size(), 3u);
@@ -156,6 +163,10 @@ TEST(DataParallel, GrpoEqualsOneRankBitForBit) {
   }
   comm.barrier();
 }
+
+INSTANTIATE_TEST_SUITE_P(Losses, DataParallelExact,
+                         ::testing::Values(std::pair{"group", "token-mean"},
+                                           std::pair{"batch", "sequence-mean"}));
 
 TEST(DataParallel, SftAndGrpoAcrossRanksEqualOneRankWithinRounding) {
   // One mini-batch a step, and SFT before (its batch of 5 split unevenly): every optimizer step
