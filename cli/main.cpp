@@ -343,12 +343,12 @@ int run(int argc, char** argv) {
   if (command == "plot") return plot(args);
   // --check: what the run would read, without running it (the examples/ test runs it on every file).
   const bool check_only = std::erase(args, std::string("--check")) > 0;
+  const std::optional<int> gpus = take_rank_count(args, command);
   std::optional<fs::path> file;
   if (!args.empty() && !args[0].starts_with("--")) {
     file = args[0];
     args.erase(args.begin());
   }
-  const std::optional<int> gpus = take_rank_count(args, command);
   const Config config = load_config(file ? &*file : nullptr, args);
   if (check_only) {
     std::fputs(to_toml(config).c_str(), stdout);

@@ -67,6 +67,9 @@ lines=$(wc -l <"$work/two/metrics.jsonl" 2>/dev/null || echo 0)
 [[ $lines == 2 && -f $work/two/checkpoint/state.json && -f $work/two/metrics.png ]] &&
   echo "ok: metrics (2 steps), checkpoint and plot written" ||
   { echo "FAIL: metrics lines $lines, or no checkpoint / plot in $work/two"; failures=$((failures + 1)); }
+# --gpus before the config file, as any option.
+printf '[rollout]\nprompts_per_step = 4\n' >"$work/two.toml"
+check 0 20 "prompts_per_step = 4" -- "$bin" train --gpus 2 "$work/two.toml" --check
 # Every rank holds the whole state: the 2-rank run resumes on one rank.
 check 0 120 "resuming from its checkpoint: SFT step 2 of 2, GRPO step 2 of 3" -- \
   "$bin" train "${tiny[@]}" --run.steps=3 --run.resume=true --run.out_dir="$work/two"

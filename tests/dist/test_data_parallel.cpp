@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -166,7 +167,12 @@ TEST_P(DataParallelExact, GrpoEqualsOneRankBitForBit) {
 
 INSTANTIATE_TEST_SUITE_P(Losses, DataParallelExact,
                          ::testing::Values(std::pair{"group", "token-mean"},
-                                           std::pair{"batch", "sequence-mean"}));
+                                           std::pair{"batch", "sequence-mean"}),
+                         [](const auto& info) {
+                           std::string name = std::string(info.param.first) + "_" + info.param.second;
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
 
 TEST(DataParallel, SftAndGrpoAcrossRanksEqualOneRankWithinRounding) {
   // One mini-batch a step, and SFT before (its batch of 5 split unevenly): every optimizer step
