@@ -1,8 +1,8 @@
 // rl/grpo_update.cpp
 #include "rl/grpo_update.h"
 
-#include <chrono>
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <numeric>
 #include <span>
@@ -10,9 +10,9 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "dist/host_values.h"
-#include "train/data_parallel.h"
 #include "rl/packed_rows.h"
 #include "train/advantages.h"
+#include "train/data_parallel.h"
 #include "train/policy_loss.h"
 #include "train/rollout_mismatch.h"
 
@@ -59,7 +59,8 @@ GrpoUpdate grpo_update(const std::vector<ScoredGroup>& groups, const Config& con
   const int64_t budget = oo.micro_batch_tokens;
   const float temperature = float(config.rollout.temperature);
 
-  // This rank's sequences are [lo, lo + local) of the global batch: the ranks' groups in rank order.
+  // The global batch is the ranks' groups in rank order; this rank's sequences are
+  // [lo_seq, lo_seq + local) of it.
   const std::vector<double> group_counts = gather_over_ranks(comm, std::vector{double(groups.size())});
   const int64_t global_groups = int64_t(std::accumulate(group_counts.begin(), group_counts.end(), 0.0));
   if (global_groups == 0) return out;

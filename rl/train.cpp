@@ -24,8 +24,8 @@
 #include "rl/setup.h"
 #include "rollout/engine.h"
 #include "tasks/verifier.h"
-#include "train/optimizer.h"
 #include "train/data_parallel.h"
+#include "train/optimizer.h"
 #include "train/overlong_penalty.h"
 
 namespace lockstep {
@@ -187,8 +187,9 @@ Metrics sft_step(Run& run, int64_t step) {
   if (std::isfinite(loss)) {
     sum_gradients_over_ranks(*run.comm, model.grads());
     opt = run.optimizer->step(model.params(), model.grads(), copies_of(run));
+  } else {
+    model.grads().zero();
   }
-  else model.grads().zero();
   const std::string skipped = check_finite(loss, opt);
   return {{"loss", loss}, {"lr", opt.applied ? opt.lr : NAN}, {"grad_norm", opt.grad_norm},
           {"skipped", skipped.empty() ? 0.0 : 1.0}};
@@ -361,7 +362,7 @@ bool sft_phase(Run& run, const TrainHooks& hooks, TrainSummary& summary) {
     Metrics m = sft_step(run, run.state.sft_step);
     ++run.state.sft_step;
     run.state.optimizer_steps = run.optimizer->steps();
-    m.emplace_back("time_step", device_seconds_since(t0));
+    m.emplace_back("time_step", max_over_ranks(*run.comm, device_seconds_since(t0)));
     const bool last = run.state.sft_step == c.sft.steps;
     const bool evaluated = last || (c.run.eval_every > 0 && run.state.sft_step % c.run.eval_every == 0);
     if (evaluated) add_eval(run, m, progress, run.state.sft_step);
