@@ -306,6 +306,9 @@ std::optional<int> take_rank_count(std::vector<std::string>& args, const std::st
   // mpirun gives its ranks a terminal of their own for stdout; a log gets plain lines as with one
   // process (rl/console.h: TERM=dumb).
   if (!isatty(fileno(stdout))) setenv("TERM", "dumb", 1);
+  // OpenMPI 4's shared-memory transport copies between processes with process_vm_readv, which
+  // containers often forbid (ptrace); copying through its shared buffers always works.
+  setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 0);
   std::vector<std::string> args;
   for (char** a = argv + 1; *a; ++a) {
     const std::string_view s(*a);

@@ -9,6 +9,8 @@ if ! command -v mpirun >/dev/null; then
   echo "skipped: no mpirun on PATH (scripts/setup.sh installs openmpi-bin)"
   exit 0
 fi
+# OpenMPI 4's shared-memory copies use process_vm_readv, which containers often forbid.
+export OMPI_MCA_btl_vader_single_copy_mechanism=${OMPI_MCA_btl_vader_single_copy_mechanism:-none}
 flags=(-np "$n" --oversubscribe --bind-to none)
 [[ $(id -u) == 0 ]] && flags+=(--allow-run-as-root)
 exec mpirun "${flags[@]}" "$@"
