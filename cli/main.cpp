@@ -10,12 +10,17 @@
 //   lockstep help [SUBCOMMAND], lockstep --help, lockstep <subcommand> --help
 //   lockstep <subcommand> [CONFIG.toml] [--section.key=value ...] --check
 //                                  the configuration checked and printed as TOML; nothing runs
+//   lockstep train|sft --gpus N ...                             N data-parallel ranks on this host
+//                                  (through mpirun: dist/launch.h; `mpirun -np N lockstep train`
+//                                  does the same by hand)
 //
 // With no config file every key has its default: the built-in default job (a tiny model learning
 // synthetic arithmetic, SFT then GRPO in the unified fp8 mode), in runs/default.
 //
 // Exit status: 0 done, 1 an error (one message on stderr), 2 a usage error, 130 interrupted by
-// SIGINT (a checkpoint was saved).
+// SIGINT (a checkpoint was saved). With several ranks, rank 0 prints the progress and writes
+// run.out_dir; an error on any rank is printed with its rank ("[rank 1] lockstep: ...") and ends
+// every rank (mpirun reports which one failed).
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,11 +28,16 @@
 #include <cstdlib>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cli/config.h"
 #include "core/error.h"
+#include "dist/launch.h"
+#include "dist/world.h"
 #include "model/hf_checkpoint.h"
 #include "rl/checkpoint.h"
 #include "rl/console.h"
@@ -74,6 +84,14 @@ constexpr const char* kPlotHelp =
 
 constexpr std::string_view kCommands[] = {"train", "sft", "eval", "generate", "export", "plot"};
 
+constexpr const char* kRanksHelp =
+    "\n--gpus N (train, sft): N data-parallel ranks on this host, one per GPU (or, with\n"
+    "--model.device=cpu, N CPU ranks), started through mpirun; rollout.prompts_per_step must divide\n"
+    "by N. The same as `mpirun -np N lockstep train ...`, which also spans hosts.\n";
+
+// This process's ranks (train and sft); read by main's error path.
+std::unique_ptr<Communicator> g_world;
+
 bool is_help(std::string_view a) { return a == "--help" || a == "-h" || a == "help"; }
 
 int help(const std::string& command) {
@@ -86,6 +104,7 @@ int help(const std::string& command) {
     return 2;
   }
   std::printf("%s\n%s", kUsage, command == "plot" ? kPlotHelp : config_help(command).c_str());
+  if (command == "train" || command == "sft") std::printf("%s", kRanksHelp);
   return 0;
 }
 
@@ -246,6 +265,70 @@ int plot(std::vector<std::string> args) {
   return 0;
 }
 
+// `--gpus N` or `--gpus=N`, taken out of `args` (train and sft only).
+std::optional<int> take_rank_count(std::vector<std::string>& args, const std::string& command) {
+  std::optional<int> n;
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string value;
+    if (args[i] == "--gpus") {
+      LOCKSTEP_CHECK(i + 1 < args.size(), "--gpus needs a value: --gpus N");
+      value = args[i + 1];
+      args.erase(args.begin() + ptrdiff_t(i), args.begin() + ptrdiff_t(i) + 2);
+    } else if (args[i].starts_with("--gpus=")) {
+      value = args[i].substr(7);
+      args.erase(args.begin() + ptrdiff_t(i));
+    } else {
+      continue;
+    }
+    LOCKSTEP_CHECK(command == "train" || command == "sft", "--gpus applies to train and sft, not ",
+                   command);
+    LOCKSTEP_CHECK(!n, "--gpus is given twice");
+    n = parse_rank_count("--gpus", value);
+    --i;
+  }
+  return n;
+}
+
+// `--gpus N` outside mpirun: checks what can be checked once, then runs N copies of this command
+// (without --gpus) under mpirun in place of this process.
+[[noreturn]] void launch_ranks(const Config& config, int ranks, char** argv) {
+  LOCKSTEP_CHECK(built_with_mpi(), "--gpus ", ranks, ": this build of lockstep has no MPI "
+                 "(libopenmpi-dev was missing when it was built; scripts/setup.sh installs it)");
+  check_data_parallel(config, ranks);
+  const int visible = cuda_device_count();
+  const bool on_gpus = config.model.device == "cuda" || (config.model.device == "auto" && visible > 0);
+  LOCKSTEP_CHECK(!on_gpus || ranks <= visible, "--gpus ", ranks, ": ", visible,
+                 visible == 1 ? " GPU is" : " GPUs are", " visible (one rank per GPU; "
+                 "--model.device=cpu runs CPU ranks)");
+  // CPU ranks share the cores; a user's OMP_NUM_THREADS is kept.
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  setenv("OMP_NUM_THREADS", std::to_string(std::max(1u, cores / unsigned(ranks))).c_str(), 0);
+  // mpirun gives its ranks a terminal of their own for stdout; a log gets plain lines as with one
+  // process (rl/console.h: TERM=dumb).
+  if (!isatty(fileno(stdout))) setenv("TERM", "dumb", 1);
+  // OpenMPI 4's shared-memory transport copies between processes with process_vm_readv, which
+  // containers often forbid (ptrace); copying through its shared buffers always works.
+  setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 0);
+  std::vector<std::string> args;
+  for (char** a = argv + 1; *a; ++a) {
+    const std::string_view s(*a);
+    if (s == "--gpus") {
+      ++a;
+      continue;
+    }
+    if (!s.starts_with("--gpus=")) args.emplace_back(s);
+  }
+  exec_command(mpirun_command(ranks, fs::read_symlink("/proc/self/exe").string(), args, geteuid() == 0));
+}
+
+// A rank of several: its GPU is that of its local rank (unless on the CPU), and only rank 0 prints
+// progress (the others' stdout goes nowhere; their errors still reach stderr).
+void join_as_rank(const Config& config, Communicator& world) {
+  if (config.model.device != "cpu" && cuda_device_count() > 0) select_cuda_device(world.local_rank());
+  if (!world.is_main()) LOCKSTEP_CHECK(std::freopen("/dev/null", "w", stdout), "rank ", world.rank(),
+                                       ": cannot send its console output to /dev/null");
+}
+
 int run(int argc, char** argv) {
   if (argc < 2) {
     std::fputs(kUsage, stderr);
@@ -263,6 +346,7 @@ int run(int argc, char** argv) {
   if (command == "plot") return plot(args);
   // --check: what the run would read, without running it (the examples/ test runs it on every file).
   const bool check_only = std::erase(args, std::string("--check")) > 0;
+  const std::optional<int> gpus = take_rank_count(args, command);
   std::optional<fs::path> file;
   if (!args.empty() && !args[0].starts_with("--")) {
     file = args[0];
@@ -274,7 +358,15 @@ int run(int argc, char** argv) {
     return 0;
   }
   if (command == "train" || command == "sft") {
-    const TrainSummary s = command == "train" ? run_train(config) : run_sft(config);
+    const EnvLookup env = [](const char* name) { return static_cast<const char*>(std::getenv(name)); };
+    if (gpus && *gpus > 1 && !read_world_env(env).under_mpirun) launch_ranks(config, *gpus, argv);
+    g_world = join_world(env);
+    Communicator& world = *g_world;
+    LOCKSTEP_CHECK(!gpus || *gpus == world.size(), "--gpus ", *gpus, ", but this process is ",
+                   world.describe(), " (started by mpirun with -np ", world.size(),
+                   "): give one or the other");
+    if (world.size() > 1) join_as_rank(config, world);
+    const TrainSummary s = command == "train" ? run_train(config, {}, world) : run_sft(config, {}, world);
     if (s.interrupted) {
       std::printf("interrupted: checkpoint saved in %s (continue with --run.resume=true)\n",
                   config.run.out_dir.c_str());
@@ -289,7 +381,7 @@ int run(int argc, char** argv) {
     }
     if (!std::isnan(s.sft_accuracy))
       std::printf("held-out accuracy (greedy) after SFT: %.4f\n", s.sft_accuracy);
-    if (command == "train" && config.run.steps > 0) {
+    if (command == "train" && config.run.steps > 0 && world.is_main()) {
       std::printf("held-out accuracy (greedy) after %lld GRPO steps: %.4f\n",
                   (long long)config.run.steps, s.final_accuracy);
       plot_run(config.run.out_dir, fs::path(config.run.out_dir) / "metrics.png");
@@ -297,6 +389,9 @@ int run(int argc, char** argv) {
     }
     return 0;
   }
+  if (const char* ranks = std::getenv("OMPI_COMM_WORLD_SIZE"); ranks && std::string_view(ranks) != "1")
+    fail("lockstep " + command + " runs as one process, not as " + ranks +
+         " ranks under mpirun (train and sft run as several)");
   if (command == "eval") return eval(config);
   if (command == "export") return export_model(config);
   return generate(config);
@@ -314,17 +409,23 @@ void wait_passively_unless_told(char** argv) {
   execv("/proc/self/exe", argv);  // returns only when it failed: go on with the runtime's default
 }
 
+// One error message on stderr; with several ranks it names the rank, and every rank ends.
+int fail_with(const char* what) {
+  if (g_world && g_world->size() > 1) abort_ranks(*g_world, what);
+  std::fprintf(stderr, "lockstep: %s\n", what);
+  return 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   wait_passively_unless_told(argv);
+  int status = 0;
   try {
-    return run(argc, argv);
-  } catch (const Error& e) {
-    std::fprintf(stderr, "lockstep: %s\n", e.what());
-    return 1;
+    status = run(argc, argv);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "lockstep: %s\n", e.what());
-    return 1;
+    return fail_with(e.what());
   }
+  g_world.reset();  // MPI_Finalize, after every rank's work
+  return status;
 }

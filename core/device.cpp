@@ -53,6 +53,28 @@ bool built_with_cuda() {
 #endif
 }
 
+int cuda_device_count() {
+#if LOCKSTEP_HAS_CUDA
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return n;
+#else
+  return 0;
+#endif
+}
+
+void select_cuda_device(int index) {
+  const int n = cuda_device_count();
+  LOCKSTEP_CHECK(index >= 0 && index < n, "GPU ", index, " asked for, but ", n,
+                 n == 1 ? " GPU is" : " GPUs are", " visible (CUDA_VISIBLE_DEVICES, nvidia-smi)");
+#if LOCKSTEP_HAS_CUDA
+  LOCKSTEP_CUDA_CHECK(cudaSetDevice(index));
+#endif
+}
+
 bool cuda_device_available() {
 #if LOCKSTEP_HAS_CUDA
   int n = 0;

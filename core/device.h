@@ -17,6 +17,11 @@ constexpr std::string_view device_name(Device d) { return d == Device::cpu ? "cp
 bool built_with_cuda();
 // True when built with CUDA and a GPU is visible (GPU tests skip otherwise).
 bool cuda_device_available();
+// Visible GPUs (0 without CUDA).
+int cuda_device_count();
+// Makes GPU `index` this process's device (one rank per GPU, dist/launch.h); before any other CUDA
+// call. An error when there is no such GPU.
+void select_cuda_device(int index);
 
 // CUDA memory is stream-ordered (allocated and freed in the order of the current stream,
 // core/cuda_stream.h) and pooled: see device.cpp; inside an ArenaScope it comes from that graph

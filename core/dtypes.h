@@ -23,7 +23,8 @@
 
 namespace lockstep {
 
-enum class DType : uint8_t { f32, bf16, e4m3, e8m0, i32, i64, f16 };
+// f64: host-side sums only (dist/ collectives of metrics); no op computes in it.
+enum class DType : uint8_t { f32, bf16, e4m3, e8m0, i32, i64, f16, f64 };
 
 constexpr size_t dtype_size(DType t) {
   switch (t) {
@@ -34,6 +35,7 @@ constexpr size_t dtype_size(DType t) {
     case DType::i32: return 4;
     case DType::i64: return 8;
     case DType::f16: return 2;
+    case DType::f64: return 8;
   }
   return 0;
 }
@@ -47,6 +49,7 @@ constexpr std::string_view dtype_name(DType t) {
     case DType::i32: return "i32";
     case DType::i64: return "i64";
     case DType::f16: return "f16";
+    case DType::f64: return "f64";
   }
   return "?";
 }

@@ -21,6 +21,7 @@ template <> constexpr DType dtype_of<e4m3>() { return DType::e4m3; }
 template <> constexpr DType dtype_of<e8m0>() { return DType::e8m0; }
 template <> constexpr DType dtype_of<int32_t>() { return DType::i32; }
 template <> constexpr DType dtype_of<int64_t>() { return DType::i64; }
+template <> constexpr DType dtype_of<double>() { return DType::f64; }
 
 using Shape = std::vector<int64_t>;
 

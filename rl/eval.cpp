@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "dist/host_values.h"
 #include "tasks/verifier.h"
 
 namespace lockstep {
@@ -10,8 +11,11 @@ namespace lockstep {
 double Evaluator::accuracy(const std::vector<Problem>& problems, float temperature, int64_t done_before,
                            const EvalProgress& on_progress) {
   const RolloutOptions& ro = setup_.config.rollout;
+  // This rank's problems: [mine_first, mine_last) of the list.
+  const size_t n = problems.size(), ranks = size_t(comm_.size()), rank = size_t(comm_.rank());
+  const size_t mine_first = n * rank / ranks, mine_last = n * (rank + 1) / ranks;
   std::vector<GenerationRequest> requests;
-  for (size_t i = 0; i < problems.size(); ++i) {
+  for (size_t i = mine_first; i < mine_last; ++i) {
     GenerationRequest r;
     r.prompt = setup_.prompt_tokens(problems[i]);
     r.sampling.temperature = temperature;
@@ -29,10 +33,13 @@ double Evaluator::accuracy(const std::vector<Problem>& problems, float temperatu
     const size_t last = std::min(requests.size(), first + chunk);
     const auto samples = engine_.generate({requests.begin() + ptrdiff_t(first), requests.begin() + ptrdiff_t(last)});
     for (size_t i = 0; i < samples.size(); ++i)
-      correct += answer_reward(setup_.tokenizer->decode(samples[i][0].tokens, true), problems[first + i].answer);
-    if (on_progress) on_progress(done_before + int64_t(last), 2 * int64_t(problems.size()));
+      correct += answer_reward(setup_.tokenizer->decode(samples[i][0].tokens, true),
+                               problems[mine_first + first + i].answer);
+    // This rank's share done, as a share of the whole list (the ranks run alike).
+    if (on_progress)
+      on_progress(done_before + int64_t(n * last / std::max<size_t>(1, requests.size())), 2 * int64_t(n));
   }
-  return correct / double(problems.size());
+  return sum_over_ranks(comm_, correct) / double(n);
 }
 
 EvalResult Evaluator::evaluate(int64_t problems, const EvalProgress& on_progress) {

@@ -1,6 +1,7 @@
 // rl/grpo_update.cpp
 #include "rl/grpo_update.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <numeric>
@@ -8,8 +9,10 @@
 
 #include "core/device.h"
 #include "core/error.h"
+#include "dist/host_values.h"
 #include "rl/packed_rows.h"
 #include "train/advantages.h"
+#include "train/data_parallel.h"
 #include "train/policy_loss.h"
 #include "train/rollout_mismatch.h"
 
@@ -49,29 +52,43 @@ PolicyLossConfig loss_config(const Config& c) {
 
 GrpoUpdate grpo_update(const std::vector<ScoredGroup>& groups, const Config& config,
                        Transformer& model, Transformer* reference,
-                       const OptimizerStepFn& optimizer_step) {
+                       const OptimizerStepFn& optimizer_step, Communicator& comm) {
   GrpoUpdate out;
-  if (groups.empty()) return out;
   const LossOptions& lo = config.loss;
   const OptimOptions& oo = config.optim;
   const int64_t budget = oo.micro_batch_tokens;
   const float temperature = float(config.rollout.temperature);
 
-  // 3. advantages, one per sequence
-  const size_t g = groups[0].samples.size();
+  // The global batch is the ranks' groups in rank order; this rank's sequences are
+  // [lo_seq, lo_seq + local) of it.
+  const std::vector<double> group_counts = gather_over_ranks(comm, std::vector{double(groups.size())});
+  const int64_t global_groups = int64_t(std::accumulate(group_counts.begin(), group_counts.end(), 0.0));
+  if (global_groups == 0) return out;
+
+  // 3. advantages, one per sequence (over the global batch: loss.scale_rewards = batch takes the
+  // std of every rank's rewards)
+  size_t g = 0;
+  for (const ScoredGroup& group : groups) g = std::max(g, group.samples.size());
+  g = size_t(max_over_ranks(comm, double(g)));
   std::vector<float> rewards;
   PackedRows rows;
   for (size_t i = 0; i < groups.size(); ++i) {
     const ScoredGroup& group = groups[i];
     LOCKSTEP_CHECK(group.samples.size() == g && group.rewards.size() == g, "grpo_update: group ", i,
                    " has ", group.samples.size(), " samples and ", group.rewards.size(),
-                   " rewards, group 0 has ", g);
+                   " rewards, expected ", g, " (as every group of the batch)");
     rewards.insert(rewards.end(), group.rewards.begin(), group.rewards.end());
     for (const GeneratedSample& sample : group.samples)
       rows.add(group.prompt, sample.tokens, sample.logprobs);
   }
-  const std::vector<float> seq_advantage = group_advantages(
-      rewards, int64_t(g), GroupAdvantageConfig{.scaling = reward_scaling(lo.scale_rewards)});
+  const size_t local = rows.sequences();
+  size_t lo_seq = 0;
+  for (int r = 0; r < comm.rank(); ++r) lo_seq += size_t(group_counts[size_t(r)]) * g;
+  const std::vector<float> global_advantage = group_advantages(
+      gather_over_ranks(comm, std::span<const float>(rewards)), int64_t(g),
+      GroupAdvantageConfig{.scaling = reward_scaling(lo.scale_rewards)});
+  const std::vector<float> seq_advantage(global_advantage.begin() + ptrdiff_t(lo_seq),
+                                         global_advantage.begin() + ptrdiff_t(lo_seq + local));
 
   // 4. old-policy (and reference) logprobs
   auto t0 = Clock::now();
@@ -81,27 +98,51 @@ GrpoUpdate grpo_update(const std::vector<ScoredGroup>& groups, const Config& con
   std::vector<float> ref_logprob;
   if (reference) ref_logprob = forward_logprobs(*reference, rows, budget, temperature);
   out.recompute_seconds = device_seconds_since(t0);
-  const RolloutMismatch mismatch = rollout_mismatch(old_logprob, rows.rollout_logprob, rows.mask);
-  const MismatchByPosition by_position =
-      rollout_mismatch_by_position(old_logprob, rows.rollout_logprob, rows.mask, rows.response_position,
-                                   config.run.mismatch_bin_tokens);
-  out.series = {{"mismatch_abs_by_position", by_position.mean_abs_diff},
-                {"mismatch_tokens_by_position", by_position.tokens}};
+  {
+    // The mismatch metrics of the global batch: every rank's rows, in rank order.
+    const std::vector<float> old_all = gather_over_ranks(comm, std::span<const float>(old_logprob));
+    const std::vector<float> rollout_all = gather_over_ranks(comm, std::span<const float>(rows.rollout_logprob));
+    const std::vector<float> mask_all = gather_over_ranks(comm, std::span<const float>(rows.mask));
+    const std::vector<double> position_all = gather_over_ranks(
+        comm, std::span<const double>(std::vector<double>(rows.response_position.begin(),
+                                                          rows.response_position.end())));
+    const std::vector<int64_t> positions(position_all.begin(), position_all.end());
+    const RolloutMismatch mismatch = rollout_mismatch(old_all, rollout_all, mask_all);
+    const MismatchByPosition by_position = rollout_mismatch_by_position(
+        old_all, rollout_all, mask_all, positions, config.run.mismatch_bin_tokens);
+    out.series = {{"mismatch_abs_by_position", by_position.mean_abs_diff},
+                  {"mismatch_tokens_by_position", by_position.tokens}};
+    out.metrics = {{"mismatch_abs", mismatch.mean_abs_diff},
+                   {"mismatch_mult_prob_error", mismatch.mult_prob_error},
+                   {"mismatch_k3", mismatch.kl_k3}};
+  }
 
-  // 5. PPO update: mini-batches of whole sequences, micro-batches inside.
+  // Response tokens of every sequence of the global batch (the token-mean normalizer).
+  std::vector<double> local_tokens(local, 0.0);
+  for (size_t q = 0; q < local; ++q)
+    for (int32_t t = rows.cu[q]; t < rows.cu[q + 1]; ++t) local_tokens[q] += rows.mask[size_t(t)];
+  const std::vector<double> sequence_tokens = gather_over_ranks(comm, std::span<const double>(local_tokens));
+
+  // 5. PPO update: mini-batches of whole sequences of the global batch, each rank's part of one
+  // in micro-batches; the gradients are summed over the ranks before each optimizer step, and
+  // every rank takes the same step.
   t0 = Clock::now();
   PolicyLossConfig cfg = loss_config(config);
-  const size_t sequences = rows.sequences();
+  const size_t sequences = sequence_tokens.size();
   const int64_t minis = std::min<int64_t>(oo.mini_batches, int64_t(sequences));
   double loss_sum = 0, clip = 0, clip_dual = 0, kl_ref = 0, tis_clip = 0, entropy = 0, counted = 0;
   double grad_norm = NAN, lr = NAN;
   for (int64_t epoch = 0; epoch < oo.ppo_epochs; ++epoch) {
     for (int64_t mb = 0; mb < minis; ++mb) {
-      const size_t first = sequences * size_t(mb) / size_t(minis);
-      const size_t last = sequences * size_t(mb + 1) / size_t(minis);
-      double tokens = 0;
-      for (size_t t = size_t(rows.cu[first]); t < size_t(rows.cu[last]); ++t) tokens += rows.mask[t];
-      cfg.normalizer = cfg.aggregation == LossAggregation::token_mean ? tokens : double(last - first);
+      const size_t global_first = sequences * size_t(mb) / size_t(minis);
+      const size_t global_last = sequences * size_t(mb + 1) / size_t(minis);
+      const double tokens = std::accumulate(sequence_tokens.begin() + ptrdiff_t(global_first),
+                                            sequence_tokens.begin() + ptrdiff_t(global_last), 0.0);
+      cfg.normalizer = cfg.aggregation == LossAggregation::token_mean ? tokens
+                                                                      : double(global_last - global_first);
+      // This rank's sequences of the mini-batch (possibly none).
+      const size_t first = std::clamp(global_first, lo_seq, lo_seq + local) - lo_seq;
+      const size_t last = std::clamp(global_last, lo_seq, lo_seq + local) - lo_seq;
       double mini_loss = 0;
       const auto lengths = std::span<const int64_t>(rows.lengths).subspan(first, last - first);
       for (const SequenceRange& r : plan_micro_batches(lengths, budget)) {
@@ -136,6 +177,9 @@ GrpoUpdate grpo_update(const std::vector<ScoredGroup>& groups, const Config& con
         entropy += pl.entropy_mean * pl.tokens;
         counted += pl.tokens;
       }
+      // Every rank decides alike: the mini-batch's loss over all ranks (non-finite on one rank,
+      // non-finite everywhere) and the summed gradient.
+      mini_loss = sum_over_ranks(comm, mini_loss);
       loss_sum += mini_loss;
       // A non-finite mini-batch never reaches the optimizer: no moments, no step count, no
       // schedule advance (verl skips optimizer.step()); its gradients are dropped.
@@ -144,6 +188,7 @@ GrpoUpdate grpo_update(const std::vector<ScoredGroup>& groups, const Config& con
         model.grads().zero();
         why = "loss";
       } else {
+        sum_gradients_over_ranks(comm, model.grads());
         const OptimizerStep opt = optimizer_step(model.params(), model.grads());
         if (opt.applied) {
           grad_norm = opt.grad_norm;
@@ -158,18 +203,19 @@ GrpoUpdate grpo_update(const std::vector<ScoredGroup>& groups, const Config& con
   }
   out.update_seconds = device_seconds_since(t0);
 
-  const double c = std::max(counted, 1.0);
-  out.metrics = {{"loss", loss_sum / double(minis * oo.ppo_epochs)},
-                 {"entropy", entropy / c},
-                 {"kl_ref", kl_ref / c},
-                 {"clip_frac", clip / c},
-                 {"clip_frac_dual", clip_dual / c},
-                 {"grad_norm", grad_norm},
-                 {"lr", lr},
-                 {"mismatch_abs", mismatch.mean_abs_diff},
-                 {"mismatch_mult_prob_error", mismatch.mult_prob_error},
-                 {"mismatch_k3", mismatch.kl_k3},
-                 {"tis_clip_frac", tis_clip / c}};
+  const std::vector<double> sums =
+      sum_over_ranks(comm, {clip, clip_dual, kl_ref, tis_clip, entropy, counted});
+  const double c = std::max(sums[5], 1.0);
+  Metrics m = {{"loss", loss_sum / double(minis * oo.ppo_epochs)},
+               {"entropy", sums[4] / c},
+               {"kl_ref", sums[2] / c},
+               {"clip_frac", sums[0] / c},
+               {"clip_frac_dual", sums[1] / c},
+               {"grad_norm", grad_norm},
+               {"lr", lr}};
+  m.insert(m.end(), out.metrics.begin(), out.metrics.end());
+  m.emplace_back("tis_clip_frac", sums[3] / c);
+  out.metrics = std::move(m);
   return out;
 }
 

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "cli/config.h"
+#include "dist/single_rank.h"
 #include "model/transformer.h"
 #include "rl/metrics.h"
 #include "rollout/engine.h"
@@ -58,8 +59,14 @@ struct GrpoUpdate {
   double recompute_seconds = 0, update_seconds = 0;
 };
 
+// With several ranks (`comm`), `groups` are this rank's share of the batch: the global batch is the
+// ranks' groups in rank order, and every rank calls grpo_update with the same config. Advantages,
+// mini-batches, loss normalizers and metrics are those of the global batch; each rank computes
+// the loss of its own sequences of each mini-batch, the gradients are summed over the ranks
+// (train/data_parallel.h) and every rank takes the same optimizer step. With one rank this is the
+// single-process update, unchanged.
 GrpoUpdate grpo_update(const std::vector<ScoredGroup>& groups, const Config& config,
                        Transformer& model, Transformer* reference,
-                       const OptimizerStepFn& optimizer_step);
+                       const OptimizerStepFn& optimizer_step, Communicator& comm = single_rank());
 
 }  // namespace lockstep

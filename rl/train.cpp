@@ -10,6 +10,7 @@
 
 #include "core/device.h"
 #include "core/error.h"
+#include "dist/host_values.h"
 #include "io/file_io.h"
 #include "model/micro_batch.h"
 #include "model/sft_loss.h"
@@ -23,6 +24,7 @@
 #include "rl/setup.h"
 #include "rollout/engine.h"
 #include "tasks/verifier.h"
+#include "train/data_parallel.h"
 #include "train/optimizer.h"
 #include "train/overlong_penalty.h"
 
@@ -62,20 +64,21 @@ OptimizerConfig optimizer_config(const OptimOptions& o, int64_t total_steps) {
   return c;
 }
 
-// The engine's cache: every sample of a step resident at once (no preemption in normal runs).
-EngineOptions engine_options(const Setup& s, int64_t max_prompt) {
+// The engine's cache: every sample of a step resident at once (no preemption in normal runs); with
+// several ranks, those of this rank's share of the prompts and of the evaluation problems.
+EngineOptions engine_options(const Setup& s, int64_t max_prompt, int ranks) {
   EngineOptions e;
   e.block_size = s.config.rollout.block_size;
   const int64_t per_sequence = (max_prompt + s.config.rollout.max_new_tokens + e.block_size - 1) / e.block_size;
-  e.num_blocks = per_sequence * std::max<int64_t>(s.config.rollout.prompts_per_step *
-                                                      s.config.rollout.samples_per_prompt,
-                                                  s.config.run.eval_problems) + 1;
-  e.max_step_sequences = std::max<int64_t>(256, s.config.rollout.prompts_per_step *
-                                                    s.config.rollout.samples_per_prompt);
+  const int64_t samples = s.config.rollout.prompts_per_step / ranks * s.config.rollout.samples_per_prompt;
+  const int64_t eval = (s.config.run.eval_problems + ranks - 1) / ranks;
+  e.num_blocks = per_sequence * std::max<int64_t>(samples, eval) + 1;
+  e.max_step_sequences = std::max<int64_t>(256, samples);
   return e;
 }
 
 struct Run {
+  Communicator* comm;
   Setup setup;
   fs::path out_dir;
   RunState state;
@@ -87,15 +90,21 @@ struct Run {
 };
 
 // `command` ("train", "sft") names the run on its first console line.
-Run start_run(const Config& config, std::string_view command) {
-  Run run{make_setup(config, /*need_data=*/true), config.run.out_dir, {}, {}, {}, {}, {}, {}};
-  fs::create_directories(run.out_dir);
+Run start_run(const Config& config, std::string_view command, Communicator& comm) {
+  check_data_parallel(config, comm.size());
+  Run run{&comm, make_setup(config, /*need_data=*/true), config.run.out_dir, {}, {}, {}, {}, {}, {}};
+  if (comm.is_main()) fs::create_directories(run.out_dir);
   if (config.run.resume) {
     run.saved = find_checkpoint(run.out_dir);
     LOCKSTEP_CHECK(run.saved.has_value(), "run.resume: no checkpoint in ", run.out_dir.string(),
                    " (expected ", (run.out_dir / "checkpoint" / "state.json").string(), ")");
   }
   std::printf("%s\n", run_header(command, run.setup, config.model.path, config.run.out_dir).c_str());
+  if (comm.size() > 1)
+    std::printf("%d data-parallel ranks, weights replicated: each generates %lld of the %lld prompts "
+                "a step; rank 0 prints and writes %s\n",
+                comm.size(), (long long)(config.rollout.prompts_per_step / comm.size()),
+                (long long)config.rollout.prompts_per_step, config.run.out_dir.c_str());
   std::fflush(stdout);  // before the first step, in a log too
   if (run.saved) {
     run.state = run.saved->state;
@@ -105,7 +114,7 @@ Run start_run(const Config& config, std::string_view command) {
                 (long long)config.run.steps);
     std::fflush(stdout);
   }
-  write_file_atomically((run.out_dir / "config.toml").string(), to_toml(config));
+  if (comm.is_main()) write_file_atomically((run.out_dir / "config.toml").string(), to_toml(config));
   run.policy = std::make_unique<Policy>(
       run.setup, initial_parameters(run.setup, run.saved ? run.saved->model : fs::path()));
   int64_t max_prompt = 1;
@@ -116,9 +125,9 @@ Run start_run(const Config& config, std::string_view command) {
       max_prompt = std::max<int64_t>(max_prompt, int64_t(run.setup.prompt_tokens(run.setup.train[i]).size()));
   else
     max_prompt = std::max<int64_t>(max_prompt, 32);
-  run.engine = std::make_unique<Engine>(run.policy->rollout(), engine_options(run.setup, max_prompt),
+  run.engine = std::make_unique<Engine>(run.policy->rollout(), engine_options(run.setup, max_prompt, comm.size()),
                                         run.setup.tokenizer.get());
-  run.evaluator = std::make_unique<Evaluator>(run.setup, *run.engine);
+  run.evaluator = std::make_unique<Evaluator>(run.setup, *run.engine, comm);
   return run;
 }
 
@@ -126,7 +135,9 @@ AdamW::CopiesOf copies_of(Run& run) {
   return [&run](const std::string& name) { return run.policy->copies(name); };
 }
 
+// Rank 0 writes (every rank holds the same weights and optimizer state).
 void save(Run& run) {
+  if (!run.comm->is_main()) return;
   save_checkpoint(run.out_dir, run.setup.model_config, run.policy->trainer().params(),
                   *run.optimizer, run.state, run.setup.tokenizer_dir);
 }
@@ -144,12 +155,16 @@ Metrics sft_step(Run& run, int64_t step) {
   const Setup& s = run.setup;
   const SftOptions& o = s.config.sft;
   PackedRows rows;
-  for (int64_t i = 0; i < o.batch_size; ++i) {
+  // This rank's share of the batch; the loss is normalized by the tokens of the whole batch.
+  const Communicator& comm = *run.comm;
+  const int64_t first = o.batch_size * comm.rank() / comm.size();
+  const int64_t last = o.batch_size * (comm.rank() + 1) / comm.size();
+  for (int64_t i = first; i < last; ++i) {
     const Problem p = s.train.draw(uint64_t(s.config.run.seed), step * o.batch_size + i);
     rows.add(s.prompt_tokens(p), s.tokenizer->encode(s.sft_target(p), false), {});
   }
   Transformer& model = run.policy->trainer();
-  const double tokens = std::accumulate(rows.mask.begin(), rows.mask.end(), 0.0);
+  const double tokens = sum_over_ranks(*run.comm, std::accumulate(rows.mask.begin(), rows.mask.end(), 0.0));
   double loss = 0;
   for (const SequenceRange& r : plan_micro_batches(rows.lengths, s.config.optim.micro_batch_tokens)) {
     size_t offset = 0;
@@ -164,12 +179,17 @@ Metrics sft_step(Run& run, int64_t step) {
     }
     model.backward(f, dlogprob.to(model.device()), Tensor());
   }
+  loss = sum_over_ranks(*run.comm, loss);
   // A non-finite loss never reaches the optimizer (weights, moments, step count and schedule
   // stay); AdamW itself skips a non-finite gradient.
   OptimizerStep opt;
   opt.grad_norm = NAN;
-  if (std::isfinite(loss)) opt = run.optimizer->step(model.params(), model.grads(), copies_of(run));
-  else model.grads().zero();
+  if (std::isfinite(loss)) {
+    sum_gradients_over_ranks(*run.comm, model.grads());
+    opt = run.optimizer->step(model.params(), model.grads(), copies_of(run));
+  } else {
+    model.grads().zero();
+  }
   const std::string skipped = check_finite(loss, opt);
   return {{"loss", loss}, {"lr", opt.applied ? opt.lr : NAN}, {"grad_norm", opt.grad_norm},
           {"skipped", skipped.empty() ? 0.0 : 1.0}};
@@ -198,6 +218,9 @@ Metrics grpo_step(Run& run, Transformer* reference, int64_t step, const TrainHoo
   const RolloutOptions& ro = s.config.rollout;
   const LossOptions& lo = s.config.loss;
   const int64_t g = ro.samples_per_prompt, b = ro.prompts_per_step;
+  // This rank's prompts: [mine, mine + b / N) of the batch (check_data_parallel: N divides b).
+  Communicator& comm = *run.comm;
+  const int64_t share = b / comm.size(), mine = share * comm.rank();
 
   // 1. rollout, 2. scoring (with dynamic sampling: more batches until B groups differ)
   double samples_drawn = 0, reward_sum = 0, correct = 0, found = 0, response_tokens = 0, overlong = 0;
@@ -205,7 +228,7 @@ Metrics grpo_step(Run& run, Transformer* reference, int64_t step, const TrainHoo
     auto t0 = Clock::now();
     std::vector<Problem> problems;
     std::vector<GenerationRequest> requests;
-    for (int64_t i = 0; i < b; ++i) {
+    for (int64_t i = mine; i < mine + share; ++i) {
       problems.push_back(s.train.draw(uint64_t(s.config.run.seed), problem_index(step, draw, b, i)));
       GenerationRequest r;
       r.prompt = s.prompt_tokens(problems.back());
@@ -250,14 +273,18 @@ Metrics grpo_step(Run& run, Transformer* reference, int64_t step, const TrainHoo
       collect_groups(b, lo.dynamic_sampling ? lo.dynamic_sampling_max_draws : 1,
                      lo.dynamic_sampling, draw);
 
-  const double n = samples_drawn;
-  Metrics m = {{"reward_mean", reward_sum / n},
-               {"accuracy", correct / n},
-               {"answer_found", found / n},
-               {"response_length", response_tokens / n},
-               {"groups_kept", double(collected.kept.size())},
+  // The whole batch's sums (every rank's samples).
+  const std::vector<double> sums = sum_over_ranks(
+      comm, {samples_drawn, reward_sum, correct, found, response_tokens, overlong,
+             double(collected.kept.size())});
+  const double n = sums[0];
+  Metrics m = {{"reward_mean", sums[1] / n},
+               {"accuracy", sums[2] / n},
+               {"answer_found", sums[3] / n},
+               {"response_length", sums[4] / n},
+               {"groups_kept", sums[6]},
                {"rollout_batches", double(collected.draws)}};
-  if (lo.overlong_buffer > 0) m.emplace_back("overlong_frac", overlong / n);
+  if (lo.overlong_buffer > 0) m.emplace_back("overlong_frac", sums[5] / n);
 
   // 3.-5. advantages, old logprobs, PPO update
   const OptimizerStepFn optimizer_step = [&](ModelParameters& params, ModelParameters& grads) {
@@ -265,7 +292,7 @@ Metrics grpo_step(Run& run, Transformer* reference, int64_t step, const TrainHoo
     return run.optimizer->step(params, grads, copies_of(run));
   };
   const GrpoUpdate u =
-      grpo_update(collected.kept, s.config, run.policy->trainer(), reference, optimizer_step);
+      grpo_update(collected.kept, s.config, run.policy->trainer(), reference, optimizer_step, comm);
   times.recompute = u.recompute_seconds;
   times.update = u.update_seconds;
   skipped = u.skipped;
@@ -312,8 +339,9 @@ void add_eval(Run& run, Metrics& m, Progress& progress, int64_t done) {
   m.emplace_back("eval_accuracy_sampled", e.sampled);
 }
 
-bool should_stop(const TrainHooks& hooks, int64_t step) {
-  return g_interrupted || (hooks.stop_after && hooks.stop_after(step));
+// Every rank stops when one was interrupted (each checks at the same step).
+bool should_stop(Communicator& comm, const TrainHooks& hooks, int64_t step) {
+  return any_rank(comm, g_interrupted) || (hooks.stop_after && hooks.stop_after(step));
 }
 
 // The SFT phase; returns false when interrupted (a checkpoint was written).
@@ -326,23 +354,25 @@ bool sft_phase(Run& run, const TrainHooks& hooks, TrainSummary& summary) {
   o.schedule = "constant";
   run.optimizer = std::make_unique<AdamW>(run.policy->trainer().params(), optimizer_config(o, c.sft.steps));
   if (run.saved && run.state.sft_step > 0) load_optimizer(run.out_dir, *run.optimizer, run.state.optimizer_steps);
-  MetricsLog log(run.out_dir / "sft_metrics.jsonl", run.state.sft_step);
+  std::optional<MetricsLog> log;
+  if (run.comm->is_main()) log.emplace(run.out_dir / "sft_metrics.jsonl", run.state.sft_step);
   Progress progress("sft", c.sft.steps, run.state.sft_step);
   while (run.state.sft_step < c.sft.steps) {
     const auto t0 = Clock::now();
     Metrics m = sft_step(run, run.state.sft_step);
     ++run.state.sft_step;
     run.state.optimizer_steps = run.optimizer->steps();
-    m.emplace_back("time_step", device_seconds_since(t0));
+    m.emplace_back("time_step", max_over_ranks(*run.comm, device_seconds_since(t0)));
     const bool last = run.state.sft_step == c.sft.steps;
     const bool evaluated = last || (c.run.eval_every > 0 && run.state.sft_step % c.run.eval_every == 0);
     if (evaluated) add_eval(run, m, progress, run.state.sft_step);
     if (last) summary.sft_accuracy = metric(m, "eval_accuracy_greedy");
-    log.write(run.state.sft_step, m);
+    if (log) log->write(run.state.sft_step, m);
+    if (hooks.after_step) hooks.after_step(-run.state.sft_step, run.policy->trainer().params());
     progress.update(run.state.sft_step, {metric_field("loss", metric(m, "loss"))});
     if (shows_line(c.run, run.state.sft_step, c.sft.steps, evaluated))
       progress.line(run.state.sft_step, sft_fields(m));
-    if (!last && should_stop(hooks, -run.state.sft_step)) {
+    if (!last && should_stop(*run.comm, hooks, -run.state.sft_step)) {
       save(run);
       summary.interrupted = true;
       return false;
@@ -364,9 +394,19 @@ bool already_complete(const Run& run, TrainSummary& summary) {
 
 }  // namespace
 
-TrainSummary run_train(const Config& config, const TrainHooks& hooks) {
+void check_data_parallel(const Config& config, int ranks) {
+  if (ranks == 1) return;
+  const int64_t b = config.rollout.prompts_per_step;
+  LOCKSTEP_CHECK(b % ranks == 0, "rollout.prompts_per_step = ", b, " does not divide among ", ranks,
+                 " ranks: each rank generates an equal share of the prompts (a prompt's samples on "
+                 "one rank); choose a multiple of ", ranks);
+  LOCKSTEP_CHECK(!config.loss.dynamic_sampling, "loss.dynamic_sampling is not supported with several "
+                 "ranks yet (", ranks, " ranks): run it on one");
+}
+
+TrainSummary run_train(const Config& config, const TrainHooks& hooks, Communicator& comm) {
   SigintGuard sigint;
-  Run run = start_run(config, "train");
+  Run run = start_run(config, "train", comm);
   TrainSummary summary{NAN, NAN, false};
   if (already_complete(run, summary)) return summary;
   if (!sft_phase(run, hooks, summary)) return summary;
@@ -388,12 +428,13 @@ TrainSummary run_train(const Config& config, const TrainHooks& hooks) {
         run.policy->trainer().recipe(),
         TransformerOptions{.trainable = false, .fp8_kv_cache = c.model.kv_cache == "fp8"});
   }
-  MetricsLog log(run.out_dir / "metrics.jsonl", run.state.step);
+  std::optional<MetricsLog> log;
+  if (comm.is_main()) log.emplace(run.out_dir / "metrics.jsonl", run.state.step);
   Progress progress("grpo", c.run.steps, run.state.step);
   if (run.state.step == 0 && c.run.eval_every > 0 && c.run.steps > 0) {
     Metrics m;
     add_eval(run, m, progress, 0);
-    log.write(0, m);
+    if (log) log->write(0, m);
     progress.line(0, grpo_fields(m));
   }
   while (run.state.step < c.run.steps) {
@@ -404,7 +445,12 @@ TrainSummary run_train(const Config& config, const TrainHooks& hooks) {
     Metrics m = grpo_step(run, reference.get(), run.state.step, hooks, times, skipped, series);
     ++run.state.step;
     run.state.optimizer_steps = run.optimizer->steps();
-    const double total = device_seconds_since(t0);
+    // The step takes as long as its slowest rank; so does each phase.
+    const double total = max_over_ranks(comm, device_seconds_since(t0));
+    times.rollout = max_over_ranks(comm, times.rollout);
+    times.scoring = max_over_ranks(comm, times.scoring);
+    times.recompute = max_over_ranks(comm, times.recompute);
+    times.update = max_over_ranks(comm, times.update);
     for (auto [name, value] : std::initializer_list<std::pair<const char*, double>>{
              {"time_rollout", times.rollout}, {"time_scoring", times.scoring},
              {"time_recompute", times.recompute}, {"time_update", times.update},
@@ -417,7 +463,8 @@ TrainSummary run_train(const Config& config, const TrainHooks& hooks) {
     const bool evaluated = last || (c.run.eval_every > 0 && run.state.step % c.run.eval_every == 0);
     if (evaluated) add_eval(run, m, progress, run.state.step);
     if (last) summary.final_accuracy = metric(m, "eval_accuracy_greedy");
-    log.write(run.state.step, m, series);
+    if (log) log->write(run.state.step, m, series);
+    if (hooks.after_step) hooks.after_step(run.state.step, run.policy->trainer().params());
     if (!skipped.empty())
       progress.line(run.state.step, {"step skipped: non-finite " + skipped});
     progress.update(run.state.step, {metric_field("reward", metric(m, "reward_mean"))});
@@ -427,7 +474,7 @@ TrainSummary run_train(const Config& config, const TrainHooks& hooks) {
                    run.state.consecutive_skips, " consecutive steps were skipped for non-finite values (last: ",
                    skipped, "); see ", (run.out_dir / "metrics.jsonl").string());
     if (last || (c.run.checkpoint_every > 0 && run.state.step % c.run.checkpoint_every == 0)) save(run);
-    if (!last && should_stop(hooks, run.state.step)) {
+    if (!last && should_stop(comm, hooks, run.state.step)) {
       save(run);
       summary.interrupted = true;
       return summary;
@@ -436,11 +483,11 @@ TrainSummary run_train(const Config& config, const TrainHooks& hooks) {
   return summary;
 }
 
-TrainSummary run_sft(const Config& config, const TrainHooks& hooks) {
+TrainSummary run_sft(const Config& config, const TrainHooks& hooks, Communicator& comm) {
   Config c = config;
   c.run.steps = 0;
   SigintGuard sigint;
-  Run run = start_run(c, "sft");
+  Run run = start_run(c, "sft", comm);
   TrainSummary summary{NAN, NAN, false};
   if (already_complete(run, summary)) return summary;
   if (!sft_phase(run, hooks, summary)) return summary;

@@ -24,12 +24,24 @@
 // past every step asked for runs nothing (TrainSummary::already_complete).
 //
 // Outputs in run.out_dir: metrics.jsonl (GRPO), sft_metrics.jsonl, config.toml, checkpoint/.
+//
+// Several ranks (`comm`, dist/world.h; data parallel with replicated weights, as PyTorch's DDP):
+// every rank holds the whole model and optimizer state. A GRPO step's B prompts are split into
+// contiguous shares of B / N (B must divide by N), a prompt's G samples all on one rank, each
+// drawn with the seed of its place in the whole batch; rewards are scored where they were drawn,
+// advantages and metrics are those of the whole batch, and the gradients are summed over the
+// ranks before each optimizer step (rl/grpo_update.h), which every rank applies alike. SFT splits
+// its batch the same way (the loss normalized by the global token count), evaluation splits the
+// problems. Rank 0 alone writes run.out_dir (metrics, config, checkpoints); every rank reads a
+// checkpoint to resume. The ranks stop together (SIGINT on any rank stops them all at the end of
+// the step).
 #pragma once
 
 #include <cstdint>
 #include <functional>
 
 #include "cli/config.h"
+#include "dist/single_rank.h"
 #include "model/parameters.h"
 
 namespace lockstep {
@@ -41,6 +53,8 @@ struct TrainHooks {
   // Called with the accumulated gradients before each GRPO optimizer step (a test plants a
   // non-finite value there).
   std::function<void(ModelParameters& grads)> before_optimizer_step;
+  // Called with the weights after each completed step (numbered as stop_after's). For tests.
+  std::function<void(int64_t step, const ModelParameters& params)> after_step;
 };
 
 struct TrainSummary {
@@ -52,8 +66,14 @@ struct TrainSummary {
   bool already_complete = false;
 };
 
-TrainSummary run_train(const Config& config, const TrainHooks& hooks = {});
+TrainSummary run_train(const Config& config, const TrainHooks& hooks = {},
+                       Communicator& comm = single_rank());
 // SFT only (`lockstep sft`): sft.steps steps, then a checkpoint.
-TrainSummary run_sft(const Config& config, const TrainHooks& hooks = {});
+TrainSummary run_sft(const Config& config, const TrainHooks& hooks = {},
+                     Communicator& comm = single_rank());
+
+// Whether `config` can run on `ranks` data-parallel ranks: an error saying what does not divide or
+// is not supported yet (checked before launching, and by every rank).
+void check_data_parallel(const Config& config, int ranks);
 
 }  // namespace lockstep

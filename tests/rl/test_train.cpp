@@ -65,9 +65,9 @@ TEST(Train, ResumeReproducesTheUninterruptedRun) {
     run_train(ca);
 
     // Interrupted once in SFT and once in GRPO, resumed each time.
-    EXPECT_TRUE(run_train(cb, {.stop_after = [](int64_t step) { return step == -2; }, .before_optimizer_step = {}}).interrupted);
+    EXPECT_TRUE(run_train(cb, {.stop_after = [](int64_t step) { return step == -2; }, .before_optimizer_step = {}, .after_step = {}}).interrupted);
     cb.run.resume = true;
-    EXPECT_TRUE(run_train(cb, {.stop_after = [](int64_t step) { return step == 2; }, .before_optimizer_step = {}}).interrupted);
+    EXPECT_TRUE(run_train(cb, {.stop_after = [](int64_t step) { return step == 2; }, .before_optimizer_step = {}, .after_step = {}}).interrupted);
     EXPECT_FALSE(run_train(cb).interrupted);
 
     for (const char* file : {"metrics.jsonl", "sft_metrics.jsonl"}) {

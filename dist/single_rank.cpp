@@ -1,0 +1,34 @@
+// dist/single_rank.cpp
+#include "dist/single_rank.h"
+
+#include <cstdio>
+#include <cstdlib>
+
+namespace lockstep {
+
+void SingleRankCommunicator::all_reduce_sum(Tensor& t, CommStream) { check_all_reduce(*this, t); }
+
+void SingleRankCommunicator::all_gather(const Tensor& shard, Tensor& full, CommStream) {
+  check_all_gather(*this, shard, full);
+  full.copy_from(shard);
+}
+
+void SingleRankCommunicator::reduce_scatter_sum(const Tensor& full, Tensor& shard, CommStream) {
+  check_reduce_scatter(*this, full, shard);
+  shard.copy_from(full);
+}
+
+void SingleRankCommunicator::broadcast(Tensor& t, int root, CommStream) { check_broadcast(*this, t, root); }
+
+void SingleRankCommunicator::abort(int exit_code) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::exit(exit_code);
+}
+
+Communicator& single_rank() {
+  static SingleRankCommunicator communicator;
+  return communicator;
+}
+
+}  // namespace lockstep
