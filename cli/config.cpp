@@ -271,7 +271,7 @@ const std::vector<Section>& schema() {
             non_empty()),
       field("test", &D::test, "evaluation problems: JSONL file, \"synthetic\" or \"word-problems\"",
             non_empty()),
-      field("format", &D::format, "JSONL layout (auto: from the first line)",
+      field("format", &D::format, "JSONL layout (auto: from the first line: \"question\" is gsm8k, \"prompt\" jsonl)",
             one_of({"auto", "gsm8k", "jsonl"})),
       field("skip_bad_lines", &D::skip_bad_lines, "skip unreadable JSONL lines instead of failing"),
       field("synthetic_level", &D::synthetic_level, "difficulty of synthetic problems", at_least(1)),

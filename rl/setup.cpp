@@ -103,9 +103,9 @@ Problems load_set(const Config& c, const std::string& path, SyntheticSplit split
     return Problems::synthetic(uint64_t(c.run.seed), int(c.data.synthetic_level), split);
   if (path == "word-problems")
     return Problems::word_problems(uint64_t(c.run.seed), int(c.data.word_problem_steps), split);
-  DatasetFormat format = DatasetFormat::prompt_answer;
-  if (c.data.format == "gsm8k" || (c.data.format == "auto" && path.find("gsm8k") != std::string::npos))
-    format = DatasetFormat::gsm8k;
+  const DatasetFormat format = c.data.format == "gsm8k" ? DatasetFormat::gsm8k
+                              : c.data.format == "jsonl" ? DatasetFormat::prompt_answer
+                                                         : DatasetFormat::detect;
   const LoadedProblems loaded = load_problems(
       path, format, c.data.skip_bad_lines ? BadLines::skip : BadLines::fail);
   if (loaded.skipped_lines > 0)

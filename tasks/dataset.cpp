@@ -47,10 +47,28 @@ Problem parse_line(std::string_view line, DatasetFormat format) {
   return problem;
 }
 
+// The layout of the first non-blank line (DatasetFormat::detect).
+DatasetFormat detect_format(const std::string& text, const std::string& path) {
+  DatasetFormat format = DatasetFormat::detect;
+  for_each_nonblank_line(text, [&](std::string_view line, size_t number) {
+    if (format != DatasetFormat::detect) return;
+    const json object = json::parse(line, nullptr, false);
+    const std::string where = path + ":" + std::to_string(number) + ": ";
+    LOCKSTEP_CHECK(object.is_object(), where, "cannot tell the layout from the first line: it is not a ",
+                   "JSON object (set data.format)");
+    LOCKSTEP_CHECK(object.contains("question") || object.contains("prompt"), where,
+                   "cannot tell the layout from the first line: it has neither \"question\" (gsm8k) ",
+                   "nor \"prompt\" (jsonl)");
+    format = object.contains("question") ? DatasetFormat::gsm8k : DatasetFormat::prompt_answer;
+  });
+  return format;  // still detect for an empty file: load_problems says it is empty
+}
+
 }  // namespace
 
 LoadedProblems load_problems(const std::filesystem::path& path, DatasetFormat format, BadLines bad_lines) {
   const std::string text = read_file(path.string(), "dataset");
+  if (format == DatasetFormat::detect) format = detect_format(text, path.string());
   LoadedProblems loaded;
   for_each_nonblank_line(text, [&](std::string_view line, size_t number) {
     try {

@@ -33,7 +33,9 @@ struct Problem {
   std::string solution;
 };
 
-enum class DatasetFormat { gsm8k, prompt_answer };
+// detect: the layout of the first non-blank line ("question" → gsm8k, else "prompt" →
+// prompt_answer; neither is an error naming the line).
+enum class DatasetFormat { gsm8k, prompt_answer, detect };
 enum class BadLines { fail, skip };
 
 struct LoadedProblems {

@@ -49,6 +49,29 @@ TEST(Dataset, LoadsPromptAnswerFixture) {
   EXPECT_EQ(loaded.problems[2].answer, "$1,234.50");  // trimmed
 }
 
+// data.format = "auto": the first non-blank line's fields decide, whatever the file is called.
+TEST(Dataset, DetectsTheLayoutFromTheFirstLine) {
+  const LoadedProblems gsm8k = load_problems(kTestData / "gsm8k_small.jsonl", DatasetFormat::detect);
+  ASSERT_EQ(gsm8k.problems.size(), 4u);
+  EXPECT_EQ(gsm8k.problems[1].answer, "200,000");  // the text after "####": read as gsm8k
+  const LoadedProblems plain = load_problems(kTestData / "prompt_answer_small.jsonl", DatasetFormat::detect);
+  ASSERT_EQ(plain.problems.size(), 3u);
+  EXPECT_EQ(plain.problems[1].answer, "3/4");
+
+  TempDir dir;
+  const std::string renamed = dir.file("problems.jsonl");
+  write_bytes(renamed, "\n" R"({"question": "q?", "answer": "so 2\n#### 2"})" "\n");
+  EXPECT_EQ(load_problems(renamed, DatasetFormat::detect).problems[0].answer, "2");
+  const std::string neither = dir.file("neither.jsonl");
+  write_bytes(neither, "\n" R"({"text": "q?", "answer": "2"})" "\n");
+  expect_error([&] { load_problems(neither, DatasetFormat::detect); },
+               {neither + ":2: cannot tell the layout", "neither \"question\" (gsm8k) nor \"prompt\""});
+  const std::string not_json = dir.file("not_json.jsonl");
+  write_bytes(not_json, "question,answer\n");
+  expect_error([&] { load_problems(not_json, DatasetFormat::detect); },
+               {not_json + ":1: cannot tell the layout", "not a JSON object"});
+}
+
 TEST(Dataset, SkipsAndCountsBadLines) {
   const std::filesystem::path path = kTestData / "prompt_answer_mixed_bad.jsonl";
   const LoadedProblems loaded = load_problems(path, DatasetFormat::prompt_answer, BadLines::skip);
