@@ -13,7 +13,8 @@
 // its gradient) that writes the recipe's weight copies, as training does; then the forward again.
 // Printed per line:
 //   values changed  the share of the linear layers' copy values that differ after the step (bf16
-//                   values, or E4M3 bytes)
+//                   values, or E4M3 bytes, the zero padding of widths that are not multiples of 128
+//                   included: it never changes)
 //   scales changed  fp8: the share of their 128×128 block scales that differ (padding blocks
 //                   included: they never change)
 //   mean |Δlogprob| over the rows
