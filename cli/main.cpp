@@ -81,6 +81,8 @@ constexpr const char* kPlotHelp =
     "sft_metrics.jsonl (RUN_DIR defaults to runs/default).\n"
     "lockstep plot --compare RUN_DIR...: the runs overlaid, one colour per run, with a legend\n"
     "naming each by its folder; written to compare.png in the first run's parent folder.\n"
+    "A metrics file (e.g. docs/results/*.jsonl) may stand for a run folder: it is read as the\n"
+    "run's metrics.jsonl, named by its file name, and plotted to the same name with .png.\n"
     "Options (both forms):\n"
     "  --out=PNG         the picture's path instead\n"
     "  --labels=A,B,...  the runs' names in the legend, one per run folder, in order\n"
@@ -270,7 +272,7 @@ StepWindow plot_steps(std::string_view text) {
 // A run folder's bins of mismatch by position: its config.toml's, else the default's.
 int64_t run_bin_tokens(const fs::path& dir) {
   const fs::path config = dir / "config.toml";
-  if (!fs::exists(config)) return Config().run.mismatch_bin_tokens;
+  if (fs::is_regular_file(dir) || !fs::exists(config)) return Config().run.mismatch_bin_tokens;
   return load_config(&config, {}).run.mismatch_bin_tokens;
 }
 
@@ -326,7 +328,8 @@ int plot(std::vector<std::string> args) {
     if (out.empty()) out = dirs[0].lexically_normal().parent_path() / "compare.png";
     plot_compare(runs, out, options);
   } else {
-    if (out.empty()) out = dirs[0] / "metrics.png";
+    if (out.empty())
+      out = fs::is_regular_file(dirs[0]) ? fs::path(dirs[0]).replace_extension(".png") : dirs[0] / "metrics.png";
     plot_run(runs[0], out, options);
   }
   std::printf("wrote %s\n", out.c_str());

@@ -200,9 +200,11 @@ void merge_file(const std::filesystem::path& path, Phase phase, double offset, c
   }
 }
 
+// A run folder, or a GRPO metrics file on its own (as docs/results keeps them).
 Run read_run(const std::filesystem::path& dir) {
-  const std::filesystem::path grpo = dir / "metrics.jsonl", sft = dir / "sft_metrics.jsonl";
-  const bool has_grpo = std::filesystem::exists(grpo), has_sft = std::filesystem::exists(sft);
+  const bool file = std::filesystem::is_regular_file(dir);
+  const std::filesystem::path grpo = file ? dir : dir / "metrics.jsonl", sft = dir / "sft_metrics.jsonl";
+  const bool has_grpo = std::filesystem::exists(grpo), has_sft = !file && std::filesystem::exists(sft);
   LOCKSTEP_CHECK(has_grpo || has_sft, dir.string(), ": no metrics.jsonl or sft_metrics.jsonl (is it a run folder?)");
   std::map<double, Record> by_step;
   Run run;
@@ -243,8 +245,10 @@ MismatchProfile profile_of(const Run& run, const StepWindow& window) {
   return profile;
 }
 
-// The last component of `dir` ("runs/bf16/" → "bf16", "." → the current folder's name).
+// The last component of `dir` ("runs/bf16/" → "bf16", "." → the current folder's name); of a
+// metrics file, its name without the extension.
 std::string folder_name(const std::filesystem::path& dir) {
+  if (std::filesystem::is_regular_file(dir)) return dir.stem().string();
   std::filesystem::path p = std::filesystem::absolute(dir).lexically_normal();
   if (p.filename().empty()) p = p.parent_path();
   const std::string name = p.filename().string();

@@ -1,7 +1,8 @@
 // rl/plot.h — `lockstep plot`: a run's curves as one PNG picture, drawn by a small rasterizer and a
 // 5×8 bitmap font of our own (no plotting library); `lockstep plot --compare`: several runs overlaid.
 //
-// Input: a run folder's metrics.jsonl (GRPO) and sft_metrics.jsonl (SFT), either of them or both:
+// Input: a run folder's metrics.jsonl (GRPO) and sft_metrics.jsonl (SFT), either of them or both
+// (or, given a file instead of a folder, that file as the GRPO metrics):
 // one JSON object per line with a numeric "step" and numeric fields. Blank lines are skipped,
 // "\r\n" line ends accepted, unknown fields ignored.
 //   - A field absent from a line was not measured at that step (eval metrics come every N steps):
@@ -96,8 +97,8 @@ Rgb run_colour(size_t index);
 // A run folder to plot, the name its curves go by, and the width of its mismatch position bins
 // (its run.mismatch_bin_tokens: the metrics file does not say it).
 struct PlottedRun {
-  std::filesystem::path dir;
-  std::string label;          // empty: the folder's own name
+  std::filesystem::path dir;  // or a GRPO metrics file
+  std::string label;          // empty: the folder's own name (a file's name without its extension)
   int64_t bin_tokens = 256;   // ≥ 1
 };
 

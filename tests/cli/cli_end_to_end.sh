@@ -137,6 +137,9 @@ check 1 "plot --steps: 'x' is not a number" -- "$bin" plot "$work/a" --steps=x:4
 check 1 "plot --bin-tokens: 0 is not a whole number >= 1" -- "$bin" plot "$work/a" --bin-tokens=0
 check 1 "plot: unknown option '--colour=red'" -- "$bin" plot "$work/a" --colour=red
 check 1 "plot takes one run folder" -- "$bin" plot "$work/a" "$work/b"
+cp "$work/a/metrics.jsonl" "$work/a_metrics.jsonl"
+check 0 "wrote $work/a_metrics.png" -- "$bin" plot "$work/a_metrics.jsonl"
+check 0 "wrote $work/compare.png" -- "$bin" plot --compare "$work/a_metrics.jsonl" "$work/b"
 
 echo "$failures failed"
 [[ $failures == 0 ]]

@@ -531,6 +531,17 @@ TEST(MismatchProfile, TokenWeightedOverStepsByHand) {
   expect_profile(mismatch_profile(dir.path(), {7, 9}), {}, {}, 0, 0, 0);
 }
 
+// A metrics file stands for a run folder holding it as metrics.jsonl (docs/results keeps such files).
+TEST(MismatchProfile, MetricsFileStandsForItsFolder) {
+  TempDir dir;
+  write_bytes(dir.file("fp8-rollout_4096.jsonl"), kPositionMetrics);
+  expect_profile(mismatch_profile(dir.file("fp8-rollout_4096.jsonl"), {2, 3}), {0.26, 0.4, 0.5}, {50, 10, 5}, 2, 2, 3);
+  plot_compare(std::vector<PlottedRun>{{dir.file("fp8-rollout_4096.jsonl"), "", 256}}, dir.file("compare.png"));
+  const Image image = read_png(dir.file("compare.png"));
+  EXPECT_GT(find_in_panel(image, run_colour(0), kMismatchPositionPanel, true).count(), 100u);
+  expect_error([&] { mismatch_profile(dir.file("absent.jsonl")); }, {"absent.jsonl", "no metrics.jsonl"});
+}
+
 TEST(MismatchProfile, BadArraysNameFileAndLine) {
   TempDir dir;
   const std::string good = R"({"step": 1, "mismatch_abs_by_position": [0.1], "mismatch_tokens_by_position": [3]})" "\n";
