@@ -233,7 +233,10 @@ MismatchProfile profile_of(const Run& run, const StepWindow& window) {
     if (step < window.first || step > window.last) continue;
     if (profile.steps++ == 0) profile.first_step = step;
     profile.last_step = step;
-    if (bins.tokens.size() > weighted.size()) weighted.resize(bins.tokens.size()), profile.tokens.resize(bins.tokens.size());
+    if (bins.tokens.size() > weighted.size()) {
+      weighted.resize(bins.tokens.size());
+      profile.tokens.resize(bins.tokens.size());
+    }
     for (size_t b = 0; b < bins.tokens.size(); ++b) {
       if (!(bins.tokens[b] > 0) || !std::isfinite(bins.mean_abs[b])) continue;
       weighted[b] += bins.mean_abs[b] * bins.tokens[b];

@@ -489,7 +489,8 @@ TEST(PlotCompare, OverlaysRunsOneColourEach) {
 const char* const kPositionMetrics =
     R"({"step": 1, "mismatch_abs_by_position": [0.1, 0.2], "mismatch_tokens_by_position": [10, 30]})" "\n"
     R"({"step": 2, "mismatch_abs_by_position": [0.3, null, 0.5], "mismatch_tokens_by_position": [30, 0, 5]})" "\n"
-    R"({"step": 3, "mismatch_abs_by_position": [0.2, 0.4, null, 0.9], "mismatch_tokens_by_position": [20, 10, 0, 1]})" "\n"
+    R"({"step": 3, "mismatch_abs_by_position": [0.2, 0.4, null, 0.9],)"
+    R"( "mismatch_tokens_by_position": [20, 10, 0, 1]})" "\n"
     R"({"step": 2, "eval_accuracy_greedy": 0.5})" "\n"
     R"({"step": 3, "mismatch_abs_by_position": [0.2, 0.4, 0.6], "mismatch_tokens_by_position": [20, 10, 0]})" "\n"
     R"({"step": 4, "mismatch_abs_by_position": [1.0], "mismatch_tokens_by_position": [4]})" "\n"
@@ -549,7 +550,8 @@ TEST(MismatchProfile, BadArraysNameFileAndLine) {
     std::string line;
     std::vector<std::string_view> parts;
   } cases[] = {
-      {R"({"step": 2, "mismatch_abs_by_position": [0.1]})", {":2:", "\"mismatch_abs_by_position\" without \"mismatch_tokens_by_position\""}},
+      {R"({"step": 2, "mismatch_abs_by_position": [0.1]})",
+       {":2:", "\"mismatch_abs_by_position\" without \"mismatch_tokens_by_position\""}},
       {R"({"step": 2, "mismatch_tokens_by_position": [1]})", {":2:", "\"mismatch_tokens_by_position\" without"}},
       {R"({"step": 2, "mismatch_abs_by_position": [0.1, 0.2], "mismatch_tokens_by_position": [1]})",
        {":2:", "has 2 bins", "has 1"}},
@@ -581,9 +583,9 @@ TEST(MismatchProfile, BadArraysNameFileAndLine) {
   EXPECT_EQ(dir.list(), std::vector<std::string>{"metrics.jsonl"});  // no picture
 }
 
-// Metrics of `steps` GRPO steps: the train reward, eval every 10 steps, and a mismatch profile of
-// `bins` bins rising with position (0.05 + 0.01·b); `shift` is added to every value, so that runs
-// compared stay apart.
+// Metrics of `steps` GRPO steps: the train reward, eval every 10 steps from step 30, and a mismatch
+// profile of `bins` bins rising with position (0.05 + 0.01·b); `shift` is added to every value, so
+// that runs compared stay apart.
 std::string study_metrics(int steps, int bins, double shift = 0) {
   std::string text;
   for (int s = 1; s <= steps; ++s) {
@@ -597,7 +599,7 @@ std::string study_metrics(int steps, int bins, double shift = 0) {
             R"(, "mismatch_abs": )" + std::to_string(shift + 0.1) + R"(, "time_rollout": )" +
             std::to_string(3 + 10 * shift) + R"(, "mismatch_abs_by_position": [)" + abs +
             R"(], "mismatch_tokens_by_position": [)" + tokens + "]}\n";
-    if (s % 10 == 0)
+    if (s % 10 == 0 && s >= 30)
       text += R"({"step": )" + std::to_string(s) + R"(, "eval_accuracy_greedy": )" + std::to_string(shift + 0.3) +
               "}\n";
   }
@@ -662,17 +664,23 @@ TEST(PlotCompare, RunsOfDifferentLengthsEndWhereTheyEnd) {
     return std::pair<double, double>{*lo, *hi};
   };
   for (const int panel : {kRewardPanel, kEvalPanel, 2, kTimePanel}) {
-    // Steps 1..87 of 1..200 (evaluations: 10..80 of 10..200): the short run ends at ~44% (~37%).
+    // Steps 1..87 of 1..200 (evaluations: 30..80 of 30..200): the short run ends at ~43% (~29%).
     const auto [short_lo, short_hi] = extent(0, panel);
     const auto [long_lo, long_hi] = extent(1, panel);
     const double end = (short_hi - long_lo) / (long_hi - long_lo);
     EXPECT_NEAR(short_lo, long_lo, 1) << panel;
     if (panel == kEvalPanel) {
-      EXPECT_NEAR(end, 70.0 / 190, 0.03) << panel;
+      EXPECT_NEAR(end, 50.0 / 170, 0.03) << panel;
     } else {
       EXPECT_NEAR(end, 86.0 / 199, 0.03) << panel;
     }
   }
+  // Panel (b)'s axis spans the runs' steps, as panel (a)'s (both 0 to 200): the first evaluation,
+  // at step 30, sits 29/200 of the ~667 px axis (less a 3-px marker half) right of the first reward,
+  // at step 1. (Over the evaluations alone, 20 to 200, it would be 10/180 of it.)
+  const double eval_left = extent(1, kEvalPanel).first - panel_rect(kEvalPanel).x0;
+  const double reward_left = extent(1, kRewardPanel).first - panel_rect(kRewardPanel).x0;
+  EXPECT_NEAR(eval_left - reward_left, 29.0 / 200 * 667 - 3, 4);
   // Bin middles 128..384 of 128..3968: the 512-token run's profile ends at 1/15 of the other's.
   const auto [short_lo, short_hi] = extent(0, kMismatchPositionPanel);
   const auto [long_lo, long_hi] = extent(1, kMismatchPositionPanel);
