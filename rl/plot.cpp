@@ -1073,7 +1073,8 @@ void plot_compare(std::span<const PlottedRun> plotted, const std::filesystem::pa
     at.push_back({x, line});
     x += w;
   }
-  const bool flows = at.back().second < 2 && at.back().first + widths.back() - 24 <= right;
+  bool flows = true;
+  for (size_t r = 0; r < runs.size(); ++r) flows = flows && at[r].second < 2 && at[r].first + widths[r] - 24 <= right;
   const int per_line = int(runs.size() + 1) / 2, share = (right - first) / per_line;
   for (size_t r = 0; r < runs.size(); ++r) {
     const int x = flows ? at[r].first : first + int(r % size_t(per_line)) * share;

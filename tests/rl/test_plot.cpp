@@ -708,6 +708,18 @@ TEST(PlotCompare, TenLongLabelsShareTwoHeaderLines) {
   EXPECT_EQ(tops[0], tops[4]);
   EXPECT_EQ(tops[5], tops[9]);
   EXPECT_GE(tops[5], tops[0] + 20);  // the second line
+
+  // Two runs, one label longer than the header: a line each (the long label cut), both swatches there.
+  const std::vector<PlottedRun> two = {{d, std::string(200, 'x'), 256}, {d, "short", 256}};
+  plot_compare(two, root.file("two.png"));
+  const Image image2 = read_png(root.file("two.png"));
+  for (int r = 0; r < 2; ++r) {
+    const Hits swatch = find(image2, run_colour(size_t(r)), 0, 0, kPlotWidth, kPlotHeaderHeight);
+    EXPECT_GE(swatch.count(), 14u * 12u) << r;
+    if (swatch.count()) {
+      EXPECT_EQ(*std::min_element(swatch.ys.begin(), swatch.ys.end()), r == 0 ? tops[0] : tops[5]) << r;
+    }
+  }
 }
 
 }  // namespace
