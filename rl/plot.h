@@ -32,10 +32,12 @@
 //       rewards are 0 or 1, and the reward shows between its dashes);
 //   (b) held-out accuracy, always with markers: eval_accuracy_greedy, eval_accuracy_sampled
 //       (dashed) — evaluations of SFT and GRPO, with a line at step 0 between "SFT" and "GRPO";
+//       its x axis spans the run's steps, not only the evaluated ones;
 //   (c) train/rollout mismatch over steps: mismatch_abs, mismatch_mult_prob_error − 1 (it is ≥ 1,
 //       1 when train and rollout agree), mismatch_k3, tis_clip_frac;
 //   (d) mismatch by response position: mismatch_profile's mean |Δlogp| per bin against the bin's
-//       middle position in tokens (b + 1/2)·bin_tokens, over the steps of PlotOptions::steps;
+//       middle position in tokens (b + 1/2)·bin_tokens, over the steps of PlotOptions::steps; the
+//       x axis runs from position 0 to the end of the last bin;
 //   (e) time split per step in seconds, stacked areas, bottom to top: time_rollout, time_scoring,
 //       time_recompute, time_update, time_handover. A component absent from a line counts 0; a
 //       null one breaks the stack;
@@ -44,7 +46,8 @@
 //   (h) SFT loss (sft_loss), over SFT's own step numbers.
 // Panels (c) and (h) have a logarithmic y axis when the positive values span two decades or more;
 // its floor is then at most six decades below its top, positive values under it are drawn on it,
-// and values <= 0 leave gaps (the panel then says so). Each panel's x axis covers its own data.
+// and values <= 0 leave gaps (the panel then says so). Each panel's x axis covers its own data
+// ((b) and (d) as said above).
 // Each panel has its title and legend (swatch, label and last value of each series; two short
 // dashes for a dashed series) in a strip along its top, at most its top fifth, and below it the
 // plot area with a frame, grid and tick labels (round values, compact: 0.5, 1e-3, 12k). Lines are
@@ -60,9 +63,9 @@
 // fewer fields, told apart by their style (named in grey in its legend): (a) train reward,
 // (b) eval greedy, (c) mean |dlogp| (solid) and k3 KL (dashed), (d) each run's mismatch profile,
 // (e) each run's total time per step as a line, (f) tokens/s, (g) response length, (h) SFT loss.
-// Runs of different lengths share the x axis, each line ending at its run's last step. A series
-// denser than a point per 4 px is drawn as its moving average (over ~16 px) alone: several runs'
-// raw bands would hide each other.
+// Runs of different lengths share the x axis, each line ending at its run's last step; panel (b)'s
+// axis spans every run's steps. A series denser than a point per 4 px is drawn as its moving
+// average (over ~16 px) alone: several runs' raw bands would hide each other.
 #pragma once
 
 #include <cstdint>
