@@ -5,8 +5,8 @@
 //   lockstep eval     [CONFIG.toml] [--section.key=value ...]   held-out accuracy of a model
 //   lockstep generate [CONFIG.toml] [--section.key=value ...]   complete generate.prompt
 //   lockstep export   [CONFIG.toml] [--section.key=value ...]   the model as a checkpoint to serve
-//   lockstep plot     [RUN_DIR]                                 RUN_DIR/metrics.png from its metrics
-//   lockstep plot --compare RUN_DIR... [--out=PNG]              several runs overlaid in one PNG
+//   lockstep plot     [RUN_DIR] [PLOT OPTIONS]                  RUN_DIR/metrics.png from its metrics
+//   lockstep plot --compare RUN_DIR... [PLOT OPTIONS]           several runs overlaid in one PNG
 //   lockstep help [SUBCOMMAND], lockstep --help, lockstep <subcommand> --help
 //   lockstep <subcommand> [CONFIG.toml] [--section.key=value ...] --check
 //                                  the configuration checked and printed as TOML; nothing runs
@@ -56,8 +56,9 @@ namespace fs = std::filesystem;
 
 constexpr const char* kUsage =
     "usage: lockstep <train|sft|eval|generate|export> [CONFIG.toml] [--section.key=value ...]\n"
-    "       lockstep plot [RUN_DIR]\n"
-    "       lockstep plot --compare RUN_DIR... [--out=PNG]\n"
+    "       lockstep plot [RUN_DIR] [--out=PNG] [--labels=NAME] [--steps=A:B] [--bin-tokens=N]\n"
+    "       lockstep plot --compare RUN_DIR... [--out=PNG] [--labels=N1,N2,...] [--steps=A:B]\n"
+    "                     [--bin-tokens=N]\n"
     "       lockstep <train|sft|eval|generate|export> [CONFIG.toml] [--section.key=value ...] --check\n"
     "       lockstep <subcommand> --help     (or: lockstep help <subcommand>)\n";
 
@@ -78,9 +79,17 @@ constexpr const char* kSubcommands =
 constexpr const char* kPlotHelp =
     "\nlockstep plot [RUN_DIR]: RUN_DIR/metrics.png from RUN_DIR/metrics.jsonl and\n"
     "sft_metrics.jsonl (RUN_DIR defaults to runs/default).\n"
-    "lockstep plot --compare RUN_DIR... [--out=PNG]: the runs overlaid, one colour per run, with a\n"
-    "legend naming each folder; written to PNG (default: compare.png in the first run's parent\n"
-    "folder).\n";
+    "lockstep plot --compare RUN_DIR...: the runs overlaid, one colour per run, with a legend\n"
+    "naming each by its folder; written to compare.png in the first run's parent folder.\n"
+    "A metrics file (e.g. docs/results/*.jsonl) may stand for a run folder: it is read as the\n"
+    "run's metrics.jsonl, named by its file name, and plotted to the same name with .png.\n"
+    "Options (both forms):\n"
+    "  --out=PNG         the picture's path instead\n"
+    "  --labels=A,B,...  the runs' names in the legend, one per run folder, in order\n"
+    "  --steps=A:B       the GRPO steps the mismatch-by-position panel averages over (A: or :B\n"
+    "                    leave an end open; default: every step)\n"
+    "  --bin-tokens=N    response positions per mismatch bin (default: each run folder's\n"
+    "                    config.toml run.mismatch_bin_tokens, else 256)\n";
 
 constexpr std::string_view kCommands[] = {"train", "sft", "eval", "generate", "export", "plot"};
 
@@ -238,30 +247,92 @@ int export_model(Config config) {
   return 0;
 }
 
-// `lockstep plot [RUN_DIR]` and `lockstep plot --compare RUN_DIR... [--out=PNG]`.
+// A number of a plot option, or an error naming the option.
+double plot_number(std::string_view text, std::string_view option) {
+  const std::string s(text);
+  char* end = nullptr;
+  const double value = std::strtod(s.c_str(), &end);
+  LOCKSTEP_CHECK(!s.empty() && end == s.c_str() + s.size() && std::isfinite(value), "plot ", option, ": '", text,
+                 "' is not a number");
+  return value;
+}
+
+// --steps=A:B, A: or :B.
+StepWindow plot_steps(std::string_view text) {
+  const size_t colon = text.find(':');
+  LOCKSTEP_CHECK(colon != std::string_view::npos && text.size() > 1, "plot --steps: '", text,
+                 "' is not FIRST:LAST (or FIRST: or :LAST)");
+  StepWindow window;
+  if (colon > 0) window.first = plot_number(text.substr(0, colon), "--steps");
+  if (colon + 1 < text.size()) window.last = plot_number(text.substr(colon + 1), "--steps");
+  LOCKSTEP_CHECK(window.first <= window.last, "plot --steps: '", text, "' ends before it starts");
+  return window;
+}
+
+// A run folder's bins of mismatch by position: its config.toml's, else the default's.
+int64_t run_bin_tokens(const fs::path& dir) {
+  const fs::path config = dir / "config.toml";
+  if (fs::is_regular_file(dir) || !fs::exists(config)) return Config().run.mismatch_bin_tokens;
+  return load_config(&config, {}).run.mismatch_bin_tokens;
+}
+
+// `lockstep plot [RUN_DIR] [options]` and `lockstep plot --compare RUN_DIR... [options]`.
 int plot(std::vector<std::string> args) {
-  if (!args.empty() && args[0] == "--compare") {
-    fs::path out;
-    std::vector<fs::path> dirs;
-    for (size_t i = 1; i < args.size(); ++i) {
-      if (args[i].starts_with("--out=")) {
-        out = args[i].substr(6);
-      } else {
-        LOCKSTEP_CHECK(!args[i].starts_with("--"), "plot --compare: unknown option '", args[i],
-                       "' (expected run folders and --out=PNG)");
-        dirs.emplace_back(args[i]);
+  const bool compare = !args.empty() && args[0] == "--compare";
+  const std::string_view form = compare ? "plot --compare" : "plot";
+  fs::path out;
+  std::vector<fs::path> dirs;
+  std::vector<std::string> labels;
+  std::optional<int64_t> bin_tokens;
+  PlotOptions options;
+  for (size_t i = compare ? 1 : 0; i < args.size(); ++i) {
+    const std::string_view a = args[i];
+    if (a.starts_with("--out=")) {
+      out = a.substr(6);
+      LOCKSTEP_CHECK(!out.empty(), form, " --out=: the picture's path is empty");
+    } else if (a.starts_with("--labels=")) {
+      labels.clear();
+      for (std::string_view rest = a.substr(9);;) {
+        const size_t comma = rest.find(',');
+        labels.emplace_back(rest.substr(0, comma));
+        LOCKSTEP_CHECK(!labels.back().empty(), form, " --labels: label ", labels.size(), " is empty in '", a, "'");
+        if (comma == std::string_view::npos) break;
+        rest = rest.substr(comma + 1);
       }
+    } else if (a.starts_with("--steps=")) {
+      options.steps = plot_steps(a.substr(8));
+    } else if (a.starts_with("--bin-tokens=")) {
+      const double n = plot_number(a.substr(13), "--bin-tokens");
+      LOCKSTEP_CHECK(n >= 1 && n == std::floor(n) && n < 1e15, "plot --bin-tokens: ", a.substr(13),
+                     " is not a whole number >= 1");
+      bin_tokens = int64_t(n);
+    } else {
+      LOCKSTEP_CHECK(!a.starts_with("--"), form, ": unknown option '", a,
+                     "' (expected --out=PNG, --labels=..., --steps=A:B or --bin-tokens=N)");
+      dirs.emplace_back(a);
     }
-    LOCKSTEP_CHECK(!dirs.empty(), "plot --compare needs at least one run folder");
-    if (out.empty()) out = dirs[0].lexically_normal().parent_path() / "compare.png";
-    plot_compare(dirs, out);
-    std::printf("wrote %s\n", out.c_str());
-    return 0;
   }
-  LOCKSTEP_CHECK(args.size() <= 1, "plot takes one argument, the run folder (or --compare RUN_DIR...)");
-  const fs::path dir = args.empty() ? fs::path(Config().run.out_dir) : fs::path(args[0]);
-  plot_run(dir, dir / "metrics.png");
-  std::printf("wrote %s\n", (dir / "metrics.png").c_str());
+  if (compare) {
+    LOCKSTEP_CHECK(!dirs.empty(), "plot --compare needs at least one run folder");
+  } else {
+    LOCKSTEP_CHECK(dirs.size() <= 1, "plot takes one run folder (or --compare RUN_DIR...), not ", dirs.size());
+    if (dirs.empty()) dirs.emplace_back(Config().run.out_dir);
+  }
+  LOCKSTEP_CHECK(labels.empty() || labels.size() == dirs.size(), form, " --labels: ", labels.size(),
+                 " labels for ", dirs.size(), " run folders");
+  std::vector<PlottedRun> runs;
+  for (size_t r = 0; r < dirs.size(); ++r)
+    runs.push_back({dirs[r], labels.empty() ? std::string() : labels[r],
+                    bin_tokens ? *bin_tokens : run_bin_tokens(dirs[r])});
+  if (compare) {
+    if (out.empty()) out = dirs[0].lexically_normal().parent_path() / "compare.png";
+    plot_compare(runs, out, options);
+  } else {
+    if (out.empty())
+      out = fs::is_regular_file(dirs[0]) ? fs::path(dirs[0]).replace_extension(".png") : dirs[0] / "metrics.png";
+    plot_run(runs[0], out, options);
+  }
+  std::printf("wrote %s\n", out.c_str());
   return 0;
 }
 
@@ -384,7 +455,7 @@ int run(int argc, char** argv) {
     if (command == "train" && config.run.steps > 0 && world.is_main()) {
       std::printf("held-out accuracy (greedy) after %lld GRPO steps: %.4f\n",
                   (long long)config.run.steps, s.final_accuracy);
-      plot_run(config.run.out_dir, fs::path(config.run.out_dir) / "metrics.png");
+      plot_run({config.run.out_dir, {}, config.run.mismatch_bin_tokens}, fs::path(config.run.out_dir) / "metrics.png");
       std::printf("curves: %s\n", (fs::path(config.run.out_dir) / "metrics.png").c_str());
     }
     return 0;

@@ -1,4 +1,4 @@
-// rl/plot.cpp — metrics JSONL → records by step → four panels on an RGB canvas → PNG.
+// rl/plot.cpp — metrics JSONL → records by step → eight panels on an RGB canvas → PNG.
 #include "rl/plot.h"
 
 #include <algorithm>
@@ -34,14 +34,13 @@ struct FieldSpec {
 };
 
 // Grouped by panel, in kPanels' order. Colours: Tableau 10 for lines, its newer variant for the
-// stacked areas, so no two series share one. Train reward and accuracy are equal whenever rewards
+// stacked areas and panel (d), so no two series share one. Train reward and accuracy are equal whenever rewards
 // are 0 or 1: the accuracy is dashed so that the reward shows between its dashes.
 constexpr FieldSpec kFields[] = {
-    {"reward_mean", "", "train reward", {31, 119, 180}, 0, Style::solid, Style::dashed},
+    {"reward_mean", "", "train reward", {31, 119, 180}, 0, Style::solid, Style::solid},
     {"accuracy", "", "train accuracy", {255, 127, 14}, 0, Style::dashed, Style::none},
     {"eval_accuracy_greedy", "eval_accuracy_greedy", "eval greedy", {44, 160, 44}, 0, Style::solid, Style::solid},
     {"eval_accuracy_sampled", "eval_accuracy_sampled", "eval sampled", {214, 39, 40}, 0, Style::dashed, Style::none},
-    {"sft_loss", "loss", "SFT loss", {188, 189, 34}, 0, Style::solid, Style::solid},
     {"mismatch_abs", "", "mean |dlogp|", {148, 103, 189}, 0, Style::solid, Style::solid},
     {"mismatch_mult_prob_error", "", "mult. prob. err - 1", {140, 86, 75}, -1, Style::solid, Style::none},
     {"mismatch_k3", "", "k3 KL", {227, 119, 194}, 0, Style::solid, Style::dashed},
@@ -53,26 +52,37 @@ constexpr FieldSpec kFields[] = {
     {"time_handover", "", "hand-over", {176, 122, 161}, 0, Style::solid, Style::none},
     {"tokens_per_s", "", "tokens/s", {0, 137, 123}, 0, Style::solid, Style::solid},
     {"response_length", "", "response length", {255, 157, 167}, 0, Style::solid, Style::solid},
+    {"sft_loss", "loss", "SFT loss", {188, 189, 34}, 0, Style::solid, Style::solid},
 };
 constexpr size_t kFieldCount = std::size(kFields);
 
-enum class PanelKind { lines, lines_log_when_wide, stacked };
+// Panel (d)'s curve in a run's own plot (it is no field of a step's record).
+constexpr std::string_view kByPositionName = "mismatch_abs_by_position";
+constexpr Rgb kByPositionColour{156, 117, 95};
+
+// `by_position`: the mismatch profile (panel (d)), drawn from the by-position arrays, not kFields.
+enum class PanelKind { lines, lines_log_when_wide, stacked, by_position };
 
 struct PanelSpec {
   std::string_view title;
   size_t first_field, field_count;  // a range of kFields
   PanelKind kind;
-  bool from_zero;  // a linear y axis includes 0 (errors, durations, rates)
+  bool from_zero;     // a linear y axis includes 0 (errors, durations, rates)
+  bool markers;       // every point gets a marker, however dense (evaluations are few and matter)
+  bool sft_steps;     // the x axis counts SFT's own steps (the panel holds SFT alone)
 };
 
 constexpr PanelSpec kPanels[kPlotPanels] = {
-    {"(a) reward and accuracy", 0, 4, PanelKind::lines, false},
-    {"(b) SFT loss (per token)", 4, 1, PanelKind::lines_log_when_wide, true},
-    {"(c) train/rollout mismatch", 5, 4, PanelKind::lines_log_when_wide, true},
-    {"(d) time per step (s)", 9, 5, PanelKind::stacked, true},
-    {"(e) throughput (tokens/s)", 14, 1, PanelKind::lines, true},
-    {"(f) response length (tokens)", 15, 1, PanelKind::lines, true},
+    {"(a) train reward and accuracy", 0, 2, PanelKind::lines, false, false, false},
+    {"(b) held-out accuracy", 2, 2, PanelKind::lines, false, true, false},
+    {"(c) train/rollout mismatch", 4, 4, PanelKind::lines_log_when_wide, true, false, false},
+    {"(d) mismatch by response position", 0, 0, PanelKind::by_position, true, false, false},
+    {"(e) time per step (s)", 8, 5, PanelKind::stacked, true, false, false},
+    {"(f) throughput (tokens/s)", 13, 1, PanelKind::lines, true, false, false},
+    {"(g) response length (tokens)", 14, 1, PanelKind::lines, true, false, false},
+    {"(h) SFT loss (per token)", 15, 1, PanelKind::lines_log_when_wide, true, false, true},
 };
+static_assert(kPanels[kMismatchPositionPanel].kind == PanelKind::by_position);
 
 // --- reading the metrics -----------------------------------------------------------------------
 
@@ -81,10 +91,19 @@ using Record = std::array<std::optional<double>, kFieldCount>;
 
 // A run's records by plotted step: GRPO steps as logged, SFT steps counted back from SFT's last step
 // (which is plotted at 0, where GRPO starts from the same model).
+// A GRPO step's mismatch by response position bin (the arrays of one line).
+struct PositionBins {
+  std::vector<double> mean_abs;  // NaN: a bin without tokens
+  std::vector<double> tokens;
+};
+
 struct Run {
   std::string name;           // the run folder, as given
   std::vector<double> steps;  // ascending, distinct
   std::vector<Record> records;
+  std::map<double, PositionBins> by_position;  // GRPO steps with the arrays
+  std::string label;          // its name in plot_compare
+  int64_t bin_tokens = 256;   // response positions per by-position bin
   int64_t sft_steps = 0;      // SFT's last step (0: no SFT file)
   bool has_grpo = false;
 };
@@ -93,9 +112,39 @@ using json = nlohmann::json;
 
 enum class Phase { sft, grpo };
 
+// A by-position array's elements: numbers, or null where `null_ok` (read as NaN).
+std::vector<double> read_array(const json& object, std::string_view name, bool null_ok) {
+  const json& array = object[std::string(name)];
+  LOCKSTEP_CHECK(array.is_array(), "field \"", name, "\" must be an array, not ", array.type_name());
+  std::vector<double> values;
+  for (const json& v : array) {
+    LOCKSTEP_CHECK(v.is_number() || (null_ok && v.is_null()), "field \"", name, "\": element ", values.size(),
+                   null_ok ? " must be a number or null, not " : " must be a number, not ", v.type_name());
+    values.push_back(v.is_null() ? NAN : v.get<double>());
+  }
+  return values;
+}
+
+// The line's by-position arrays into `by_position` (replacing the step's), when it has them.
+void merge_by_position(const json& object, double step, std::map<double, PositionBins>& by_position) {
+  constexpr std::string_view kAbs = "mismatch_abs_by_position", kTokens = "mismatch_tokens_by_position";
+  const bool has_abs = object.contains(kAbs), has_tokens = object.contains(kTokens);
+  if (!has_abs && !has_tokens) return;
+  LOCKSTEP_CHECK(has_abs && has_tokens, "field \"", has_abs ? kAbs : kTokens, "\" without \"",
+                 has_abs ? kTokens : kAbs, "\" on the same line");
+  PositionBins bins{read_array(object, kAbs, true), read_array(object, kTokens, false)};
+  LOCKSTEP_CHECK(bins.mean_abs.size() == bins.tokens.size(), "\"", kAbs, "\" has ", bins.mean_abs.size(),
+                 " bins but \"", kTokens, "\" has ", bins.tokens.size());
+  for (size_t b = 0; b < bins.tokens.size(); ++b)
+    LOCKSTEP_CHECK(std::isfinite(bins.tokens[b]) && bins.tokens[b] >= 0, "field \"", kTokens, "\": element ", b,
+                   " is ", bins.tokens[b], ", not a token count >= 0");
+  by_position[step] = std::move(bins);
+}
+
 // Merges one line's fields into `by_step` (at its step plus `offset`); throws lockstep::Error
 // saying what is wrong with it.
-void merge_line(const json& object, Phase phase, double offset, std::map<double, Record>& by_step) {
+void merge_line(const json& object, Phase phase, double offset, std::map<double, Record>& by_step,
+                std::map<double, PositionBins>& by_position) {
   const double step = object["step"].get<double>() + offset;
   Record& record = by_step[step];
   for (size_t f = 0; f < kFieldCount; ++f) {
@@ -108,6 +157,7 @@ void merge_line(const json& object, Phase phase, double offset, std::map<double,
     const double value = it->is_null() ? NAN : it->get<double>();
     record[f] = std::isfinite(value) ? value : NAN;
   }
+  if (phase == Phase::grpo) merge_by_position(object, step, by_position);
 }
 
 // The lines of a metrics file as JSON objects with a finite numeric "step", in file order, with their
@@ -140,19 +190,21 @@ Lines read_lines(const std::filesystem::path& path) {
 }
 
 void merge_file(const std::filesystem::path& path, Phase phase, double offset, const Lines& lines,
-                std::map<double, Record>& by_step) {
+                std::map<double, Record>& by_step, std::map<double, PositionBins>& by_position) {
   for (const auto& [number, object] : lines) {
     try {
-      merge_line(object, phase, offset, by_step);
+      merge_line(object, phase, offset, by_step, by_position);
     } catch (const Error& e) {
       fail(path.string() + ":" + std::to_string(number) + ": " + e.what());
     }
   }
 }
 
+// A run folder, or a GRPO metrics file on its own (as docs/results keeps them).
 Run read_run(const std::filesystem::path& dir) {
-  const std::filesystem::path grpo = dir / "metrics.jsonl", sft = dir / "sft_metrics.jsonl";
-  const bool has_grpo = std::filesystem::exists(grpo), has_sft = std::filesystem::exists(sft);
+  const bool file = std::filesystem::is_regular_file(dir);
+  const std::filesystem::path grpo = file ? dir : dir / "metrics.jsonl", sft = dir / "sft_metrics.jsonl";
+  const bool has_grpo = std::filesystem::exists(grpo), has_sft = !file && std::filesystem::exists(sft);
   LOCKSTEP_CHECK(has_grpo || has_sft, dir.string(), ": no metrics.jsonl or sft_metrics.jsonl (is it a run folder?)");
   std::map<double, Record> by_step;
   Run run;
@@ -163,14 +215,55 @@ Run read_run(const std::filesystem::path& dir) {
     double last = 0;
     for (const auto& [number, l] : lines) last = std::max(last, l["step"].get<double>());
     run.sft_steps = int64_t(last);
-    merge_file(sft, Phase::sft, -last, lines, by_step);
+    merge_file(sft, Phase::sft, -last, lines, by_step, run.by_position);
   }
   // GRPO's lines come after SFT's: at step 0 both evaluate the same model, GRPO's values win.
-  if (has_grpo) merge_file(grpo, Phase::grpo, 0, read_lines(grpo), by_step);
+  if (has_grpo) merge_file(grpo, Phase::grpo, 0, read_lines(grpo), by_step, run.by_position);
   for (auto& [step, record] : by_step) {
     run.steps.push_back(step);
     run.records.push_back(record);
   }
+  return run;
+}
+
+MismatchProfile profile_of(const Run& run, const StepWindow& window) {
+  MismatchProfile profile;
+  std::vector<double> weighted;  // Σ abs·tokens per bin
+  for (const auto& [step, bins] : run.by_position) {
+    if (step < window.first || step > window.last) continue;
+    if (profile.steps++ == 0) profile.first_step = step;
+    profile.last_step = step;
+    if (bins.tokens.size() > weighted.size()) {
+      weighted.resize(bins.tokens.size());
+      profile.tokens.resize(bins.tokens.size());
+    }
+    for (size_t b = 0; b < bins.tokens.size(); ++b) {
+      if (!(bins.tokens[b] > 0) || !std::isfinite(bins.mean_abs[b])) continue;
+      weighted[b] += bins.mean_abs[b] * bins.tokens[b];
+      profile.tokens[b] += bins.tokens[b];
+    }
+  }
+  for (size_t b = 0; b < weighted.size(); ++b)
+    profile.mean_abs.push_back(profile.tokens[b] > 0 ? weighted[b] / profile.tokens[b] : NAN);
+  return profile;
+}
+
+// The last component of `dir` ("runs/bf16/" → "bf16", "." → the current folder's name); of a
+// metrics file, its name without the extension.
+std::string folder_name(const std::filesystem::path& dir) {
+  if (std::filesystem::is_regular_file(dir)) return dir.stem().string();
+  std::filesystem::path p = std::filesystem::absolute(dir).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();
+  const std::string name = p.filename().string();
+  return name.empty() ? dir.string() : name;
+}
+
+Run read_plotted(const PlottedRun& plotted) {
+  LOCKSTEP_CHECK(plotted.bin_tokens >= 1, plotted.dir.string(), ": mismatch position bins of ", plotted.bin_tokens,
+                 " tokens (expected >= 1)");
+  Run run = read_run(plotted.dir);
+  run.label = plotted.label.empty() ? folder_name(plotted.dir) : plotted.label;
+  run.bin_tokens = plotted.bin_tokens;
   return run;
 }
 
@@ -563,11 +656,13 @@ void draw_axes(Canvas& canvas, const Frame& frame, bool x_labels) {
   canvas.fill({a.x1, a.y0, outline.x1, a.y1}, kFrame);
 }
 
-void draw_lines(Canvas& canvas, const Frame& frame, const std::vector<Point>& points, Rgb colour, Style style) {
+// Markers on every point when `all_markers`, else when the points are sparse enough to tell apart.
+void draw_lines(Canvas& canvas, const Frame& frame, const std::vector<Point>& points, Rgb colour, Style style,
+                bool all_markers = false) {
   const Rect clip = frame.area.grown(1);
   Dash dash;
-  const bool markers =
-      points.size() == 1 || (frame.area.x1 - frame.area.x0) >= kMarkerSpacing * int(points.size() - 1);
+  const bool markers = all_markers || points.size() == 1 ||
+                       (frame.area.x1 - frame.area.x0) >= kMarkerSpacing * int(points.size() - 1);
   double previous_x = 0, previous_y = 0;
   bool joined = false;  // a point was drawn and no gap came since
   for (const Point& p : points) {
@@ -659,11 +754,12 @@ void draw_legend(Canvas& canvas, int left, int right, int top, const std::vector
   }
 }
 
-// A series to draw as a line: its points, colour and style.
+// A series to draw as a line: its points, colour and style; `markers`: on every point.
 struct LineSeries {
   std::vector<Point> points;
   Rgb colour;
   Style style;
+  bool markers = false;
 };
 
 // The x range of a panel's data: [lo, hi], or nothing when it has none.
@@ -734,12 +830,35 @@ void draw_data(Canvas& canvas, const Frame& frame, const std::vector<LineSeries>
       if (dense(l)) draw_lines(canvas, frame, l.points, tint(l.colour), l.style);
   for (const LineSeries& l : lines) {
     const size_t half_window = l.points.size() * 2 * smoothing.dense_px / width;
-    draw_lines(canvas, frame, dense(l) ? moving_average(l.points, half_window) : l.points, l.colour, l.style);
+    draw_lines(canvas, frame, dense(l) ? moving_average(l.points, half_window) : l.points, l.colour, l.style,
+               l.markers);
   }
 }
 
-// Panel (b) holds SFT alone: its steps are shown as SFT counts them.
-bool sft_axis(const PanelSpec& spec) { return spec.first_field == 4; }
+bool sft_axis(const PanelSpec& spec) { return spec.sft_steps; }
+
+// The x range of a panel with data: the data's, except that panel (d) spans its bins from position
+// 0 to the end of the last (a single bin is a bin, not a point), and the held-out accuracy spans the
+// runs' steps (evaluations come every N steps: their axis lines up with the train reward's).
+std::optional<std::pair<double, double>> panel_x_range(const PanelSpec& spec, std::span<const Run> runs,
+                                                       std::optional<std::pair<double, double>> data) {
+  if (!data) return data;
+  if (spec.kind == PanelKind::by_position) {
+    double end = 0;
+    for (const Run& run : runs)
+      if (!run.by_position.empty()) {
+        size_t bins = 0;
+        for (const auto& [step, b] : run.by_position) bins = std::max(bins, b.tokens.size());
+        end = std::max(end, double(bins) * double(run.bin_tokens));
+      }
+    return std::pair{0.0, std::max(end, data->second)};
+  }
+  if (spec.markers)
+    for (const Run& run : runs)
+      if (!run.steps.empty())
+        data = std::pair{std::min(data->first, run.steps.front()), std::max(data->second, run.steps.back())};
+  return data;
+}
 
 std::vector<Point> shifted(std::vector<Point> points, double by) {
   for (Point& p : points) p.x += by;
@@ -748,10 +867,32 @@ std::vector<Point> shifted(std::vector<Point> points, double by) {
 
 std::string_view x_axis_name(const PanelSpec& spec, const Frame& frame) {
   if (sft_axis(spec)) return "SFT step";
+  if (spec.kind == PanelKind::by_position) return "response position (tokens; each bin at its middle)";
   return frame.x.lo < 0 ? "step (SFT steps < 0, counted back from its end)" : "step";
 }
 
-void draw_panel(Canvas& canvas, const Run& run, const PanelSpec& spec, int left, int top) {
+// Panel (d)'s points: each bin's mean at its middle position; a bin without tokens breaks the line.
+std::vector<Point> profile_points(const MismatchProfile& profile, int64_t bin_tokens) {
+  std::vector<Point> points;
+  bool pending_break = false;
+  for (size_t b = 0; b < profile.mean_abs.size(); ++b) {
+    if (std::isnan(profile.mean_abs[b])) {
+      pending_break = true;
+      continue;
+    }
+    points.push_back({(double(b) + 0.5) * double(bin_tokens), profile.mean_abs[b], pending_break});
+    pending_break = false;
+  }
+  return points;
+}
+
+// "steps 3 to 87"
+std::string steps_text(double first, double last) {
+  return first == last ? "step " + fixed(first, 3) : "steps " + fixed(first, 3) + " to " + fixed(last, 3);
+}
+
+void draw_panel(Canvas& canvas, const Run& run, const PanelSpec& spec, const PlotOptions& options, int left,
+                int top) {
   draw_title(canvas, spec.title, left, top);
   Frame frame;
   frame.area = plot_area(left, top);
@@ -763,17 +904,28 @@ void draw_panel(Canvas& canvas, const Run& run, const PanelSpec& spec, int left,
   std::vector<LineSeries> lines;
   std::vector<StackPoint> stack;
   if (spec.kind == PanelKind::stacked) stack = stack_series(run, spec.first_field, spec.field_count);
+  if (spec.kind == PanelKind::by_position) {
+    const MismatchProfile profile = profile_of(run, options.steps);
+    std::vector<Point> points = profile_points(profile, run.bin_tokens);
+    if (!points.empty()) {
+      legend.push_back({"mean |dlogp|, token-weighted over " + steps_text(profile.first_step, profile.last_step) +
+                            ", bins of " + std::to_string(run.bin_tokens),
+                        kByPositionColour, Style::solid});
+      lines.push_back({std::move(points), kByPositionColour, Style::solid});
+    }
+  }
   for (size_t f = spec.first_field; f < spec.first_field + spec.field_count; ++f) {
     std::vector<Point> points = line_series(run, f);
     if (points.empty()) continue;
     const Style style = spec.kind == PanelKind::stacked ? Style::solid : kFields[f].style;
     legend.push_back({std::string(kFields[f].label) + " " + legend_value(points.back().y), kFields[f].colour, style});
     if (spec.kind != PanelKind::stacked)
-      lines.push_back({shifted(std::move(points), sft_axis(spec) ? double(run.sft_steps) : 0), kFields[f].colour, style});
+      lines.push_back({shifted(std::move(points), sft_axis(spec) ? double(run.sft_steps) : 0), kFields[f].colour, style,
+                       spec.markers});
   }
   if (sft_axis(spec))
     for (StackPoint& p : stack) p.x += double(run.sft_steps);
-  const auto range = x_range(lines, stack);
+  const auto range = panel_x_range(spec, std::span(&run, 1), x_range(lines, stack));
   if (!range) return draw_no_data(canvas, frame.area);
   frame.x = linear_axis(range->first, range->second, x_intervals);
   if (spec.kind == PanelKind::stacked) {
@@ -792,7 +944,8 @@ void draw_panel(Canvas& canvas, const Run& run, const PanelSpec& spec, int left,
 // One panel of plot_compare: the fields with a compare style, a line per run in the run's colour;
 // the time split as each run's total time per step. The legend names the fields by style (in grey):
 // the runs' colours are named in the header.
-void draw_compare_panel(Canvas& canvas, const std::vector<Run>& runs, const PanelSpec& spec, int left, int top) {
+void draw_compare_panel(Canvas& canvas, const std::vector<Run>& runs, const PanelSpec& spec,
+                        const PlotOptions& options, int left, int top) {
   draw_title(canvas, spec.title, left, top);
   Frame frame;
   frame.area = plot_area(left, top);
@@ -809,19 +962,30 @@ void draw_compare_panel(Canvas& canvas, const std::vector<Run>& runs, const Pane
       if (!total.empty()) lines.push_back({std::move(total), run_colour(r), Style::solid});
       continue;
     }
+    if (spec.kind == PanelKind::by_position) {
+      std::vector<Point> points = profile_points(profile_of(runs[r], options.steps), runs[r].bin_tokens);
+      if (!points.empty()) lines.push_back({std::move(points), run_colour(r), Style::solid});
+      continue;
+    }
     for (size_t f = spec.first_field; f < spec.first_field + spec.field_count; ++f) {
       if (kFields[f].compare == Style::none) continue;
       std::vector<Point> points = line_series(runs[r], f);
-      if (!points.empty()) lines.push_back({shifted(std::move(points), shift), run_colour(r), kFields[f].compare});
+      if (!points.empty())
+        lines.push_back({shifted(std::move(points), shift), run_colour(r), kFields[f].compare, spec.markers});
     }
   }
   if (spec.kind == PanelKind::stacked) {
     legend.push_back({"total time per step", kTickText, Style::solid});
+  } else if (spec.kind == PanelKind::by_position) {
+    legend.push_back({"mean |dlogp|, token-weighted over " +
+                          (options.steps.whole() ? std::string("each run's steps")
+                                                 : steps_text(options.steps.first, options.steps.last)),
+                      kTickText, Style::solid});
   } else {
     for (size_t f = spec.first_field; f < spec.first_field + spec.field_count; ++f)
       if (kFields[f].compare != Style::none) legend.push_back({std::string(kFields[f].label), kTickText, kFields[f].compare});
   }
-  const auto range = x_range(lines, {});
+  const auto range = panel_x_range(spec, runs, x_range(lines, {}));
   if (!range) return draw_no_data(canvas, frame.area);
   frame.x = linear_axis(range->first, range->second, x_intervals);
   std::vector<std::vector<Point>> points;
@@ -859,6 +1023,7 @@ constexpr Rgb kRunColours[kMaxComparedRuns] = {
 }  // namespace
 
 Rgb series_colour(std::string_view field) {
+  if (field == kByPositionName) return kByPositionColour;
   for (const FieldSpec& spec : kFields)
     if (spec.name == field) return spec.colour;
   fail("series_colour: \"" + std::string(field) + "\" is not a plotted metrics field");
@@ -869,38 +1034,58 @@ Rgb run_colour(size_t index) {
   return kRunColours[index];
 }
 
-void plot_run(const std::filesystem::path& run_dir, const std::filesystem::path& png_out) {
-  const Run run = read_run(run_dir);
+MismatchProfile mismatch_profile(const std::filesystem::path& run_dir, const StepWindow& window) {
+  return profile_of(read_run(run_dir), window);
+}
+
+void plot_run(const PlottedRun& plotted, const std::filesystem::path& png_out, const PlotOptions& options) {
+  const Run run = read_plotted(plotted);
   Canvas canvas(kPlotWidth, kPlotHeight, kWhite);
   const std::string range = step_summary(run);
   canvas.text(kPlotWidth - 16 - text_width(range, kScale), 10, range, kTickText, kScale);
-  const std::string title = fit_left("lockstep run " + run.name, kPlotWidth - 64 - text_width(range, kScale));
+  const std::string title = fit_left("lockstep run " + (plotted.label.empty() ? run.name : run.label),
+                                     kPlotWidth - 64 - text_width(range, kScale));
   canvas.text(16, 10, title, kText, kScale);
   canvas.fill({0, kHeaderHeight - 1, kPlotWidth, kHeaderHeight}, kGrid);
   for (int i = 0; i < kPlotPanels; ++i)
-    draw_panel(canvas, run, kPanels[i], (i % kPlotColumns) * kPanelWidth, kHeaderHeight + (i / kPlotColumns) * kPanelHeight);
+    draw_panel(canvas, run, kPanels[i], options, (i % kPlotColumns) * kPanelWidth,
+               kHeaderHeight + (i / kPlotColumns) * kPanelHeight);
   write_png(png_out, kPlotWidth, kPlotHeight, canvas.pixels());
 }
 
-void plot_compare(std::span<const std::filesystem::path> run_dirs, const std::filesystem::path& png_out) {
-  LOCKSTEP_CHECK(!run_dirs.empty() && run_dirs.size() <= size_t(kMaxComparedRuns), "plot --compare: give 1 to ",
-                 kMaxComparedRuns, " run folders, not ", run_dirs.size());
+void plot_compare(std::span<const PlottedRun> plotted, const std::filesystem::path& png_out,
+                  const PlotOptions& options) {
+  LOCKSTEP_CHECK(!plotted.empty() && plotted.size() <= size_t(kMaxComparedRuns), "plot --compare: give 1 to ",
+                 kMaxComparedRuns, " run folders, not ", plotted.size());
   std::vector<Run> runs;
-  for (const std::filesystem::path& dir : run_dirs) runs.push_back(read_run(dir));
+  for (const PlottedRun& p : plotted) runs.push_back(read_plotted(p));
   Canvas canvas(kPlotWidth, kPlotHeight, kWhite);
-  // The header: each run's colour and folder, sharing the width equally.
+  // The header: each run's colour and label, flowing over two lines; when the full labels do not
+  // fit, the runs share the two lines equally and long labels lose their beginnings.
   const std::string head = "lockstep runs:";
   canvas.text(16, 10, head, kText, kScale);
-  const int first = 16 + text_width(head, kScale) + 16;
-  const int share = (kPlotWidth - 16 - first) / int(runs.size());
+  const int first = 16 + text_width(head, kScale) + 16, right = kPlotWidth - 16;
+  std::vector<int> widths;
+  for (const Run& run : runs) widths.push_back(20 + text_width(run.label, kScale) + 24);
+  std::vector<std::pair<int, int>> at;  // each entry's x and line
+  for (int x = first, line = 0; const int w : widths) {
+    if (x + w > right && x > first) x = first, ++line;
+    at.push_back({x, line});
+    x += w;
+  }
+  bool flows = true;
+  for (size_t r = 0; r < runs.size(); ++r) flows = flows && at[r].second < 2 && at[r].first + widths[r] - 24 <= right;
+  const int per_line = int(runs.size() + 1) / 2, share = (right - first) / per_line;
   for (size_t r = 0; r < runs.size(); ++r) {
-    const int x = first + int(r) * share;
-    draw_swatch(canvas, x, 10, run_colour(r), Style::solid);
-    canvas.text(x + 20, 10, fit_left(runs[r].name, share - 36), kText, kScale);
+    const int x = flows ? at[r].first : first + int(r % size_t(per_line)) * share;
+    const int y = 6 + kLegendLineHeight * (flows ? at[r].second : int(r) / per_line);
+    const int room = flows ? widths[r] : share - 24;
+    draw_swatch(canvas, x, y, run_colour(r), Style::solid);
+    canvas.text(x + 20, y, fit_left(runs[r].label, room - 20), kText, kScale);
   }
   canvas.fill({0, kHeaderHeight - 1, kPlotWidth, kHeaderHeight}, kGrid);
   for (int i = 0; i < kPlotPanels; ++i)
-    draw_compare_panel(canvas, runs, kPanels[i], (i % kPlotColumns) * kPanelWidth,
+    draw_compare_panel(canvas, runs, kPanels[i], options, (i % kPlotColumns) * kPanelWidth,
                        kHeaderHeight + (i / kPlotColumns) * kPanelHeight);
   write_png(png_out, kPlotWidth, kPlotHeight, canvas.pixels());
 }

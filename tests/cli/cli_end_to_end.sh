@@ -125,6 +125,21 @@ check 0 "wrote $work/cmp.png" -- "$bin" plot --compare "$work/a" "$work/b" --out
 fact "cmp.png is a PNG" test "$(head -c 4 "$work/cmp.png" | tail -c 3)" == "PNG"
 check 0 "wrote $work/compare.png" -- "$bin" plot --compare "$work/a" "$work/b"
 check 1 "$work/none: no metrics.jsonl or sft_metrics.jsonl" -- "$bin" plot --compare "$work/a" "$work/none"
+check 0 "wrote $work/labelled.png" -- "$bin" plot --compare "$work/a" "$work/b" --labels=first,second \
+  --steps=1:2 --bin-tokens=4 --out="$work/labelled.png"
+check 0 "wrote $work/a_window.png" -- "$bin" plot "$work/a" --steps=2: --out="$work/a_window.png"
+check 1 "plot --compare --labels: 1 labels for 2 run folders" -- \
+  "$bin" plot --compare "$work/a" "$work/b" --labels=one
+check 1 "plot --compare --labels: label 2 is empty" -- "$bin" plot --compare "$work/a" "$work/b" --labels=one,
+check 1 "plot --steps: '5' is not FIRST:LAST" -- "$bin" plot "$work/a" --steps=5
+check 1 "plot --steps: '3:1' ends before it starts" -- "$bin" plot "$work/a" --steps=3:1
+check 1 "plot --steps: 'x' is not a number" -- "$bin" plot "$work/a" --steps=x:4
+check 1 "plot --bin-tokens: 0 is not a whole number >= 1" -- "$bin" plot "$work/a" --bin-tokens=0
+check 1 "plot: unknown option '--colour=red'" -- "$bin" plot "$work/a" --colour=red
+check 1 "plot takes one run folder" -- "$bin" plot "$work/a" "$work/b"
+cp "$work/a/metrics.jsonl" "$work/a_metrics.jsonl"
+check 0 "wrote $work/a_metrics.png" -- "$bin" plot "$work/a_metrics.jsonl"
+check 0 "wrote $work/compare.png" -- "$bin" plot --compare "$work/a_metrics.jsonl" "$work/b"
 
 echo "$failures failed"
 [[ $failures == 0 ]]

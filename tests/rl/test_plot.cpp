@@ -161,20 +161,23 @@ Hits find_in_panel(const Image& image, Rgb colour, int panel, bool data_only) {
 
 // Every metric the loop writes, steps 0..steps-1: reward and accuracy rising linearly (a zigzag on
 // top), eval every steps/10 steps on a line of its own (merged into the step's record), mismatch
-// metrics spanning decades, the time split, throughput and response length; plus fields plot_run
-// ignores. Lines are
+// metrics spanning decades, the mismatch by position (its third bin empty), the time split,
+// throughput and response length; plus fields plot_run ignores. Lines are
 // written in a shuffled order: the plot sorts by step.
 std::string full_metrics(int steps = 100) {
   std::vector<std::string> lines;
   for (int s = 0; s < steps; ++s) {
     const double t = s / (steps - 1.0), zigzag = (s % 2 ? 0.03 : -0.03);
+    const double k = 1e-4 * steps;  // the mismatch by position: runs of different lengths differ
     std::ostringstream line;
     line << R"({"step": )" << s << R"(, "reward_mean": )" << 0.1 + 0.8 * t + zigzag << R"(, "accuracy": )"
          << 0.05 + 0.7 * t << R"(, "mismatch_abs": )" << 0.02 * (1 - 0.5 * t) << R"(, "mismatch_mult_prob_error": )"
          << 1.01 << R"(, "mismatch_k3": )" << 2e-4 * (1 + t) << R"(, "tis_clip_frac": )" << 3e-3
          << R"(, "time_rollout": )" << 10 + 2 * t << R"(, "time_scoring": 1.5, "time_recompute": 3, "time_update": )"
          << 6 << R"(, "time_handover": 0.9, "tokens_per_s": )" << 20000 + 5000 * t
-         << R"(, "response_length": )" << 4 + 2 * t << R"(, "lr": 1e-6, "entropy": 0.5, "note": "ignored"})";
+         << R"(, "response_length": )" << 4 + 2 * t << R"(, "lr": 1e-6, "entropy": 0.5, "note": "ignored")"
+         << R"(, "mismatch_abs_by_position": [)" << k << ", " << 2 * k << ", null, " << 4 * k
+         << R"(], "mismatch_tokens_by_position": [50, 40, 0, 9]})";
     lines.push_back(line.str());
     if (s % (steps / 10) == 0)
       lines.push_back(R"({"step": )" + std::to_string(s) + R"(, "eval_accuracy_greedy": )" +
@@ -207,14 +210,24 @@ std::string sft_metrics(int steps = 200, double scale = 1) {
 }
 
 const char* const kPanelFields[kPlotPanels][5] = {
-    {"reward_mean", "accuracy", "eval_accuracy_greedy", "eval_accuracy_sampled", nullptr},
-    {"sft_loss", nullptr, nullptr, nullptr, nullptr},
+    {"reward_mean", "accuracy", nullptr, nullptr, nullptr},
+    {"eval_accuracy_greedy", "eval_accuracy_sampled", nullptr, nullptr, nullptr},
     {"mismatch_abs", "mismatch_mult_prob_error", "mismatch_k3", "tis_clip_frac", nullptr},
+    {"mismatch_abs_by_position", nullptr, nullptr, nullptr, nullptr},
     {"time_rollout", "time_scoring", "time_recompute", "time_update", "time_handover"},
     {"tokens_per_s", nullptr, nullptr, nullptr, nullptr},
     {"response_length", nullptr, nullptr, nullptr, nullptr},
+    {"sft_loss", nullptr, nullptr, nullptr, nullptr},
 };
-constexpr int kTimePanel = 3, kThroughputPanel = 4;
+constexpr int kRewardPanel = 0, kEvalPanel = 1, kTimePanel = 4, kThroughputPanel = 5, kSftPanel = 7;
+static_assert(kMismatchPositionPanel == 3);
+
+int panel_of(std::string_view field) {
+  for (int panel = 0; panel < kPlotPanels; ++panel)
+    for (const char* f : kPanelFields[panel])
+      if (f && f == field) return panel;
+  throw std::runtime_error("no panel for " + std::string(field));
+}
 
 class Plot : public ::testing::Test {
  protected:
@@ -281,10 +294,10 @@ TEST_F(Plot, TimeSplitIsStackedBottomToTop) {
   }
 }
 
-// Distinct columns holding the field's colour in the middle tenth of its x extent in panel (a), and
+// Distinct columns holding the field's colour in the middle tenth of its x extent in its panel, and
 // the number of columns there.
 std::pair<size_t, size_t> columns_in_middle(const Image& image, const char* field) {
-  const Hits hits = find_in_panel(image, series_colour(field), 0, true);
+  const Hits hits = find_in_panel(image, series_colour(field), panel_of(field), true);
   if (hits.count() == 0) return {0, 0};
   const auto [x_min, x_max] = std::minmax_element(hits.xs.begin(), hits.xs.end());
   const uint32_t from = *x_min + (*x_max - *x_min) * 45 / 100, to = *x_min + (*x_max - *x_min) * 55 / 100;
@@ -378,7 +391,7 @@ TEST_F(Plot, MalformedLinesNameFileAndLine) {
 // GRPO's (SFT steps are plotted before step 0), and its end joined to GRPO's first evaluation.
 TEST_F(Plot, SftPhaseIsPlottedBeforeGrpo) {
   const Image image = plot(full_metrics(), sft_metrics());
-  const Hits loss = find_in_panel(image, series_colour("sft_loss"), 1, true);
+  const Hits loss = find_in_panel(image, series_colour("sft_loss"), kSftPanel, true);
   ASSERT_GT(loss.count(), 300u);
   const auto [x_min, x_max] = std::minmax_element(loss.xs.begin(), loss.xs.end());
   double left_row = 0, right_row = 0, left_n = 0, right_n = 0;
@@ -388,22 +401,24 @@ TEST_F(Plot, SftPhaseIsPlottedBeforeGrpo) {
   }
   EXPECT_LT(left_row / left_n + 60, right_row / right_n);  // rows grow downwards: falling
 
-  const Hits eval = find_in_panel(image, series_colour("eval_accuracy_greedy"), 0, true);
-  const Hits reward = find_in_panel(image, series_colour("reward_mean"), 0, true);
+  // Panel (b): SFT's evaluations (every 40 of its 200 steps, the last at step 0) and GRPO's (every
+  // 10 of its 100 steps) on one axis from -199 to 99: the first SFT evaluation, at step -159, sits
+  // (-159 + 199) / 298 of the way along, GRPO's first, at step 0, about two thirds of the way.
+  const Hits eval = find_in_panel(image, series_colour("eval_accuracy_greedy"), kEvalPanel, true);
   ASSERT_GT(eval.count(), 0u);
-  ASSERT_GT(reward.count(), 0u);
-  const uint32_t eval_left = *std::min_element(eval.xs.begin(), eval.xs.end());
-  const uint32_t reward_left = *std::min_element(reward.xs.begin(), reward.xs.end());
-  // 200 SFT steps and 100 GRPO steps on one axis: SFT takes about two thirds of it.
-  EXPECT_LT(eval_left + 300, reward_left);
+  const auto [eval_left, eval_right] = std::minmax_element(eval.xs.begin(), eval.xs.end());
+  const double left_fraction = double(*eval_left - panel_rect(kEvalPanel).x0) / double(kPlotWidth / kPlotColumns);
+  EXPECT_GT(left_fraction, 0.12 + 0.1);  // 40/298 of the plot area, which starts 96 px in
+  EXPECT_LT(left_fraction, 0.12 + 0.2);
+  EXPECT_GT(*eval_right - *eval_left, 400u);
   const auto [eval_columns, width] = columns_in_middle(image, "eval_accuracy_greedy");
   EXPECT_EQ(eval_columns, width);  // one line from SFT into GRPO
 }
 
 TEST_F(Plot, SftOnlyRunIsPlotted) {
   const Image image = plot("", sft_metrics());
-  EXPECT_GT(find_in_panel(image, series_colour("sft_loss"), 1, true).count(), 300u);
-  EXPECT_GT(find_in_panel(image, series_colour("eval_accuracy_greedy"), 0, true).count(), 100u);
+  EXPECT_GT(find_in_panel(image, series_colour("sft_loss"), kSftPanel, true).count(), 300u);
+  EXPECT_GT(find_in_panel(image, series_colour("eval_accuracy_greedy"), kEvalPanel, true).count(), 100u);
   EXPECT_EQ(find(image, series_colour("reward_mean"), 0, 0, kPlotWidth, kPlotHeight).count(), 0u);
 }
 
@@ -434,13 +449,13 @@ TEST_F(Plot, EqualSeriesStayDistinguishable) {
 // header; the picture is of the documented size.
 TEST(PlotCompare, OverlaysRunsOneColourEach) {
   TempDir root;
-  std::vector<std::filesystem::path> dirs;
+  std::vector<PlottedRun> dirs;
   for (int r = 0; r < 3; ++r) {
     const std::filesystem::path d = root.path() / ("run" + std::to_string(r));
     std::filesystem::create_directories(d);
     write_bytes((d / "metrics.jsonl").string(), full_metrics(100 + 50 * r));
     write_bytes((d / "sft_metrics.jsonl").string(), sft_metrics(200, 1 + r));
-    dirs.push_back(d);
+    dirs.push_back({d, "", 256});
   }
   const std::string out = root.file("compare.png");
   plot_compare(dirs, out);
@@ -455,9 +470,256 @@ TEST(PlotCompare, OverlaysRunsOneColourEach) {
   }
   EXPECT_EQ(find(image, run_colour(3), 0, 0, kPlotWidth, kPlotHeight).count(), 0u);  // no fourth run
 
-  expect_error([&] { plot_compare(std::vector<std::filesystem::path>(11, dirs[0]), out); }, {"1 to 10", "11"});
-  expect_error([&] { plot_compare(std::vector<std::filesystem::path>{root.path() / "none"}, out); },
+  expect_error([&] { plot_compare(std::vector<PlottedRun>(11, dirs[0]), out); }, {"1 to 10", "11"});
+  expect_error([&] { plot_compare(std::vector<PlottedRun>{{root.path() / "none", "", 256}}, out); },
                {"none", "no metrics.jsonl"});
+}
+
+
+// --- the mismatch by response position -----------------------------------------------------------
+
+// Hand-written steps; the expected profile is worked out by hand in the comments.
+//   step 1: means [0.1, 0.2],            tokens [10, 30]
+//   step 2: means [0.3, null, 0.5],      tokens [30, 0, 5]     (bin 1 empty: its null is no value)
+//   step 3: means [0.2, 0.4, null, 0.9], tokens [20, 10, 0, 1] (a first line, replaced below)
+//   step 3: means [0.2, 0.4, 0.6],       tokens [20, 10, 0]    (the later line of step 3 wins)
+//   step 4: means [1.0],                 tokens [4]
+//   step 5: means [0.8, null],           tokens [5, 7]          (tokens but no mean: not counted)
+// plus lines without the arrays (an eval line, a step without them).
+const char* const kPositionMetrics =
+    R"({"step": 1, "mismatch_abs_by_position": [0.1, 0.2], "mismatch_tokens_by_position": [10, 30]})" "\n"
+    R"({"step": 2, "mismatch_abs_by_position": [0.3, null, 0.5], "mismatch_tokens_by_position": [30, 0, 5]})" "\n"
+    R"({"step": 3, "mismatch_abs_by_position": [0.2, 0.4, null, 0.9],)"
+    R"( "mismatch_tokens_by_position": [20, 10, 0, 1]})" "\n"
+    R"({"step": 2, "eval_accuracy_greedy": 0.5})" "\n"
+    R"({"step": 3, "mismatch_abs_by_position": [0.2, 0.4, 0.6], "mismatch_tokens_by_position": [20, 10, 0]})" "\n"
+    R"({"step": 4, "mismatch_abs_by_position": [1.0], "mismatch_tokens_by_position": [4]})" "\n"
+    R"({"step": 5, "mismatch_abs_by_position": [0.8, null], "mismatch_tokens_by_position": [5, 7]})" "\n"
+    R"({"step": 6, "reward_mean": 0.5})" "\n";
+
+void expect_profile(const MismatchProfile& got, const std::vector<double>& mean_abs, const std::vector<double>& tokens,
+                    int64_t steps, double first, double last) {
+  ASSERT_EQ(got.mean_abs.size(), mean_abs.size());
+  ASSERT_EQ(got.tokens.size(), tokens.size());
+  for (size_t b = 0; b < mean_abs.size(); ++b) {
+    if (std::isnan(mean_abs[b])) {
+      EXPECT_TRUE(std::isnan(got.mean_abs[b])) << "bin " << b << ": " << got.mean_abs[b];
+    } else {
+      EXPECT_NEAR(got.mean_abs[b], mean_abs[b], 1e-12) << "bin " << b;  // a few double roundings
+    }
+    EXPECT_EQ(got.tokens[b], tokens[b]) << "bin " << b;  // sums of small integers: exact
+  }
+  EXPECT_EQ(got.steps, steps);
+  if (steps > 0) {
+    EXPECT_EQ(got.first_step, first);
+    EXPECT_EQ(got.last_step, last);
+  }
+}
+
+TEST(MismatchProfile, TokenWeightedOverStepsByHand) {
+  TempDir dir;
+  write_bytes(dir.file("metrics.jsonl"), kPositionMetrics);
+  // Every step: bin 0 = (0.1·10 + 0.3·30 + 0.2·20 + 1.0·4 + 0.8·5) / (10+30+20+4+5) = 22/69;
+  // bin 1 = (0.2·30 + 0.4·10) / 40 = 0.25 (step 5's 7 tokens have no mean); bin 2 = 0.5·5 / 5 = 0.5.
+  expect_profile(mismatch_profile(dir.path()), {22.0 / 69, 0.25, 0.5}, {69, 40, 5}, 5, 1, 5);
+  // Steps 2 to 3: bin 0 = (0.3·30 + 0.2·20) / 50 = 0.26; bin 1 = 0.4·10 / 10 = 0.4; bin 2 = 0.5.
+  expect_profile(mismatch_profile(dir.path(), {2, 3}), {0.26, 0.4, 0.5}, {50, 10, 5}, 2, 2, 3);
+  // Step 3 alone: its last line's arrays; bin 2 has no tokens.
+  expect_profile(mismatch_profile(dir.path(), {3, 3}), {0.2, 0.4, NAN}, {20, 10, 0}, 1, 3, 3);
+  // From step 4 on: bin 0 = (1.0·4 + 0.8·5) / 9 = 8/9; bin 1 has tokens but no mean.
+  expect_profile(mismatch_profile(dir.path(), {4, INFINITY}), {8.0 / 9, NAN}, {9, 0}, 2, 4, 5);
+  // A window with no step in it.
+  expect_profile(mismatch_profile(dir.path(), {7, 9}), {}, {}, 0, 0, 0);
+}
+
+// A metrics file stands for a run folder holding it as metrics.jsonl (docs/results keeps such files).
+TEST(MismatchProfile, MetricsFileStandsForItsFolder) {
+  TempDir dir;
+  write_bytes(dir.file("fp8-rollout_4096.jsonl"), kPositionMetrics);
+  expect_profile(mismatch_profile(dir.file("fp8-rollout_4096.jsonl"), {2, 3}), {0.26, 0.4, 0.5}, {50, 10, 5}, 2, 2, 3);
+  plot_compare(std::vector<PlottedRun>{{dir.file("fp8-rollout_4096.jsonl"), "", 256}}, dir.file("compare.png"));
+  const Image image = read_png(dir.file("compare.png"));
+  EXPECT_GT(find_in_panel(image, run_colour(0), kMismatchPositionPanel, true).count(), 100u);
+  expect_error([&] { mismatch_profile(dir.file("absent.jsonl")); }, {"absent.jsonl", "no metrics.jsonl"});
+}
+
+TEST(MismatchProfile, BadArraysNameFileAndLine) {
+  TempDir dir;
+  const std::string good = R"({"step": 1, "mismatch_abs_by_position": [0.1], "mismatch_tokens_by_position": [3]})" "\n";
+  const struct {
+    std::string line;
+    std::vector<std::string_view> parts;
+  } cases[] = {
+      {R"({"step": 2, "mismatch_abs_by_position": [0.1]})",
+       {":2:", "\"mismatch_abs_by_position\" without \"mismatch_tokens_by_position\""}},
+      {R"({"step": 2, "mismatch_tokens_by_position": [1]})", {":2:", "\"mismatch_tokens_by_position\" without"}},
+      {R"({"step": 2, "mismatch_abs_by_position": [0.1, 0.2], "mismatch_tokens_by_position": [1]})",
+       {":2:", "has 2 bins", "has 1"}},
+      {R"({"step": 2, "mismatch_abs_by_position": 0.1, "mismatch_tokens_by_position": [1]})",
+       {":2:", "\"mismatch_abs_by_position\" must be an array", "number"}},
+      {R"({"step": 2, "mismatch_abs_by_position": ["x"], "mismatch_tokens_by_position": [1]})",
+       {":2:", "element 0 must be a number or null", "string"}},
+      {R"({"step": 2, "mismatch_abs_by_position": [0.1, 0.2], "mismatch_tokens_by_position": [1, null]})",
+       {":2:", "\"mismatch_tokens_by_position\": element 1 must be a number, not null"}},
+      {R"({"step": 2, "mismatch_abs_by_position": [0.1, 0.2], "mismatch_tokens_by_position": [1, -2]})",
+       {":2:", "element 1 is -2", "token count >= 0"}},
+  };
+  for (const auto& c : cases) {
+    write_bytes(dir.file("metrics.jsonl"), good + c.line + "\n");
+    std::vector<std::string_view> parts = c.parts;
+    parts.push_back("metrics.jsonl");
+    for (const bool plotting : {false, true}) {
+      try {
+        if (plotting) plot_run(dir.path(), dir.file("run.png"));
+        else mismatch_profile(dir.path());
+        ADD_FAILURE() << "no error for: " << c.line;
+      } catch (const Error& e) {
+        for (std::string_view part : parts)
+          EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << "'" << part << "' not in: " << e.what();
+      }
+    }
+  }
+  expect_error([&] { plot_run(PlottedRun{dir.path(), "", 0}, dir.file("run.png")); }, {"bins of 0 tokens", ">= 1"});
+  EXPECT_EQ(dir.list(), std::vector<std::string>{"metrics.jsonl"});  // no picture
+}
+
+// Metrics of `steps` GRPO steps: the train reward, eval every 10 steps from step 30, and a mismatch
+// profile of `bins` bins rising with position (0.05 + 0.01·b); `shift` is added to every value, so
+// that runs compared stay apart.
+std::string study_metrics(int steps, int bins, double shift = 0) {
+  std::string text;
+  for (int s = 1; s <= steps; ++s) {
+    std::string abs, tokens;
+    for (int b = 0; b < bins; ++b) {
+      if (b > 0) abs += ", ", tokens += ", ";
+      abs += std::to_string(shift + 0.05 + 0.01 * b);
+      tokens += std::to_string(100 - b);
+    }
+    text += R"({"step": )" + std::to_string(s) + R"(, "reward_mean": )" + std::to_string(shift + 0.2 + 0.002 * s) +
+            R"(, "mismatch_abs": )" + std::to_string(shift + 0.1) + R"(, "time_rollout": )" +
+            std::to_string(3 + 10 * shift) + R"(, "mismatch_abs_by_position": [)" + abs +
+            R"(], "mismatch_tokens_by_position": [)" + tokens + "]}\n";
+    if (s % 10 == 0 && s >= 30)
+      text += R"({"step": )" + std::to_string(s) + R"(, "eval_accuracy_greedy": )" + std::to_string(shift + 0.3) +
+              "}\n";
+  }
+  return text;
+}
+
+// Panel (d) of a run's own plot: the profile rising along the response.
+TEST_F(Plot, MismatchByPositionIsDrawnRising) {
+  const Image image = plot(study_metrics(20, 16));
+  const Hits hits = find_in_panel(image, series_colour("mismatch_abs_by_position"), kMismatchPositionPanel, true);
+  ASSERT_GT(hits.count(), 300u);
+  const auto [x_min, x_max] = std::minmax_element(hits.xs.begin(), hits.xs.end());
+  double left_row = 0, right_row = 0, left_n = 0, right_n = 0;
+  for (size_t i = 0; i < hits.count(); ++i) {
+    if (hits.xs[i] < *x_min + (*x_max - *x_min) / 4) left_row += hits.ys[i], ++left_n;
+    if (hits.xs[i] > *x_max - (*x_max - *x_min) / 4) right_row += hits.ys[i], ++right_n;
+  }
+  // 0.05 → 0.2 on an axis from 0 to 0.2 over ~300 px: the right quarter sits ≥ 100 px higher.
+  EXPECT_GT(left_row / left_n, right_row / right_n + 100);
+  for (int panel = 0; panel < kPlotPanels; ++panel)
+    if (panel != kMismatchPositionPanel) {
+      EXPECT_EQ(find_in_panel(image, series_colour("mismatch_abs_by_position"), panel, false).count(), 0u) << panel;
+    }
+}
+
+// Held-out accuracy always has markers (6 px squares), however dense; the train reward, as dense,
+// is a 2-px line. A flat series shows it as the height of its band.
+TEST_F(Plot, HeldOutAccuracyHasMarkers) {
+  std::string metrics;
+  for (int s = 0; s < 300; ++s)
+    metrics += R"({"step": )" + std::to_string(s) + R"(, "reward_mean": 0.5, "eval_accuracy_greedy": 0.5})" "\n";
+  const Image image = plot(metrics);
+  auto rows = [&](const char* field) {
+    const Hits hits = find_in_panel(image, series_colour(field), panel_of(field), true);
+    const auto [lo, hi] = std::minmax_element(hits.ys.begin(), hits.ys.end());
+    return hits.count() == 0 ? 0u : *hi - *lo + 1;
+  };
+  EXPECT_EQ(rows("eval_accuracy_greedy"), 6u);
+  EXPECT_EQ(rows("reward_mean"), 2u);
+}
+
+// The precision study's figure: runs of different lengths (87 and 200 steps) and response lengths
+// (16 bins of 256 tokens, 2 bins of 256): each line ends where its run does.
+TEST(PlotCompare, RunsOfDifferentLengthsEndWhereTheyEnd) {
+  TempDir root;
+  std::vector<PlottedRun> runs;
+  const int steps[] = {87, 200}, bins[] = {2, 16};
+  for (int r = 0; r < 2; ++r) {
+    const std::filesystem::path d = root.path() / ("run" + std::to_string(r));
+    std::filesystem::create_directories(d);
+    write_bytes((d / "metrics.jsonl").string(), study_metrics(steps[r], bins[r], r == 0 ? 0.1 : 0));
+    runs.push_back({d, "", 256});
+  }
+  const std::string out = root.file("compare.png");
+  plot_compare(runs, out);
+  const Image image = read_png(out);
+  // The x extent of a run's line in a panel.
+  auto extent = [&](int r, int panel) {
+    const Hits hits = find_in_panel(image, run_colour(size_t(r)), panel, true);
+    EXPECT_GT(hits.count(), 20u) << r << " " << panel;
+    const auto [lo, hi] = std::minmax_element(hits.xs.begin(), hits.xs.end());
+    return std::pair<double, double>{*lo, *hi};
+  };
+  for (const int panel : {kRewardPanel, kEvalPanel, 2, kTimePanel}) {
+    // Steps 1..87 of 1..200 (evaluations: 30..80 of 30..200): the short run ends at ~43% (~29%).
+    const auto [short_lo, short_hi] = extent(0, panel);
+    const auto [long_lo, long_hi] = extent(1, panel);
+    const double end = (short_hi - long_lo) / (long_hi - long_lo);
+    EXPECT_NEAR(short_lo, long_lo, 1) << panel;
+    if (panel == kEvalPanel) {
+      EXPECT_NEAR(end, 50.0 / 170, 0.03) << panel;
+    } else {
+      EXPECT_NEAR(end, 86.0 / 199, 0.03) << panel;
+    }
+  }
+  // Panel (b)'s axis spans the runs' steps, as panel (a)'s (both 0 to 200): the first evaluation,
+  // at step 30, sits 29/200 of the ~667 px axis (less a 3-px marker half) right of the first reward,
+  // at step 1. (Over the evaluations alone, 20 to 200, it would be 10/180 of it.)
+  const double eval_left = extent(1, kEvalPanel).first - panel_rect(kEvalPanel).x0;
+  const double reward_left = extent(1, kRewardPanel).first - panel_rect(kRewardPanel).x0;
+  EXPECT_NEAR(eval_left - reward_left, 29.0 / 200 * 667 - 3, 4);
+  // Bin middles 128..384 of 128..3968: the 512-token run's profile ends at 1/15 of the other's.
+  const auto [short_lo, short_hi] = extent(0, kMismatchPositionPanel);
+  const auto [long_lo, long_hi] = extent(1, kMismatchPositionPanel);
+  EXPECT_NEAR(short_lo, long_lo, 1);
+  EXPECT_NEAR((short_hi - long_lo) / (long_hi - long_lo), 256.0 / 3840, 0.03);
+}
+
+// Ten runs with long labels: every run's swatch is in the header, over two lines.
+TEST(PlotCompare, TenLongLabelsShareTwoHeaderLines) {
+  TempDir root;
+  const std::filesystem::path d = root.path() / "run";
+  std::filesystem::create_directories(d);
+  write_bytes((d / "metrics.jsonl").string(), study_metrics(30, 4));
+  std::vector<PlottedRun> runs;
+  for (int r = 0; r < kMaxComparedRuns; ++r)
+    runs.push_back({d, "word_problems_200steps_fp8-rollout_tis_seed" + std::to_string(r), 256});
+  plot_compare(runs, root.file("compare.png"));
+  const Image image = read_png(root.file("compare.png"));
+  std::vector<uint32_t> tops;
+  for (int r = 0; r < kMaxComparedRuns; ++r) {
+    const Hits swatch = find(image, run_colour(size_t(r)), 0, 0, kPlotWidth, kPlotHeaderHeight);
+    EXPECT_GE(swatch.count(), 14u * 12u) << r;  // the whole 14 × 12 swatch
+    tops.push_back(swatch.count() ? *std::min_element(swatch.ys.begin(), swatch.ys.end()) : 0);
+  }
+  EXPECT_EQ(tops[0], tops[4]);
+  EXPECT_EQ(tops[5], tops[9]);
+  EXPECT_GE(tops[5], tops[0] + 20);  // the second line
+
+  // Two runs, one label longer than the header: a line each (the long label cut), both swatches there.
+  const std::vector<PlottedRun> two = {{d, std::string(200, 'x'), 256}, {d, "short", 256}};
+  plot_compare(two, root.file("two.png"));
+  const Image image2 = read_png(root.file("two.png"));
+  for (int r = 0; r < 2; ++r) {
+    const Hits swatch = find(image2, run_colour(size_t(r)), 0, 0, kPlotWidth, kPlotHeaderHeight);
+    EXPECT_GE(swatch.count(), 14u * 12u) << r;
+    if (swatch.count()) {
+      EXPECT_EQ(*std::min_element(swatch.ys.begin(), swatch.ys.end()), r == 0 ? tops[0] : tops[5]) << r;
+    }
+  }
 }
 
 }  // namespace
