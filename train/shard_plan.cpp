@@ -15,6 +15,8 @@ int64_t dims_after_first(const Shape& s) {
   return n;
 }
 
+int64_t round_up(int64_t n, int64_t multiple) { return (n + multiple - 1) / multiple * multiple; }
+
 bool cut_in_blocks(const Shape& s) { return s.size() >= 2 && s[0] >= kShardRowBlock; }
 
 // A unit the plan never cuts: rows [row_begin, row_end) of one tensor.
@@ -82,12 +84,14 @@ ShardPlan plan_shards(const std::vector<ShardedTensor>& tensors, int ranks) {
       // Adjacent units of one tensor merge into one piece.
       if (!pieces.empty() && pieces.back().tensor == unit.tensor && pieces.back().row_end == unit.row_begin)
         pieces.back().row_end = unit.row_end;
-      else
+      else {
+        offset = round_up(offset, kShardPieceAlign);
         pieces.push_back({unit.tensor, unit.row_begin, unit.row_end, offset});
+      }
       offset += unit.numel;
     }
     plan.rank_numel[size_t(r)] = offset;
-    plan.shard_numel = std::max(plan.shard_numel, offset);
+    plan.shard_numel = std::max(plan.shard_numel, round_up(offset, kShardPieceAlign));
   }
   return plan;
 }

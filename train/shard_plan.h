@@ -15,7 +15,9 @@
 //
 // Each rank's rows are packed, in order, into a flat buffer of `shard_numel` elements (the
 // largest rank's count; the smaller ranks' buffers end in padding): the layout of the gradient
-// reduce-scatter and of the master all-gather. A pure function of the shapes and N: every rank
+// reduce-scatter and of the master all-gather. Every piece starts at a multiple of
+// kShardPieceAlign elements (16 bytes of f32, the alignment the CUDA AdamW kernel reads with;
+// the gaps are padding), and shard_numel is a multiple of it. A pure function of the shapes and N: every rank
 // computes the same plan.
 #pragma once
 
@@ -28,6 +30,7 @@
 namespace lockstep {
 
 inline constexpr int64_t kShardRowBlock = 128;
+inline constexpr int64_t kShardPieceAlign = 4;
 
 // One tensor as the plan sees it: its rows along the first dimension and the elements per row.
 struct ShardedTensor {
@@ -47,8 +50,8 @@ struct ShardPlan {
   int ranks = 1;
   std::vector<ShardedTensor> tensors;
   std::vector<std::vector<ShardPiece>> pieces;  // [rank]: its pieces, in tensor and row order
-  std::vector<int64_t> rank_numel;              // [rank]: elements it owns
-  int64_t shard_numel = 0;                      // max of rank_numel: every rank's flat shard size
+  std::vector<int64_t> rank_numel;              // [rank]: its packed size (pieces and the gaps between)
+  int64_t shard_numel = 0;                      // max of rank_numel rounded up to kShardPieceAlign
 
   // Elements per row of tensor i (the product of its dimensions after the first; 1 for 1-D).
   int64_t row_numel(int i) const;

@@ -46,7 +46,9 @@ ShardedAdamW::ShardedAdamW(const ModelParameters& params, const OptimizerConfig&
   LOCKSTEP_CHECK(std::isfinite(config.max_grad_norm) && config.max_grad_norm >= 0,
                  "ShardedAdamW: max_grad_norm = ", config.max_grad_norm,
                  " (must be finite and non-negative; 0 turns clipping off)");
-  LOCKSTEP_CHECK(bucket_numel >= 1, "ShardedAdamW: bucket_numel = ", bucket_numel, " (must be ≥ 1)");
+  LOCKSTEP_CHECK(bucket_numel >= kShardPieceAlign && bucket_numel % kShardPieceAlign == 0,
+                 "ShardedAdamW: bucket_numel = ", bucket_numel, " (must be a positive multiple of ",
+                 kShardPieceAlign, ": the views of a bucket stay 16-byte aligned)");
   // Padding past a rank's own elements stays zero: zero gradient, zero moments.
   const int64_t n = std::max<int64_t>(plan_.shard_numel, 1);
   m_ = Tensor::zeros({n}, DType::f32, device_);
