@@ -33,7 +33,9 @@ class DataParallelOptimizer {
                              const AdamW::CopiesOf& copies) = 0;
   virtual int64_t steps() const = 0;
   // The whole moments (as AdamW::first_moment / second_moment), of the tensors of `params`, on
-  // every rank: a collective, for a checkpoint.
+  // every rank: a collective, for a checkpoint. (ShardedAdamW all-gathers them, so every rank
+  // holds the whole moments until the checkpoint is written; a gather to rank 0 alone, or shard
+  // files, would spare the others that memory.)
   struct Moments {
     ModelParameters m, v;
   };
