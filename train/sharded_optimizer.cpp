@@ -112,7 +112,8 @@ OptimizerStep ShardedAdamW::step(ModelParameters& params, ModelParameters& grads
   const std::vector<Span> own = spans(g, me, 0, shard);
   std::vector<Tensor> own_grads;
   std::vector<const Tensor*> own_ptrs;
-  for (const Span& s : own) own_grads.push_back(grad_.rows(s.shard_begin, s.shard_begin + s.tensor_elems.numel()));
+  for (const Span& s : own)
+    own_grads.push_back(grad_.rows(s.shard_begin, s.shard_begin + s.tensor_elems.numel()));
   for (const Tensor& t : own_grads) own_ptrs.push_back(&t);
   const std::vector<double> piece_sums = sum_squares(own_ptrs);
   Tensor sums = Tensor::zeros({int64_t(plan_.tensors.size())}, DType::f64);
