@@ -105,6 +105,8 @@ struct OptimOptions {
   int64_t ppo_epochs = 1;
   int64_t mini_batches = 1;
   int64_t micro_batch_tokens = 4096;
+  // With several ranks: each keeps the AdamW moments of its own rows only (train/data_parallel.h).
+  bool shard_state = true;
   bool operator==(const OptimOptions&) const = default;
 };
 

@@ -19,7 +19,8 @@ fs::path folder(const fs::path& out_dir) { return out_dir / "checkpoint"; }
 }  // namespace
 
 void save_checkpoint(const fs::path& out_dir, const ModelConfig& config,
-                     const ModelParameters& params, const AdamW& optimizer, const RunState& state,
+                     const ModelParameters& params, const DataParallelOptimizer::Moments& moments,
+                     const RunState& state,
                      const fs::path& tokenizer_dir) {
   const fs::path final_dir = folder(out_dir), tmp = out_dir / "checkpoint.tmp";
   fs::remove_all(tmp);
@@ -28,13 +29,12 @@ void save_checkpoint(const fs::path& out_dir, const ModelConfig& config,
   for (const char* name : {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja"})
     if (fs::exists(tokenizer_dir / name)) fs::copy_file(tokenizer_dir / name, tmp / "model" / name);
 
-  NamedTensors moments;
-  for (auto [prefix, m] : {std::pair{"m.", &optimizer.first_moment()},
-                           std::pair{"v.", &optimizer.second_moment()}})
+  NamedTensors tensors;
+  for (auto [prefix, m] : {std::pair{"m.", &moments.m}, std::pair{"v.", &moments.v}})
     m->for_each([&](const std::string& name, const Tensor& t) {
-      moments.emplace_back(prefix + name, t.device() == Device::cpu ? t : t.to(Device::cpu));
+      tensors.emplace_back(prefix + name, t.device() == Device::cpu ? t : t.to(Device::cpu));
     });
-  write_safetensors((tmp / "optimizer.safetensors").string(), moments);
+  write_safetensors((tmp / "optimizer.safetensors").string(), tensors);
 
   const nlohmann::json j = {{"sft_step", state.sft_step},
                             {"step", state.step},
@@ -66,9 +66,10 @@ std::optional<SavedRun> find_checkpoint(const fs::path& out_dir) {
   return run;
 }
 
-void load_optimizer(const fs::path& out_dir, AdamW& optimizer, int64_t steps) {
+void load_optimizer(const fs::path& out_dir, const ModelParameters& params,
+                    DataParallelOptimizer& optimizer, int64_t steps) {
   const SafetensorsFile file((folder(out_dir) / "optimizer.safetensors").string());
-  ModelParameters m = optimizer.first_moment(), v = optimizer.second_moment();
+  ModelParameters m = params, v = params;  // the names and shapes; every tensor is replaced
   for (auto [prefix, p] : {std::pair{"m.", &m}, std::pair{"v.", &v}})
     p->for_each([&](const std::string& name, Tensor& t) {
       LOCKSTEP_CHECK(file.contains(prefix + name), file.path(), ": no tensor ", prefix, name);

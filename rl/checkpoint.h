@@ -3,7 +3,12 @@
 //   OUT_DIR/checkpoint/model/            the fp32 masters as a Hugging Face checkpoint (config.json,
 //                                        model.safetensors; transformers loads it) plus the
 //                                        tokenizer files, so the folder can be served as it is
-//   OUT_DIR/checkpoint/optimizer.safetensors   AdamW's moments ("m.<name>", "v.<name>")
+//   OUT_DIR/checkpoint/optimizer.safetensors   AdamW's moments ("m.<name>", "v.<name>"), whole
+//                                        tensors whatever the number of ranks: with the optimizer
+//                                        state sharded (train/sharded_optimizer.h) every rank's
+//                                        rows are gathered first and rank 0 writes, and each rank
+//                                        of a resumed run takes its own rows; so a run resumes
+//                                        with any number of ranks, sharded or not
 //   OUT_DIR/checkpoint/state.json        where the run stands (RunState)
 //
 // The run's randomness is counter-based (problems, sampling seeds: functions of the run seed and
@@ -17,7 +22,7 @@
 
 #include "io/config.h"
 #include "model/parameters.h"
-#include "train/optimizer.h"
+#include "train/data_parallel.h"
 
 namespace lockstep {
 
@@ -29,7 +34,8 @@ struct RunState {
 };
 
 void save_checkpoint(const std::filesystem::path& out_dir, const ModelConfig& config,
-                     const ModelParameters& params, const AdamW& optimizer, const RunState& state,
+                     const ModelParameters& params, const DataParallelOptimizer::Moments& moments,
+                     const RunState& state,
                      const std::filesystem::path& tokenizer_dir);
 
 // The checkpoint folder's model path and its state, when OUT_DIR holds a checkpoint.
@@ -39,7 +45,9 @@ struct SavedRun {
 };
 std::optional<SavedRun> find_checkpoint(const std::filesystem::path& out_dir);
 
-// Restores the optimizer's moments (AdamW::load_state) from the checkpoint.
-void load_optimizer(const std::filesystem::path& out_dir, AdamW& optimizer, int64_t steps);
+// Restores the optimizer's moments (DataParallelOptimizer::load_state) from the checkpoint;
+// `params`: the masters, whose tensors the moments have.
+void load_optimizer(const std::filesystem::path& out_dir, const ModelParameters& params,
+                    DataParallelOptimizer& optimizer, int64_t steps);
 
 }  // namespace lockstep

@@ -12,7 +12,6 @@
 #include "dist/host_values.h"
 #include "rl/packed_rows.h"
 #include "train/advantages.h"
-#include "train/data_parallel.h"
 #include "train/policy_loss.h"
 #include "train/rollout_mismatch.h"
 
@@ -124,8 +123,8 @@ GrpoUpdate grpo_update(const std::vector<ScoredGroup>& groups, const Config& con
   const std::vector<double> sequence_tokens = gather_over_ranks(comm, std::span<const double>(local_tokens));
 
   // 5. PPO update: mini-batches of whole sequences of the global batch, each rank's part of one
-  // in micro-batches; the gradients are summed over the ranks before each optimizer step, and
-  // every rank takes the same step.
+  // in micro-batches; each optimizer step sums the ranks' gradients (train/data_parallel.h) and
+  // leaves every rank with the same weights.
   t0 = Clock::now();
   PolicyLossConfig cfg = loss_config(config);
   const size_t sequences = sequence_tokens.size();
@@ -188,7 +187,6 @@ GrpoUpdate grpo_update(const std::vector<ScoredGroup>& groups, const Config& con
         model.grads().zero();
         why = "loss";
       } else {
-        sum_gradients_over_ranks(comm, model.grads());
         const OptimizerStep opt = optimizer_step(model.params(), model.grads());
         if (opt.applied) {
           grad_norm = opt.grad_norm;

@@ -42,8 +42,9 @@ struct ScoredGroup {
   std::vector<float> rewards;            // G: the task reward plus any overlong penalty
 };
 
-// One optimizer step over the accumulated gradients (AdamW::step with the rollout's weight copies,
-// in the loop).
+// One optimizer step over this rank's accumulated gradients (in the loop: the data-parallel
+// optimizer, train/data_parallel.h, which sums them over the ranks, with the rollout's weight
+// copies).
 using OptimizerStepFn = std::function<OptimizerStep(ModelParameters& params, ModelParameters& grads)>;
 
 struct GrpoUpdate {
@@ -62,8 +63,8 @@ struct GrpoUpdate {
 // With several ranks (`comm`), `groups` are this rank's share of the batch: the global batch is the
 // ranks' groups in rank order, and every rank calls grpo_update with the same config. Advantages,
 // mini-batches, loss normalizers and metrics are those of the global batch; each rank computes
-// the loss of its own sequences of each mini-batch, the gradients are summed over the ranks
-// (train/data_parallel.h) and every rank takes the same optimizer step. With one rank this is the
+// the loss of its own sequences of each mini-batch, and `optimizer_step` sums the gradients over
+// the ranks (train/data_parallel.h) and leaves every rank with the same weights. With one rank this is the
 // single-process update, unchanged.
 GrpoUpdate grpo_update(const std::vector<ScoredGroup>& groups, const Config& config,
                        Transformer& model, Transformer* reference,

@@ -85,7 +85,7 @@ struct Run {
   std::optional<SavedRun> saved;
   std::unique_ptr<Policy> policy;
   std::unique_ptr<Engine> engine;
-  std::unique_ptr<AdamW> optimizer;
+  std::unique_ptr<DataParallelOptimizer> optimizer;
   std::unique_ptr<Evaluator> evaluator;
 };
 
@@ -101,9 +101,9 @@ Run start_run(const Config& config, std::string_view command, Communicator& comm
   }
   std::printf("%s\n", run_header(command, run.setup, config.model.path, config.run.out_dir).c_str());
   if (comm.size() > 1)
-    std::printf("%d data-parallel ranks, weights replicated: each generates %lld of the %lld prompts "
-                "a step; rank 0 prints and writes %s\n",
-                comm.size(), (long long)(config.rollout.prompts_per_step / comm.size()),
+    std::printf("%d data-parallel ranks, weights replicated, optimizer state %s: each generates "
+                "%lld of the %lld prompts a step; rank 0 prints and writes %s\n",
+                comm.size(), config.optim.shard_state ? "sharded" : "replicated", (long long)(config.rollout.prompts_per_step / comm.size()),
                 (long long)config.rollout.prompts_per_step, config.run.out_dir.c_str());
   std::fflush(stdout);  // before the first step, in a log too
   if (run.saved) {
@@ -135,11 +135,14 @@ AdamW::CopiesOf copies_of(Run& run) {
   return [&run](const std::string& name) { return run.policy->copies(name); };
 }
 
-// Rank 0 writes (every rank holds the same weights and optimizer state).
+// Rank 0 writes (every rank holds the same weights; a sharded optimizer state is gathered first,
+// on every rank).
 void save(Run& run) {
+  const ModelParameters& params = run.policy->trainer().params();
+  const DataParallelOptimizer::Moments moments = run.optimizer->full_moments(params);
   if (!run.comm->is_main()) return;
-  save_checkpoint(run.out_dir, run.setup.model_config, run.policy->trainer().params(),
-                  *run.optimizer, run.state, run.setup.tokenizer_dir);
+  save_checkpoint(run.out_dir, run.setup.model_config, params, moments, run.state,
+                  run.setup.tokenizer_dir);
 }
 
 // Why an SFT step's update was skipped, or empty.
@@ -185,7 +188,6 @@ Metrics sft_step(Run& run, int64_t step) {
   OptimizerStep opt;
   opt.grad_norm = NAN;
   if (std::isfinite(loss)) {
-    sum_gradients_over_ranks(*run.comm, model.grads());
     opt = run.optimizer->step(model.params(), model.grads(), copies_of(run));
   } else {
     model.grads().zero();
@@ -352,8 +354,11 @@ bool sft_phase(Run& run, const TrainHooks& hooks, TrainSummary& summary) {
   o.lr = c.sft.lr;
   o.warmup_steps = c.sft.warmup_steps;
   o.schedule = "constant";
-  run.optimizer = std::make_unique<AdamW>(run.policy->trainer().params(), optimizer_config(o, c.sft.steps));
-  if (run.saved && run.state.sft_step > 0) load_optimizer(run.out_dir, *run.optimizer, run.state.optimizer_steps);
+  run.optimizer = make_data_parallel_optimizer(run.policy->trainer().params(),
+                                               optimizer_config(o, c.sft.steps), *run.comm,
+                                               c.optim.shard_state);
+  if (run.saved && run.state.sft_step > 0)
+    load_optimizer(run.out_dir, run.policy->trainer().params(), *run.optimizer, run.state.optimizer_steps);
   std::optional<MetricsLog> log;
   if (run.comm->is_main()) log.emplace(run.out_dir / "sft_metrics.jsonl", run.state.sft_step);
   Progress progress("sft", c.sft.steps, run.state.sft_step);
@@ -415,9 +420,11 @@ TrainSummary run_train(const Config& config, const TrainHooks& hooks, Communicat
 
   const Config& c = run.setup.config;
   const int64_t optimizer_steps = c.run.steps * c.optim.ppo_epochs * c.optim.mini_batches;
-  run.optimizer = std::make_unique<AdamW>(run.policy->trainer().params(),
-                                          optimizer_config(c.optim, optimizer_steps));
-  if (run.saved && run.state.step > 0) load_optimizer(run.out_dir, *run.optimizer, run.state.optimizer_steps);
+  run.optimizer = make_data_parallel_optimizer(run.policy->trainer().params(),
+                                               optimizer_config(c.optim, optimizer_steps), comm,
+                                               c.optim.shard_state);
+  if (run.saved && run.state.step > 0)
+    load_optimizer(run.out_dir, run.policy->trainer().params(), *run.optimizer, run.state.optimizer_steps);
   // A frozen reference for the KL penalty: the weights the RL phase starts from.
   std::unique_ptr<Transformer> reference;
   if (c.loss.kl_coef > 0) {

@@ -50,8 +50,8 @@ struct TrainHooks {
   // Called after each completed step (SFT steps count negative: -1, -2, ...); returning true stops
   // the run as SIGINT does (checkpoint, return). For tests.
   std::function<bool(int64_t step)> stop_after;
-  // Called with the accumulated gradients before each GRPO optimizer step (a test plants a
-  // non-finite value there).
+  // Called with this rank's accumulated gradients (before the sum over the ranks) before each
+  // GRPO optimizer step (a test plants a non-finite value there).
   std::function<void(ModelParameters& grads)> before_optimizer_step;
   // Called with the weights after each completed step (numbered as stop_after's). For tests.
   std::function<void(int64_t step, const ModelParameters& params)> after_step;

@@ -1,11 +1,27 @@
 // train/data_parallel.cpp
 #include "train/data_parallel.h"
 
+#include "train/sharded_optimizer.h"
+
 namespace lockstep {
 
 void sum_gradients_over_ranks(Communicator& comm, ModelParameters& grads) {
   if (comm.size() == 1) return;
   grads.for_each([&](const std::string&, Tensor& g) { comm.all_reduce_sum(g); });
+}
+
+OptimizerStep ReplicatedAdamW::step(ModelParameters& params, ModelParameters& grads,
+                                    const AdamW::CopiesOf& copies) {
+  sum_gradients_over_ranks(comm_, grads);
+  return adamw_.step(params, grads, copies);
+}
+
+std::unique_ptr<DataParallelOptimizer> make_data_parallel_optimizer(const ModelParameters& params,
+                                                                    const OptimizerConfig& config,
+                                                                    Communicator& comm,
+                                                                    bool shard_state) {
+  if (shard_state && comm.size() > 1) return std::make_unique<ShardedAdamW>(params, config, comm);
+  return std::make_unique<ReplicatedAdamW>(params, config, comm);
 }
 
 }  // namespace lockstep

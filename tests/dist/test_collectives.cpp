@@ -9,16 +9,13 @@
 #include "core/error.h"
 #include "dist/host_values.h"
 #include "dist/world.h"
+#include "tests/dist/test_world.h"
 
 using namespace lockstep;
 
 namespace {
 
-Communicator& world() {
-  static std::unique_ptr<Communicator> w =
-      join_world([](const char* name) { return static_cast<const char*>(std::getenv(name)); });
-  return *w;
-}
+using lockstep::testing::world;
 
 // Rank r's element i of the test tensors.
 float value_f32(int r, int64_t i) { return float(r + 1) * 0.1f + float(i) * 1.5f; }
