@@ -4,11 +4,15 @@
 #include "io/config.h"
 
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "io/file_io.h"
+#include "io/safetensors.h"
 
 namespace lockstep {
 
@@ -343,6 +347,53 @@ ModelConfig parse_model_config(std::string_view json_text, const std::string& so
   return parse_config_object(j, source);
 }
 
+namespace {
+
+// Whether two checkpoint tensors hold equal values (torch.equal after loading both in one dtype).
+bool equal_values(const Tensor& a, const Tensor& b) {
+  if (a.shape() != b.shape()) return false;
+  auto widened = [](const Tensor& t, int64_t i) -> std::optional<float> {
+    switch (t.dtype()) {
+      case DType::f32: return t.data_as<float>()[i];
+      case DType::bf16: return bf16_to_float(t.data_as<bf16>()[i]);
+      case DType::f16: return f16_to_float(t.data_as<f16>()[i]);
+      default: return std::nullopt;
+    }
+  };
+  if (a.dtype() == b.dtype() && !widened(a, 0) && a.numel() > 0)  // other dtypes: the same bytes
+    return std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    const std::optional<float> x = widened(a, i), y = widened(b, i);
+    if (!x || !y || *x != *y) return false;
+  }
+  return true;
+}
+
+// A checkpoint whose config.json ties the embeddings but which holds an lm_head.weight different
+// from model.embed_tokens.weight: transformers (PreTrainedModel.tie_weights in modeling_utils.py)
+// then does not tie them, keeps the stored head and warns. The same here: the config is untied,
+// so the stored head is loaded and used. A stored head equal to the embeddings stays tied (as
+// transformers does, silently: .bin exports hold both).
+void untie_a_differing_stored_head(ModelConfig& config, const std::filesystem::path& folder) {
+  namespace fs = std::filesystem;
+  if (!config.tie_word_embeddings) return;
+  if (!fs::exists(folder / "model.safetensors") && !fs::exists(folder / "model.safetensors.index.json"))
+    return;
+  const SafetensorsCheckpoint checkpoint(folder.string());
+  if (!checkpoint.contains("lm_head.weight") || !checkpoint.contains("model.embed_tokens.weight")) return;
+  if (equal_values(checkpoint.tensor("lm_head.weight"), checkpoint.tensor("model.embed_tokens.weight")))
+    return;
+  config.tie_word_embeddings = false;
+  std::fprintf(stderr,
+               "lockstep: warning: %s: config.json says tie_word_embeddings: true, but the checkpoint "
+               "holds an lm_head.weight different from model.embed_tokens.weight; as transformers "
+               "does, they are NOT tied and the stored head is used (set tie_word_embeddings to "
+               "false in config.json to silence this)\n",
+               folder.string().c_str());
+}
+
+}  // namespace
+
 ModelConfig load_model_config(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code error;
@@ -353,7 +404,9 @@ ModelConfig load_model_config(const std::string& path) {
     const std::string file = (fs::path(path) / "config.json").string();
     LOCKSTEP_CHECK(fs::exists(file), "model folder ", path,
                    " has no config.json (a Hugging Face checkpoint folder holds one)");
-    return parse_model_config(read_file(file, "config"), file);
+    ModelConfig config = parse_model_config(read_file(file, "config"), file);
+    untie_a_differing_stored_head(config, path);
+    return config;
   }
   // A file: the config.json itself. Any other file is a mistaken model folder.
   LOCKSTEP_CHECK(fs::path(path).extension() == ".json", path,

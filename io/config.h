@@ -73,7 +73,9 @@ struct ModelConfig {
 // `source` names the text in error messages (normally the file path).
 ModelConfig parse_model_config(std::string_view json_text, const std::string& source);
 // `path`: a folder holding config.json, or a .json file itself. A path that does not exist, a
-// folder without config.json or a file not named *.json is an error saying so.
+// folder without config.json or a file not named *.json is an error saying so. A folder whose
+// config.json says tie_word_embeddings but whose weights hold an lm_head.weight different from
+// model.embed_tokens.weight gets an untied config and a warning on stderr, as transformers does.
 ModelConfig load_model_config(const std::string& path);
 // Writes `config.to_json()` to `path` atomically.
 void save_model_config(const ModelConfig& config, const std::string& path);

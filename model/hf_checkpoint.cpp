@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <functional>
 #include <set>
@@ -209,6 +210,28 @@ ModelParameters load_hf_parameters(const ModelConfig& config, const std::string&
     } else {
       convert(dst, src);
     }
+  }
+  if (config.tie_word_embeddings && checkpoint.contains("lm_head.weight")) {
+    // Tied, as transformers ties a stored head equal to the embeddings; one that differs is untied
+    // by load_model_config (as transformers does), so a tied config here that differs was made by hand.
+    const Tensor head = checkpoint.tensor("lm_head.weight");
+    bool equal = head.shape() == params.embed.shape() &&
+                 (head.dtype() == DType::bf16 || head.dtype() == DType::f16 || head.dtype() == DType::f32);
+    if (equal) {
+      Tensor wide = Tensor::empty(head.shape(), DType::f32);
+      if (head.dtype() == DType::f16) {  // convert() handles f32/bf16 only
+        for (int64_t i = 0; i < head.numel(); ++i)
+          wide.data_as<float>()[i] = f16_to_float(head.data_as<f16>()[i]);
+      } else {
+        convert(wide, head);
+      }
+      const float* w = wide.data_as<float>();
+      equal = std::equal(w, w + wide.numel(), params.embed.data_as<float>());
+    }
+    LOCKSTEP_CHECK(equal, "checkpoint ", path, ": the config ties the embeddings, but lm_head.weight ",
+                   "differs from model.embed_tokens.weight; transformers would not tie them and would ",
+                   "use the stored head, as load_model_config(<folder>) does (set tie_word_embeddings ",
+                   "to false)");
   }
   for (const std::string& name : checkpoint.names())
     LOCKSTEP_CHECK(expected.count(name) || ignorable(name, config), "checkpoint ", path,

@@ -19,8 +19,9 @@ namespace lockstep {
 
 // Reads every tensor the config needs from the checkpoint at `path` (a folder or a .safetensors
 // file). A missing tensor, a wrong shape or an unexpected tensor is an error naming the checkpoint
-// and the tensor. Ignored: `lm_head.weight` when the embeddings are tied (some exports keep it) and
-// `*.rotary_emb.inv_freq` buffers (older exports).
+// and the tensor. Ignored: `*.rotary_emb.inv_freq` buffers (older exports), and `lm_head.weight`
+// when the embeddings are tied and it equals them (some exports keep it); one that differs under a
+// tied config is an error (load_model_config unties such a checkpoint's config, as transformers does).
 ModelParameters load_hf_parameters(const ModelConfig& config, const std::string& path);
 
 // Writes `folder` as a checkpoint transformers can load: config.json and the weights as `dtype`

@@ -1,11 +1,13 @@
 // tasks/dataset.cpp — JSONL problem files.
 #include "tasks/dataset.h"
 
+#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string_view>
 
 #include "core/error.h"
 #include "io/file_io.h"
+#include "io/tokenizer_unicode.h"
 #include "tasks/verifier.h"
 
 namespace lockstep {
@@ -22,13 +24,33 @@ std::string string_field(const json& object, const char* key) {
   return value;
 }
 
+// A parser message quotes the token it last read, which on a long line can be megabytes.
+constexpr size_t kMaxMessageBytes = 300;
+
+// Throws naming the first byte of `line` that starts no UTF-8 character.
+void check_utf8(std::string_view line) {
+  const size_t bad = unicode::find_invalid_utf8(line);
+  if (bad == std::string_view::npos) return;
+  char byte[8];
+  std::snprintf(byte, sizeof byte, "0x%02X", unsigned(static_cast<unsigned char>(line[bad])));
+  fail(detail::concat("invalid UTF-8: byte ", byte, " at column ", bad + 1,
+                      " starts no UTF-8 character (the file must be UTF-8)"));
+}
+
 // One non-blank line to a problem; throws lockstep::Error saying what is wrong with it.
 Problem parse_line(std::string_view line, DatasetFormat format) {
+  check_utf8(line);
   json object;
   try {
     object = json::parse(line);
   } catch (const json::parse_error& e) {
-    fail(std::string("invalid JSON: ") + e.what());
+    std::string message = e.what();
+    if (message.size() > kMaxMessageBytes) {
+      size_t cut = kMaxMessageBytes;
+      while (cut > 0 && (static_cast<unsigned char>(message[cut]) & 0xC0) == 0x80) --cut;  // whole characters
+      message = message.substr(0, cut) + "...";
+    }
+    fail(std::string("invalid JSON: ") + message);
   }
   LOCKSTEP_CHECK(object.is_object(), "expected a JSON object, not ", object.type_name());
   if (format == DatasetFormat::prompt_answer) {
@@ -52,8 +74,13 @@ DatasetFormat detect_format(const std::string& text, const std::string& path) {
   DatasetFormat format = DatasetFormat::detect;
   for_each_nonblank_line(text, [&](std::string_view line, size_t number) {
     if (format != DatasetFormat::detect) return;
-    const json object = json::parse(line, nullptr, false);
     const std::string where = path + ":" + std::to_string(number) + ": ";
+    try {
+      check_utf8(line);
+    } catch (const Error& e) {
+      fail(where + e.what());
+    }
+    const json object = json::parse(line, nullptr, false);
     LOCKSTEP_CHECK(object.is_object(), where, "cannot tell the layout from the first line: it is not a ",
                    "JSON object (set data.format)");
     LOCKSTEP_CHECK(object.contains("question") || object.contains("prompt"), where,
@@ -67,7 +94,9 @@ DatasetFormat detect_format(const std::string& text, const std::string& path) {
 }  // namespace
 
 LoadedProblems load_problems(const std::filesystem::path& path, DatasetFormat format, BadLines bad_lines) {
-  const std::string text = read_file(path.string(), "dataset");
+  std::string text = read_file(path.string(), "dataset");
+  // A UTF-8 byte order mark (some Windows editors write one) is not part of the first line.
+  if (text.starts_with("\xEF\xBB\xBF")) text.erase(0, 3);
   if (format == DatasetFormat::detect) format = detect_format(text, path.string());
   LoadedProblems loaded;
   for_each_nonblank_line(text, [&](std::string_view line, size_t number) {

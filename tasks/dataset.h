@@ -1,5 +1,7 @@
 // tasks/dataset.h — problems with a verifiable numeric answer, loaded from JSONL files (one JSON
-// object per line; blank lines are skipped, "\r\n" line ends accepted, other fields ignored).
+// object per line; blank lines are skipped, "\r\n" line ends and a leading UTF-8 byte order mark
+// accepted, other fields ignored; lines may be of any length). Files must be UTF-8: a line holding
+// invalid UTF-8 is a bad line, named with the column of its first bad byte.
 //
 // Formats:
 //   gsm8k          {"question": "...", "answer": "...reasoning...\n#### 72"}: the prompt is the

@@ -1,6 +1,10 @@
 // tasks/verifier.cpp — final-answer extraction and exact comparison (the grammar is in verifier.h).
 #include "tasks/verifier.h"
 
+#include <algorithm>
+#include <unordered_map>
+#include <vector>
+
 #include "core/error.h"
 
 namespace lockstep {
@@ -139,14 +143,39 @@ std::optional<FinalAnswer> find_number(std::string_view s, bool last) {
   return found;
 }
 
-// The text inside the braces that open at s[open - 1], or nullopt when they never close.
-std::optional<std::string_view> braced(std::string_view s, size_t open) {
-  int depth = 1;
-  for (size_t p = open; p < s.size(); ++p) {
-    if (s[p] == '{') ++depth;
-    if (s[p] == '}' && --depth == 0) return s.substr(open, p - open);
+// The contents of every closed "\\boxed{...}" (braces balanced), by opening position: [begin, end)
+// with s[begin - 1] == '{' and s[end] its matching '}'. One pass with a stack, so that many unclosed
+// "\\boxed{" cost linear time (scanning forward from each for its '}' was quadratic).
+struct Box {
+  size_t begin, end;
+};
+std::vector<Box> closed_boxes(std::string_view s) {
+  constexpr std::string_view kBoxed = "\\boxed{";
+  struct Open {
+    size_t begin;
+    bool boxed;
+  };
+  std::vector<Open> open;
+  std::vector<Box> boxes;
+  for (size_t p = 0; p < s.size(); ++p) {
+    if (s[p] == '{') {
+      const bool boxed = p + 1 >= kBoxed.size() && s.substr(p + 1 - kBoxed.size(), kBoxed.size()) == kBoxed;
+      open.push_back({p + 1, boxed});
+    } else if (s[p] == '}' && !open.empty()) {
+      if (open.back().boxed) boxes.push_back({open.back().begin, p});
+      open.pop_back();
+    }
   }
-  return std::nullopt;
+  std::sort(boxes.begin(), boxes.end(), [](const Box& a, const Box& b) { return a.begin < b.begin; });
+  return boxes;
+}
+
+// A box's answer: its number when it holds exactly one. Two or more ("\\boxed{3, 5}", "\\boxed{3 or
+// 5}") is an answer with no value, as math-verify reads such a box as a set, equal to no number.
+FinalAnswer box_answer(std::string_view content, size_t first, const Scanned& number) {
+  for (size_t pos = number.end; pos < content.size(); ++pos)
+    if (scan_number(content, pos).end > pos) return FinalAnswer{content, std::nullopt};
+  return FinalAnswer{content.substr(first, number.end - first), number.value};
 }
 
 }  // namespace
@@ -159,12 +188,23 @@ std::optional<FinalAnswer> extract_final_answer(std::string_view completion) {
     const Scanned n = scan_number(s, p);
     if (n.end > p) return FinalAnswer{s.substr(p, n.end - p), n.value};
   }
-  constexpr std::string_view kBoxed = "\\boxed{";
-  for (size_t at = s.rfind(kBoxed); at != std::string_view::npos;
-       at = at == 0 ? std::string_view::npos : s.rfind(kBoxed, at - 1)) {
-    const std::optional<std::string_view> content = braced(s, at + kBoxed.size());
-    if (!content) continue;
-    if (std::optional<FinalAnswer> answer = find_number(*content, false)) return answer;
+  // The last box that holds a number. Boxes nest or are disjoint; a box already scanned without
+  // finding a number is skipped as a whole when an enclosing box is scanned (from its start to its
+  // end), so that every byte is scanned once however deeply boxes nest.
+  const std::vector<Box> boxes = closed_boxes(s);
+  std::unordered_map<size_t, size_t> numberless;  // begin -> end of boxes without a number
+  for (auto box = boxes.rbegin(); box != boxes.rend(); ++box) {
+    const std::string_view content = s.substr(box->begin, box->end - box->begin);
+    for (size_t pos = 0; pos < content.size();) {
+      if (const auto skip = numberless.find(box->begin + pos); skip != numberless.end()) {
+        pos = skip->second - box->begin + 1;  // past the inner box's '}' (an empty box ends where it begins)
+        continue;
+      }
+      const Scanned n = scan_number(content, pos);
+      if (n.end > pos) return box_answer(content, pos, n);
+      ++pos;
+    }
+    numberless.emplace(box->begin, box->end);
   }
   return find_number(s, true);
 }

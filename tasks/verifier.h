@@ -4,12 +4,16 @@
 // The final answer is, in this order of precedence:
 //   1. the number right after the first "####" that is followed by one (GSM8K's format; whitespace
 //      may come between);
-//   2. else the first number inside the last "\boxed{...}" (braces balanced) that holds one;
+//   2. else the number inside the last "\boxed{...}" (braces balanced) that holds one; a box that
+//      holds two or more ("\boxed{3, 5}", "\boxed{3 or 5}", "\boxed{16-3}") is the final answer with
+//      no value, equal to nothing, as math-verify reads such a box as a set or an expression that
+//      equals no single number (an expression is not evaluated);
 //   3. else the last number in the text.
 //
 // A number is: an optional minus ('-' or U+2212; only where it cannot be a binary minus, i.e. not
-// right after a letter, a digit or a closing bracket, so "16-3" ends in 3), an optional currency
-// sign ('$' or "\$", and a minus may follow it: "$-5"), then an unsigned decimal and an optional
+// right after a letter, a digit or a closing bracket, so "16-3" ends in 3 and "x-5" is 5, not -5:
+// verl's GSM8K regex would read -5, but an expression in x is no negative answer), an optional
+// currency sign ('$' or "\$", and a minus may follow it: "$-5"), then an unsigned decimal and an optional
 // "/denominator" ("3/4", "1.5/2"), or LaTeX "\frac{a}{b}" (also \dfrac, \tfrac). An unsigned
 // decimal is digits with optional thousands separators (groups of exactly three: "1,234,567"; "1,2,3"
 // is three numbers), then an optional ".digits" (a '.' without a digit after it ends the number, as

@@ -289,6 +289,41 @@ TEST_F(SafetensorsMalformed, UnreadableOrTruncatedFiles) {
   expect_open_error(raw_file("{\"__metadata__\": [1]}"), {"'__metadata__' is not a JSON object"});
 }
 
+// The header length is bounded by the file's size less the 8-byte length prefix. One byte over
+// must fail with that message, and not wrap the data section's size: with the prefix left out of
+// the bound, a file of a few dozen bytes declaring a 4 MiB tensor opened.
+TEST_F(SafetensorsMalformed, HeaderLengthBoundIsExact) {
+  const std::string empty_tensor = R"({"w":{"dtype":"F32","shape":[0],"data_offsets":[0,0]}})";
+  const std::string path = dir_.file("bound.safetensors");
+  std::string at_bound = raw_file(empty_tensor);  // header_bytes == file size - 8: no data section
+  write_bytes(path, at_bound);
+  const SafetensorsFile file(path);
+  EXPECT_EQ(file.names(), (std::vector<std::string>{"w"}));
+  EXPECT_EQ(file.entry("w").end, 0u);
+
+  const std::string rest = std::to_string(empty_tensor.size());
+  for (uint64_t over : {1, 2, 8}) {
+    std::string bytes = at_bound;
+    const uint64_t declared = empty_tensor.size() + over;
+    std::memcpy(bytes.data(), &declared, 8);
+    SCOPED_TRACE(declared);
+    expect_open_error(bytes, {"header length " + std::to_string(declared) +
+                              " is larger than the rest of the file (" + rest + " bytes)"});
+  }
+  // The file of the wrapped size: a 4 MiB tensor declared, its header alone in the file.
+  const std::string big = R"({"w":{"dtype":"F32","shape":[1048576],"data_offsets":[0,4194304]}})";
+  for (uint64_t over : {0, 1, 8}) {
+    std::string bytes = raw_file(big);
+    const uint64_t declared = big.size() + over;
+    std::memcpy(bytes.data(), &declared, 8);
+    SCOPED_TRACE(declared);
+    if (over == 0)
+      expect_open_error(bytes, {"data_offsets [0,4194304] reach beyond the end of the file", "0 bytes"});
+    else
+      expect_open_error(bytes, {"is larger than the rest of the file"});
+  }
+}
+
 TEST_F(SafetensorsMalformed, BrokenEntries) {
   expect_entry_error("[1]", {"entry is not a JSON object"});
   expect_entry_error(R"({"shape":[2],"data_offsets":[0,8]})", {"has no 'dtype'"});

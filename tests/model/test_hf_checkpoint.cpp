@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <filesystem>
 
 #include "io/safetensors.h"
 #include "model/hf_checkpoint.h"
@@ -121,14 +123,67 @@ TEST(CheckpointErrors, NameTheCheckpointAndTheTensor) {
   expect_error([&] { load_hf_parameters(config, dir.file("nowhere")); }, {dir.file("nowhere")});
 }
 
-TEST(CheckpointErrors, TiedHeadAndRotaryBuffersAreIgnored) {
+// config.json ties the embeddings and the checkpoint also holds lm_head.weight. transformers
+// (PreTrainedModel.tie_weights in modeling_utils.py) ties a stored head equal to the embeddings,
+// silently; one that differs it does not tie: it warns and uses the stored head. Checked by the
+// values the model ends up with, not only by loading without an error.
+TEST(CheckpointErrors, TiedConfigWithAStoredHead) {
+  namespace fs = std::filesystem;
   const ModelConfig config = tiny_config(ModelFamily::qwen3, {.tied = true});
   TempDir dir;
-  const std::string path = edited_checkpoint(dir, config, [](NamedTensors& t) {
-    t.emplace_back("lm_head.weight", Tensor::zeros({37, 16}, DType::bf16));
-    t.emplace_back("model.layers.0.self_attn.rotary_emb.inv_freq", Tensor::zeros({4}, DType::f32));
-  });
-  EXPECT_NO_THROW(load_hf_parameters(config, path));
+  save_hf_checkpoint(dir.file("good"), config, random_parameters(config, 9), DType::bf16);
+  const SafetensorsCheckpoint good(dir.file("good"));
+  auto owned = [](const Tensor& t) {
+    Tensor copy = Tensor::empty(t.shape(), t.dtype());
+    std::memcpy(copy.data(), t.data(), t.nbytes());
+    return copy;
+  };
+  auto folder_with_head = [&](const std::string& name, const Tensor& head) {
+    fs::create_directories(dir.file(name));
+    NamedTensors tensors;
+    for (const std::string& n : good.names()) tensors.emplace_back(n, owned(good.tensor(n)));
+    tensors.emplace_back("lm_head.weight", head);
+    tensors.emplace_back("model.layers.0.self_attn.rotary_emb.inv_freq", Tensor::zeros({4}, DType::f32));
+    write_safetensors(dir.file(name + "/model.safetensors"), tensors);
+    fs::copy_file(dir.file("good/config.json"), dir.file(name + "/config.json"));
+    return dir.file(name);
+  };
+  const Tensor embed = owned(good.tensor("model.embed_tokens.weight"));
+  auto widened = [](const Tensor& t) {
+    std::vector<float> v(t.numel());
+    for (int64_t i = 0; i < t.numel(); ++i) v[i] = bf16_to_float(t.data_as<bf16>()[i]);
+    return v;
+  };
+  auto values = [](const Tensor& t) {
+    return std::vector<float>(t.data_as<float>(), t.data_as<float>() + t.numel());
+  };
+
+  // A stored head equal to the embeddings: tied, no warning, the embeddings are the head.
+  const std::string same = folder_with_head("same", owned(embed));
+  ::testing::internal::CaptureStderr();
+  const ModelConfig same_config = load_model_config(same);
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
+  EXPECT_TRUE(same_config.tie_word_embeddings);
+  const ModelParameters tied = load_hf_parameters(same_config, same);
+  EXPECT_EQ(values(tied.embed), widened(embed));
+
+  // A stored head that differs (one bit of one element): untied with a warning naming the folder,
+  // and the stored head is the model's head.
+  Tensor head = owned(embed);
+  head.data_as<bf16>()[5].bits ^= 1;
+  const std::string differs = folder_with_head("differs", head);
+  ::testing::internal::CaptureStderr();
+  const ModelConfig untied_config = load_model_config(differs);
+  const std::string warning = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(warning.find(differs), std::string::npos) << warning;
+  EXPECT_NE(warning.find("NOT tied and the stored head is used"), std::string::npos) << warning;
+  EXPECT_FALSE(untied_config.tie_word_embeddings);
+  const ModelParameters untied = load_hf_parameters(untied_config, differs);
+  EXPECT_EQ(values(untied.lm_head), widened(head));
+  EXPECT_EQ(values(untied.embed), widened(embed));
+  // A tied config made by hand for that checkpoint: an error, not a silently dropped head.
+  expect_error([&] { load_hf_parameters(config, differs); },
+               {differs, "lm_head.weight differs from model.embed_tokens.weight", "tie_word_embeddings"});
 }
 
 TEST(SftLoss, MaskedMeanOfNegativeLogprobs) {

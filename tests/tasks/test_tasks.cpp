@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cctype>
+#include <chrono>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -97,7 +98,7 @@ TEST(Dataset, EveryBadLineNamesFileAndLine) {
   const std::vector<BadLineCase> cases = {
       {DatasetFormat::gsm8k, R"({"question": "q?", "answer": "#### 2")", "invalid JSON"},
       {DatasetFormat::gsm8k, R"({"question": "q?", "answer": "#### 2"} trailing)", "invalid JSON"},
-      {DatasetFormat::gsm8k, "{\"question\": \"q\xff\", \"answer\": \"#### 2\"}", "invalid JSON"},  // bad UTF-8
+      {DatasetFormat::gsm8k, "{\"question\": \"q\xff\", \"answer\": \"#### 2\"}", "invalid UTF-8: byte 0xFF at column 16"},
       {DatasetFormat::gsm8k, R"(["q?", "#### 2"])", "expected a JSON object, not array"},
       {DatasetFormat::gsm8k, R"("just text")", "expected a JSON object, not string"},
       {DatasetFormat::gsm8k, R"({"answer": "#### 2"})", "field \"question\" is missing"},
@@ -134,6 +135,54 @@ TEST(Dataset, EveryBadLineNamesFileAndLine) {
     const LoadedProblems loaded = load_problems(path, cases[i].format, BadLines::skip);
     EXPECT_EQ(loaded.problems.size(), 3u);
     EXPECT_EQ(loaded.skipped_lines, 1u);
+  }
+}
+
+// Windows-written files (a byte order mark, CRLF line ends), invalid UTF-8 anywhere in a line, and
+// very long lines: loaded, or one error naming file:line.
+TEST(Dataset, ByteOrderMarkCrlfInvalidUtf8AndLongLines) {
+  TempDir dir;
+  const std::string windows = dir.file("windows.jsonl");
+  write_bytes(windows, "\xEF\xBB\xBF{\"prompt\": \"a?\", \"answer\": \"1\"}\r\n\r\n"
+                       "{\"prompt\": \"b?\", \"answer\": \"2\"}\r\n");
+  for (DatasetFormat format : {DatasetFormat::prompt_answer, DatasetFormat::detect}) {
+    const LoadedProblems loaded = load_problems(windows, format);
+    ASSERT_EQ(loaded.problems.size(), 2u);
+    EXPECT_EQ(loaded.problems[0].prompt, "a?");
+    EXPECT_EQ(loaded.problems[1].answer, "2");
+  }
+  const std::string gsm8k = dir.file("gsm8k_crlf.jsonl");
+  write_bytes(gsm8k, "\xEF\xBB\xBF{\"question\": \"q?\", \"answer\": \"so\\n#### 7\"}\r\n");
+  EXPECT_EQ(load_problems(gsm8k, DatasetFormat::detect).problems.at(0).answer, "7");
+
+  // Invalid UTF-8 outside a string, inside one, and on the first line (where the layout is read).
+  const std::string good = "{\"prompt\": \"a?\", \"answer\": \"1\"}\n";
+  const std::string bad_outside = dir.file("bad_outside.jsonl");
+  write_bytes(bad_outside, good + "{\"prompt\": \"b?\", \"answer\": \"2\"}\xC3\n");
+  expect_error([&] { load_problems(bad_outside, DatasetFormat::prompt_answer); },
+               {bad_outside + ":2: invalid UTF-8: byte 0xC3 at column 32"});
+  EXPECT_EQ(load_problems(bad_outside, DatasetFormat::prompt_answer, BadLines::skip).skipped_lines, 1u);
+  const std::string bad_first = dir.file("bad_first.jsonl");
+  write_bytes(bad_first, "{\"prompt\": \"\xED\xA0\x80\", \"answer\": \"1\"}\n" + good);  // a surrogate
+  expect_error([&] { load_problems(bad_first, DatasetFormat::detect); },
+               {bad_first + ":1: invalid UTF-8: byte 0xED at column 13"});
+
+  // A 4 MB prompt loads whole; a 4 MB line that is bad gives a message of a few hundred bytes.
+  const std::string long_prompt(4 << 20, 'x');
+  const std::string long_file = dir.file("long.jsonl");
+  write_bytes(long_file, good + "{\"prompt\": \"" + long_prompt + "\", \"answer\": \"3\"}\n");
+  const LoadedProblems loaded = load_problems(long_file, DatasetFormat::prompt_answer);
+  ASSERT_EQ(loaded.problems.size(), 2u);
+  EXPECT_EQ(loaded.problems[1].prompt, long_prompt);
+  const std::string long_bad = dir.file("long_bad.jsonl");
+  write_bytes(long_bad, good + "{\"prompt\": \"" + long_prompt + "\n");
+  try {
+    load_problems(long_bad, DatasetFormat::prompt_answer);
+    ADD_FAILURE() << "no error for an unterminated 4 MB line";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_TRUE(message.starts_with(long_bad + ":2: invalid JSON")) << message.substr(0, 400);
+    EXPECT_LT(message.size(), 1000u);
   }
 }
 
@@ -209,6 +258,15 @@ TEST(Verifier, Cases) {
       {"\\boxed{\\text{18 dollars}}", "18", true},
       {"\\boxed{7} then \\boxed{} and the answer is 4", "7", true},
       {"\\boxed{12", "12", true},  // unclosed: no box, the last number
+      {"\\boxed{\\boxed{7}}", "7", true},
+      {"\\boxed{a \\boxed{b} c} so 9", "9", true},  // nested boxes without a number: the last number
+      // Two numbers in one box: an answer with no value (math-verify reads a set, or an expression
+      // it would evaluate; neither equals the first number).
+      {"\\boxed{3, 5}", "3", false},
+      {"\\boxed{3 or 5}", "5", false},
+      {"\\boxed{16-3}", "16", false},
+      {"\\boxed{16-3}", "13", false},
+      {"\\boxed{3} but then \\boxed{3, 5}", "3", false},  // the last box holding a number
       // Thousands separators: groups of exactly three.
       {"The total is 1,234 apples.", "1234", true},
       {"The total is 1,234,567.", "1234567", true},
@@ -244,6 +302,11 @@ TEST(Verifier, Cases) {
       {"a loss of $-5", "-5", true},
       {"a loss of -$5", "-5", true},
       {"(2)-5", "5", true},
+      // A minus right after a letter is binary: "x-5" is 5, not -5 (so is "\\boxed{x-5}").
+      {"The value is x-5", "5", true},
+      {"The value is x-5", "-5", false},
+      {"\\boxed{x-5}", "-5", false},
+      {"\\boxed{x-5}", "5", true},
       // Distractors: the last number counts.
       {"First 3, then 4 and finally 5", "5", true},
       {"First 3, then 4 and finally 5", "3", false},
@@ -273,6 +336,10 @@ TEST(Verifier, ExtractsTheAnswerAsWritten) {
   EXPECT_EQ(text("we get -12.5 dollars"), "-12.5");
   EXPECT_EQ(text("we get 16-3"), "3");
   EXPECT_EQ(text("3.2.5"), "5");  // ".5" right after a digit is not a number start
+  EXPECT_EQ(text("so x-5"), "5");
+  EXPECT_EQ(text("\\boxed{3, 5}"), "3, 5");  // the whole box, with no value
+  EXPECT_FALSE(extract_final_answer("\\boxed{3, 5}")->value.has_value());
+  EXPECT_EQ(text("\\boxed{ 1,234 }"), "1,234");  // one number with thousands separators
 
   EXPECT_EQ(parse_answer("1,000.00"), parse_answer("1000"));
   EXPECT_EQ(parse_answer("\\frac{6}{8}"), (Rational{3, 4}));
@@ -290,6 +357,24 @@ TEST(Verifier, AnswerFound) {
   EXPECT_FALSE(answer_found("#### "));
   EXPECT_FALSE(answer_found("\\boxed{}"));
   EXPECT_FALSE(answer_found("- $ . , / \\frac{}{} #### -"));  // number starts without digits
+}
+
+// Many unclosed "\\boxed{" (and deeply nested boxes without a number) take linear time: when each
+// box was scanned forward for its '}', 400 KB took 19.5 s, so these 700 KB would take about a
+// minute; linear is about 0.1 s, so three seconds is a wide bound on a loaded machine.
+TEST(Verifier, LinearOnRepeatedAndNestedBoxes) {
+  constexpr size_t kCopies = 100'000;  // 7 bytes each: 700 KB
+  std::string unclosed;
+  for (size_t i = 0; i < kCopies; ++i) unclosed += "\\boxed{";
+  std::string nested = unclosed + std::string(kCopies, '}');
+  unclosed += "\\boxed{12} and 4";
+  nested += " so 9";
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(answer_reward(unclosed, "12"), 1.0);
+  EXPECT_EQ(answer_reward(nested, "9"), 1.0);
+  EXPECT_EQ(answer_reward("\\boxed{" + nested + "}", "9"), 1.0);  // one box around them all
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(seconds, 3.0);
 }
 
 TEST(Verifier, NumbersTooLongForExactValuesEqualNothing) {
