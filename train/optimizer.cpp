@@ -48,6 +48,35 @@ void check_matches(const std::vector<Named>& what, const std::vector<Named>& ref
 
 }  // namespace
 
+OptimizerStep plan_optimizer_step(const OptimizerConfig& config, int64_t steps_done,
+                                  std::span<const double> sums, std::span<const std::string> names) {
+  OptimizerStep out;
+  double sum = 0;
+  for (size_t i = 0; i < sums.size(); ++i) {
+    // Squares of finite floats cannot overflow a double: non-finite means a non-finite element.
+    if (!std::isfinite(sums[i])) {
+      out.grad_norm = sums[i];
+      out.nonfinite_grad = names[i];
+      return out;
+    }
+    sum += sums[i];
+  }
+  out.grad_norm = std::sqrt(sum);
+  if (config.max_grad_norm > 0)
+    out.clip_scale = float(std::min(1.0, config.max_grad_norm / (out.grad_norm + 1e-6)));
+  out.step = steps_done + 1;
+  out.lr = config.schedule.lr(out.step);
+  return out;
+}
+
+AdamWHyper adamw_hyper(const OptimizerConfig& config, float lr) {
+  return {.lr = lr,
+          .beta1 = config.beta1,
+          .beta2 = config.beta2,
+          .eps = config.eps,
+          .weight_decay = config.weight_decay};
+}
+
 AdamW::AdamW(const ModelParameters& params, const OptimizerConfig& config)
     : config_(config), m_(zeros_like(params)), v_(zeros_like(params)) {
   LOCKSTEP_CHECK(std::isfinite(config.max_grad_norm) && config.max_grad_norm >= 0,
@@ -61,31 +90,19 @@ OptimizerStep AdamW::step(ModelParameters& params, ModelParameters& grads, const
   check_matches(p, m, "params");
   check_matches(g, m, "grads");
 
-  OptimizerStep out;
   std::vector<const Tensor*> g_tensors;
-  for (const Named& t : g) g_tensors.push_back(t.tensor);
-  const std::vector<double> sums = sum_squares(g_tensors);  // one wait for the device
-  double sum = 0;
-  for (size_t i = 0; i < g.size(); ++i) {
-    // Squares of finite floats cannot overflow a double: non-finite means a non-finite element.
-    if (!std::isfinite(sums[i])) {
-      out.grad_norm = sums[i];
-      out.nonfinite_grad = g[i].name;
-      grads.zero();
-      return out;
-    }
-    sum += sums[i];
+  std::vector<std::string> names;
+  for (const Named& t : g) {
+    g_tensors.push_back(t.tensor);
+    names.push_back(t.name);
   }
-  out.grad_norm = std::sqrt(sum);
-  if (config_.max_grad_norm > 0)
-    out.clip_scale = float(std::min(1.0, config_.max_grad_norm / (out.grad_norm + 1e-6)));
-  out.step = steps_ + 1;
-  out.lr = config_.schedule.lr(out.step);
-  const AdamWHyper hyper{.lr = out.lr,
-                         .beta1 = config_.beta1,
-                         .beta2 = config_.beta2,
-                         .eps = config_.eps,
-                         .weight_decay = config_.weight_decay};
+  const std::vector<double> sums = sum_squares(g_tensors);  // one wait for the device
+  OptimizerStep out = plan_optimizer_step(config_, steps_, sums, names);
+  if (!out.nonfinite_grad.empty()) {
+    grads.zero();
+    return out;
+  }
+  const AdamWHyper hyper = adamw_hyper(config_, out.lr);
   for (size_t i = 0; i < p.size(); ++i)
     adamw_step(*p[i].tensor, *m[i].tensor, *v[i].tensor, *g[i].tensor, hyper, out.step,
                out.clip_scale, copies ? copies(p[i].name) : WeightCopies{});

@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 
 #include "model/parameters.h"
@@ -45,6 +46,16 @@ struct OptimizerStep {
   float clip_scale = 1;        // the factor the gradients were multiplied by
   std::string nonfinite_grad;  // the first tensor with a non-finite gradient, when skipped
 };
+
+// The rules of one optimizer step, from the per-tensor sums of squared gradients Σg² (`names[i]`
+// names tensor i), shared by AdamW and the sharded optimizer (train/sharded_optimizer.h): a
+// non-finite sum skips the step (grad_norm = that sum, nonfinite_grad = its name, step 0); else
+// grad_norm = √Σ, clip_scale = min(1, max_grad_norm / (grad_norm + 1e-6)) unless clipping is off,
+// step = steps_done + 1 and lr = the schedule's. `applied` is left to the caller.
+OptimizerStep plan_optimizer_step(const OptimizerConfig& config, int64_t steps_done,
+                                  std::span<const double> sums, std::span<const std::string> names);
+// ops/adamw.h's hyper-parameters of a step at `lr`.
+AdamWHyper adamw_hyper(const OptimizerConfig& config, float lr);
 
 class AdamW {
  public:

@@ -120,28 +120,15 @@ OptimizerStep ShardedAdamW::step(ModelParameters& params, ModelParameters& grads
   for (size_t i = 0; i < own.size(); ++i) sums.data_as<double>()[own[i].tensor] += piece_sums[i];
   comm_.all_reduce_sum(sums);
 
-  OptimizerStep out;
-  double sum = 0;
-  for (size_t i = 0; i < plan_.tensors.size(); ++i) {
-    const double s = sums.data_as<double>()[i];
-    if (!std::isfinite(s)) {
-      out.grad_norm = s;
-      out.nonfinite_grad = plan_.tensors[i].name;
-      grads.zero();
-      return out;
-    }
-    sum += s;
+  std::vector<std::string> names;
+  for (const auto& t : plan_.tensors) names.push_back(t.name);
+  OptimizerStep out = plan_optimizer_step(
+      config_, steps_, std::span<const double>(sums.data_as<double>(), plan_.tensors.size()), names);
+  if (!out.nonfinite_grad.empty()) {
+    grads.zero();
+    return out;
   }
-  out.grad_norm = std::sqrt(sum);
-  if (config_.max_grad_norm > 0)
-    out.clip_scale = float(std::min(1.0, config_.max_grad_norm / (out.grad_norm + 1e-6)));
-  out.step = steps_ + 1;
-  out.lr = config_.schedule.lr(out.step);
-  const AdamWHyper hyper{.lr = out.lr,
-                         .beta1 = config_.beta1,
-                         .beta2 = config_.beta2,
-                         .eps = config_.eps,
-                         .weight_decay = config_.weight_decay};
+  const AdamWHyper hyper = adamw_hyper(config_, out.lr);
 
   // 3. The update of this rank's rows, in place in the masters.
   for (const Span& s : spans(p, me, 0, shard)) {
