@@ -136,8 +136,9 @@ AdamW::CopiesOf copies_of(Run& run) {
 }
 
 // Rank 0 writes (every rank holds the same weights; a sharded optimizer state is gathered first,
-// on every rank).
+// on every rank). run.checkpoint_every = -1 writes nothing (timing runs of large models).
 void save(Run& run) {
+  if (run.setup.config.run.checkpoint_every < 0) return;
   const ModelParameters& params = run.policy->trainer().params();
   const DataParallelOptimizer::Moments moments = run.optimizer->full_moments(params);
   if (!run.comm->is_main()) return;
