@@ -1,6 +1,7 @@
 // core/device.cpp — host and CUDA memory; the CUDA part compiles only with LOCKSTEP_HAS_CUDA.
 #include "core/device.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -88,6 +89,35 @@ bool cuda_device_available() {
 #endif
 }
 
+namespace {
+thread_local const MemoryPurpose* innermost_purpose = nullptr;
+
+std::string gib(size_t bytes) {
+  char s[32];
+  std::snprintf(s, sizeof s, "%.2f GiB", double(bytes) / double(size_t(1) << 30));
+  return s;
+}
+}  // namespace
+
+MemoryPurpose::MemoryPurpose(std::string what, std::string remedy)
+    : outer_(innermost_purpose), what_(std::move(what)), remedy_(std::move(remedy)) {
+  innermost_purpose = this;
+}
+
+MemoryPurpose::~MemoryPurpose() { innermost_purpose = outer_; }
+
+const MemoryPurpose* MemoryPurpose::current() { return innermost_purpose; }
+
+std::string out_of_memory_message(size_t bytes, const DeviceMemoryStats& stats, size_t reserved) {
+  const MemoryPurpose* purpose = MemoryPurpose::current();
+  return detail::concat(
+      "GPU out of memory: ", gib(bytes), " asked for ",
+      purpose ? purpose->what() : std::string("a tensor"), "; ", gib(stats.free), " free of ",
+      gib(stats.total), " (this process: ", gib(stats.in_use), " in live tensors, ", gib(reserved),
+      " held by its memory pool); ",
+      purpose ? purpose->remedy() : std::string("a smaller batch, KV cache or model needs less"));
+}
+
 void* device_alloc(Device d, size_t bytes) {
   if (bytes == 0) bytes = 1;
   if (d == Device::cpu) {
@@ -99,7 +129,14 @@ void* device_alloc(Device d, size_t bytes) {
 #if LOCKSTEP_HAS_CUDA
   if (GraphArena* arena = active_graph_arena()) return arena->allocate(bytes);
   void* p = nullptr;
-  LOCKSTEP_CUDA_CHECK(cudaMallocFromPoolAsync(&p, bytes, memory_pool(), current_stream()));
+  const cudaError_t status = cudaMallocFromPoolAsync(&p, bytes, memory_pool(), current_stream());
+  if (status == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();  // not sticky: the process can go on (and report)
+    uint64_t reserved = 0;
+    (void)cudaMemPoolGetAttribute(memory_pool(), cudaMemPoolAttrReservedMemCurrent, &reserved);
+    fail(out_of_memory_message(bytes, device_memory_stats(), size_t(reserved)));
+  }
+  LOCKSTEP_CUDA_CHECK(status);
   return p;
 #else
   no_cuda();

@@ -23,6 +23,37 @@ int cuda_device_count();
 // call. An error when there is no such GPU.
 void select_cuda_device(int index);
 
+// CUDA memory (zeros without CUDA): bytes held by live tensors now and at most since the last
+// reset_peak_device_memory(), and the device's free and total memory (the pool keeps freed tensor
+// memory for reuse, so `free` does not grow back when tensors die).
+struct DeviceMemoryStats {
+  size_t in_use = 0, peak = 0;
+  size_t free = 0, total = 0;
+};
+
+// What GPU memory is being allocated for, and what lowers it: both named in the error when a GPU
+// allocation fails (with the free and total memory). Scoped to the thread; the innermost holds.
+//   MemoryPurpose purpose("the rollout's KV cache", "lower rollout.kv_cache_fraction");
+class MemoryPurpose {
+ public:
+  MemoryPurpose(std::string what, std::string remedy);
+  ~MemoryPurpose();
+  MemoryPurpose(const MemoryPurpose&) = delete;
+  MemoryPurpose& operator=(const MemoryPurpose&) = delete;
+  // The innermost purpose on this thread, or null.
+  static const MemoryPurpose* current();
+  const std::string& what() const { return what_; }
+  const std::string& remedy() const { return remedy_; }
+
+ private:
+  const MemoryPurpose* outer_;
+  std::string what_, remedy_;
+};
+
+// The message of a failed GPU allocation of `bytes`: the size, the purpose (MemoryPurpose), the
+// GPU's free and total memory, what this process holds, and the remedy.
+std::string out_of_memory_message(size_t bytes, const DeviceMemoryStats& stats, size_t reserved);
+
 // CUDA memory is stream-ordered (allocated and freed in the order of the current stream,
 // core/cuda_stream.h) and pooled: see device.cpp; inside an ArenaScope it comes from that graph
 // arena (core/graph_arena.h).
@@ -56,13 +87,6 @@ int device_sm_count();
 // The current GPU's name ("NVIDIA H200"); throws without CUDA.
 std::string cuda_device_name();
 
-// CUDA memory (zeros without CUDA): bytes held by live tensors now and at most since the last
-// reset_peak_device_memory(), and the device's free and total memory (the pool keeps freed tensor
-// memory for reuse, so `free` does not grow back when tensors die).
-struct DeviceMemoryStats {
-  size_t in_use = 0, peak = 0;
-  size_t free = 0, total = 0;
-};
 DeviceMemoryStats device_memory_stats();
 void reset_peak_device_memory();
 

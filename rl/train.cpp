@@ -64,6 +64,31 @@ OptimizerConfig optimizer_config(const OptimOptions& o, int64_t total_steps) {
   return c;
 }
 
+// What a GPU allocation failing in each phase was for, and the settings that lower it (the error
+// names them: core/device.h, MemoryPurpose).
+MemoryPurpose model_memory() {
+  return MemoryPurpose("the model (fp32 masters, gradients, weight copies) or its AdamW moments",
+                       "a smaller model, or more GPUs (--gpus N; optim.shard_state splits the "
+                       "optimizer state over them)");
+}
+MemoryPurpose kv_cache_memory(const Config& c) {
+  return MemoryPurpose(detail::concat("the rollout's KV cache (rollout.kv_cache_fraction = ",
+                                      c.rollout.kv_cache_fraction, " of the free memory)"),
+                       "lower rollout.kv_cache_fraction");
+}
+MemoryPurpose rollout_memory() {
+  return MemoryPurpose("the rollout's prefill and decode activations",
+                       "lower rollout.kv_cache_fraction (the KV cache takes its share of the free "
+                       "memory first)");
+}
+MemoryPurpose training_memory(const Config& c) {
+  return MemoryPurpose(
+      detail::concat("the training forward and backward of a micro-batch (optim.micro_batch_tokens = ",
+                     c.optim.micro_batch_tokens, ")"),
+      "lower optim.micro_batch_tokens, set model.recompute = true, or lower "
+      "rollout.kv_cache_fraction (the KV cache keeps its memory through the step)");
+}
+
 // The engine's cache: every sample of a step resident at once (no preemption in normal runs); with
 // several ranks, those of this rank's share of the prompts and of the evaluation problems.
 EngineOptions engine_options(const Setup& s, int64_t max_prompt, int ranks) {
@@ -115,8 +140,11 @@ Run start_run(const Config& config, std::string_view command, Communicator& comm
     std::fflush(stdout);
   }
   if (comm.is_main()) write_file_atomically((run.out_dir / "config.toml").string(), to_toml(config));
-  run.policy = std::make_unique<Policy>(
-      run.setup, initial_parameters(run.setup, run.saved ? run.saved->model : fs::path()));
+  {
+    const MemoryPurpose purpose = model_memory();
+    run.policy = std::make_unique<Policy>(
+        run.setup, initial_parameters(run.setup, run.saved ? run.saved->model : fs::path()));
+  }
   int64_t max_prompt = 1;
   for (const Problem& p : run.setup.test.head(config.run.eval_problems))
     max_prompt = std::max<int64_t>(max_prompt, int64_t(run.setup.prompt_tokens(p).size()));
@@ -125,8 +153,11 @@ Run start_run(const Config& config, std::string_view command, Communicator& comm
       max_prompt = std::max<int64_t>(max_prompt, int64_t(run.setup.prompt_tokens(run.setup.train[i]).size()));
   else
     max_prompt = std::max<int64_t>(max_prompt, 32);
-  run.engine = std::make_unique<Engine>(run.policy->rollout(), engine_options(run.setup, max_prompt, comm.size()),
-                                        run.setup.tokenizer.get());
+  {
+    const MemoryPurpose purpose = kv_cache_memory(config);
+    run.engine = std::make_unique<Engine>(run.policy->rollout(), engine_options(run.setup, max_prompt, comm.size()),
+                                          run.setup.tokenizer.get());
+  }
   run.evaluator = std::make_unique<Evaluator>(run.setup, *run.engine, comm);
   return run;
 }
@@ -246,7 +277,11 @@ Metrics grpo_step(Run& run, Transformer* reference, int64_t step, const TrainHoo
                         uint64_t(i) + (uint64_t(draw) << 32);
       requests.push_back(std::move(r));
     }
-    auto samples = run.engine->generate(requests);
+    std::vector<std::vector<GeneratedSample>> samples;
+    {
+      const MemoryPurpose purpose = rollout_memory();
+      samples = run.engine->generate(requests);
+    }
     times.rollout += device_seconds_since(t0);
     t0 = Clock::now();
     std::vector<ScoredGroup> groups(samples.size());
@@ -294,6 +329,7 @@ Metrics grpo_step(Run& run, Transformer* reference, int64_t step, const TrainHoo
     if (hooks.before_optimizer_step) hooks.before_optimizer_step(grads);
     return run.optimizer->step(params, grads, copies_of(run));
   };
+  const MemoryPurpose purpose = training_memory(s.config);
   const GrpoUpdate u =
       grpo_update(collected.kept, s.config, run.policy->trainer(), reference, optimizer_step, comm);
   times.recompute = u.recompute_seconds;
@@ -355,9 +391,12 @@ bool sft_phase(Run& run, const TrainHooks& hooks, TrainSummary& summary) {
   o.lr = c.sft.lr;
   o.warmup_steps = c.sft.warmup_steps;
   o.schedule = "constant";
-  run.optimizer = make_data_parallel_optimizer(run.policy->trainer().params(),
-                                               optimizer_config(o, c.sft.steps), *run.comm,
-                                               c.optim.shard_state);
+  {
+    const MemoryPurpose purpose = model_memory();
+    run.optimizer = make_data_parallel_optimizer(run.policy->trainer().params(),
+                                                 optimizer_config(o, c.sft.steps), *run.comm,
+                                                 c.optim.shard_state);
+  }
   if (run.saved && run.state.sft_step > 0)
     load_optimizer(run.out_dir, run.policy->trainer().params(), *run.optimizer, run.state.optimizer_steps);
   std::optional<MetricsLog> log;
@@ -365,7 +404,11 @@ bool sft_phase(Run& run, const TrainHooks& hooks, TrainSummary& summary) {
   Progress progress("sft", c.sft.steps, run.state.sft_step);
   while (run.state.sft_step < c.sft.steps) {
     const auto t0 = Clock::now();
-    Metrics m = sft_step(run, run.state.sft_step);
+    Metrics m;
+    {
+      const MemoryPurpose purpose = training_memory(c);
+      m = sft_step(run, run.state.sft_step);
+    }
     ++run.state.sft_step;
     run.state.optimizer_steps = run.optimizer->steps();
     m.emplace_back("time_step", max_over_ranks(*run.comm, device_seconds_since(t0)));
@@ -421,9 +464,12 @@ TrainSummary run_train(const Config& config, const TrainHooks& hooks, Communicat
 
   const Config& c = run.setup.config;
   const int64_t optimizer_steps = c.run.steps * c.optim.ppo_epochs * c.optim.mini_batches;
-  run.optimizer = make_data_parallel_optimizer(run.policy->trainer().params(),
-                                               optimizer_config(c.optim, optimizer_steps), comm,
-                                               c.optim.shard_state);
+  {
+    const MemoryPurpose purpose = model_memory();
+    run.optimizer = make_data_parallel_optimizer(run.policy->trainer().params(),
+                                                 optimizer_config(c.optim, optimizer_steps), comm,
+                                                 c.optim.shard_state);
+  }
   if (run.saved && run.state.step > 0)
     load_optimizer(run.out_dir, run.policy->trainer().params(), *run.optimizer, run.state.optimizer_steps);
   // A frozen reference for the KL penalty: the weights the RL phase starts from.
