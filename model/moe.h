@@ -62,7 +62,8 @@ struct RouterStats {
 // concatenated, no padding mask): with N = Σ_layers T, C_e = Σ_layers expert_tokens[e] and
 // P_e = Σ_layers prob_sums[e],
 //   loss = E · Σ_e (C_e / N) · (P_e / N)
-// (1 for perfectly even routing, up to E when all tokens go to the same k experts). 0 without layers.
+// (k for perfectly even routing, E when every token puts all its probability on the same k
+// experts). 0 without layers.
 double load_balancing_loss(const std::vector<RouterStats>& routing);
 // d loss / d probs[t, e] of any layer and token: E · C_e / N² (the counts are not differentiable).
 std::vector<double> load_balancing_gradient(const std::vector<RouterStats>& routing);

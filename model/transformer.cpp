@@ -111,7 +111,9 @@ Transformer::Transformer(const ModelConfig& config, ModelParameters params, Reci
                  "the fp32 recipe runs on the CPU only");
   if (trainable_) grads_ = ModelParameters::zeros(config_, device());
   for (LayerParameters& l : params_.layers) {
-    LayerWeights w{.qkv = LinearWeight(recipe_, l.qkv), .o = LinearWeight(recipe_, l.o)};
+    LayerWeights w;
+    w.qkv = LinearWeight(recipe_, l.qkv);
+    w.o = LinearWeight(recipe_, l.o);
     if (l.experts.empty()) {
       w.gate_up = LinearWeight(recipe_, l.gate_up);
       w.down = LinearWeight(recipe_, l.down);
