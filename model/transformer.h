@@ -139,9 +139,10 @@ class Transformer {
   Tensor hidden_states(const TrainBatch& batch);
 
   // Writes the new tokens' k/v into `cache` and returns the final-normed hidden state of each
-  // sequence's last row, [S, H] in the activation dtype. On the GPU it reads nothing back (it can
-  // be captured into a CUDA graph): index values are checked only on the CPU, and on CUDA a bad
-  // one gives NaN rows (ops/attention.h, ops/embedding.h).
+  // sequence's last row, [S, H] in the activation dtype. On the GPU a dense model reads nothing
+  // back (it can be captured into a CUDA graph; a sparse one reads each layer's routing back, for
+  // its expert GEMMs' sizes): index values are checked only on the CPU, and on CUDA a bad one
+  // gives NaN rows (ops/attention.h, ops/embedding.h).
   Tensor forward_infer(const InferBatch& batch, KvCache& cache);
   // f32 [rows, V] logits of hidden states (not divided by a temperature).
   Tensor logits(const Tensor& hidden) const;

@@ -136,6 +136,9 @@ TEST(RunConfig, OutOfRangeValues) {
                 "rollout.samples_per_prompt must be ≥ 2, got 1"});
   expect_error([] { load({"--loss.tis_cap=0.5"}); },
                {"loss.tis_cap must be 0 (off) or ≥ 1, got 0.5"});
+  expect_error([] { load({"--loss.router_aux_loss_coef=-0.5"}); },
+               {"loss.router_aux_loss_coef must be -1 (the model's) or ≥ 0, got -0.5"});
+  EXPECT_EQ(load({"--loss.router_aux_loss_coef=0.02"}).loss.router_aux_loss_coef, 0.02);
   expect_error([] { load({"--optim.beta2=1"}); }, {"optim.beta2 must be in [0, 1), got 1.0"});
   expect_error([] { load({"--optim.lr=inf"}); }, {"optim.lr must be finite, got inf"});
   expect_error([] { load({"--rollout.stop=[\"\"]"}); },
