@@ -234,7 +234,7 @@ void Transformer::layer_forward(size_t i, Tensor& x, Tensor& residual, const Ten
   Tensor post_rstd = Tensor::empty({t}, DType::f32, device());
   Tensor out, gate_up;
   LinearInput gate_up_in, down_in;
-  if (!w.moe.gate_up.empty()) {
+  if (config_.is_moe_layer(int64_t(i))) {
     // Sparse: the experts' inputs are gathered (and, in fp8, quantized) per expert from the normed
     // rows, so the norm writes them in the activation dtype.
     Tensor hn = empty_act(t, hidden);
@@ -255,22 +255,22 @@ void Transformer::layer_forward(size_t i, Tensor& x, Tensor& residual, const Ten
     save->qkv_raw = qkv_raw;
     save->h = h;
     save->post_rstd = post_rstd;
-    if (!gate_up.defined()) {
-      // sparse: moe_forward kept what its backward reads
-    } else if (recompute_ && recipe_ == Recipe::fp8 && gate_up.dim(1) % kQuantGroup == 0) {
+    // (A sparse layer's MLP has no gate_up here: moe_forward kept what its backward reads.)
+    const bool dense = gate_up.defined();
+    if (dense && recompute_ && recipe_ == Recipe::fp8 && gate_up.dim(1) % kQuantGroup == 0) {
       // As DeepSeek-V3 does: the SwiGLU input [T, 2I] — the largest activation kept — is kept in
       // E4M3, and the backward runs the SwiGLU backward and the down projection's WGrad on what it
       // remakes from it (recompute_inputs). (2I a multiple of 128, as ops/swiglu.h's E4M3 input
       // must be; other widths keep gate_up in bf16.)
       save->gate_up_fp8 = Fp8Rows::empty(t, gate_up.dim(1), device());
       quantize_rows(save->gate_up_fp8, gate_up);
-    } else {
+    } else if (dense) {
       save->gate_up = gate_up;
     }
     if (!recompute_) {  // otherwise remade by recompute_inputs
       keep_for_backward(qkv_in);
       save->qkv_in = std::move(qkv_in);
-      if (gate_up.defined()) {
+      if (dense) {
         for (LinearInput* in : {&gate_up_in, &down_in}) keep_for_backward(*in);
         save->gate_up_in = std::move(gate_up_in);
         save->down_in = std::move(down_in);
@@ -319,7 +319,7 @@ void Transformer::recompute_inputs(size_t i, LayerActivations& s) const {
   const LayerParameters& p = params_.layers[i];
   Tensor rstd = Tensor::empty({s.x.dim(0)}, DType::f32, device());
   s.qkv_in = normed_input(s.x, Tensor(), p.input_norm, rstd, true);
-  if (!weights_[i].moe.gate_up.empty()) {
+  if (config_.is_moe_layer(int64_t(i))) {
     keep_for_backward(s.qkv_in);
     return;
   }
@@ -346,7 +346,7 @@ Tensor Transformer::layer_backward(size_t i, LayerActivations& s, const Tensor& 
 
   // out = h + down(swiglu(gate_up(norm(h)))), or h + moe(norm(h))
   Tensor dhn;
-  if (!w.moe.gate_up.empty()) {
+  if (config_.is_moe_layer(int64_t(i))) {
     dhn = moe_backward(i, s.moe, dout, dprobs);
   } else {
     Tensor da = empty_act(t, config_.intermediate_size);

@@ -4,7 +4,10 @@
 //   forward   probs [T, E]   = softmax(logits) in fp32: m = max, e = exp(z − m), p = e / Σe (the sum
 //                              in expert order)
 //             expert_ids [T, k] = the k largest probs in decreasing order; equal probs: the lower
-//                              expert index first (the order torch.topk gives; NaN never wins)
+//                              expert index first (a stable sort's order, as TensorFlow's top_k and
+//                              ONNX TopK define it; torch.topk leaves the order of ties unspecified
+//                              and its CPU kernel can pick a higher index, pytorch/pytorch#88184),
+//                              so equal probabilities route alike on every backend; NaN never wins
 //             weights [T, k]  = probs[t, expert_ids[t, j]], divided by their sum (in j order) when
 //                              `normalize` (norm_topk_prob)
 //   backward  from dweights [T, k] and dprobs [T, E] (the load-balancing loss's; undefined: zero):

@@ -162,8 +162,8 @@ def main():
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args()
     torch.manual_seed(0)
-    # Equal probabilities: torch.topk's order decides lockstep's tie rule (ops/moe_route.h: the
-    # lower expert index first). Printed, not asserted: the CPU kernel's order is not documented.
+    # Equal probabilities: lockstep takes the lower expert index first (ops/moe_route.h);
+    # torch.topk leaves the order of ties unspecified (pytorch/pytorch#88184). Printed, for the record.
     ties = torch.topk(torch.tensor([[0.1, 0.3, 0.3, 0.0, 0.3]]), 2, dim=-1).indices.tolist()[0]
     print(f"torch.topk on [0.1, 0.3, 0.3, 0, 0.3], k=2: indices {ties} (lockstep: [1, 2])")
     results, failed = [], False

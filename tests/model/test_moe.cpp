@@ -492,6 +492,29 @@ TEST(MoeModel, RecipeGradientsCloseToFp32) {
   }
 }
 
+// Recompute remakes the attention inputs and the dense layer's; the sparse layer keeps its own:
+// the same logprobs and gradients, bit for bit, in fp32 and bf16 (fp8's dense layer keeps its
+// SwiGLU input in E4M3, as test_model_gradients.cpp's Recompute test covers).
+TEST(MoeModel, RecomputeGivesTheSameBits) {
+  const ModelConfig config = tiny_moe();
+  const ModelParameters params = random_parameters(config, 95);
+  const TrainBatch batch = pack(random_sequences({8, 3, 11}, config.vocab_size, 96));
+  const Tensor a = testing::random_tensor({batch.tokens.numel()}, DType::f32, 97);
+  for (Recipe recipe : {Recipe::fp32, Recipe::bf16}) {
+    auto run = [&](bool recompute) {
+      Transformer model(config, params.copy_to(Device::cpu), recipe);
+      model.set_recompute(recompute);
+      TrainForward f = model.forward(batch);
+      const std::vector<float> logprob = testing::to_floats(f.logprob);
+      model.backward(f, a, Tensor(), 0.1);
+      std::map<std::string, std::vector<float>> grads;
+      model.grads().for_each([&](const std::string& name, const Tensor& g) { grads[name] = testing::to_floats(g); });
+      return std::pair{logprob, grads};
+    };
+    EXPECT_EQ(run(false), run(true)) << recipe_name(recipe);
+  }
+}
+
 // An inference-only sparse model computes the trainable one's bits without the experts' and the
 // router's fp32 masters; the optimizer finds every expert's and router's copies by name.
 TEST(MoeModel, InferenceOnlyAndWeightCopies) {
