@@ -5,6 +5,7 @@
 // qwen3_moe cases.)
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <optional>
@@ -592,6 +593,34 @@ TEST(MoeCheckpoint, SaveThenLoadUnderHuggingFaceNames) {
   EXPECT_EQ(ckpt.tensor("model.layers.0.mlp.experts.7.down_proj.weight").shape(), (Shape{H, im}));
   EXPECT_TRUE(ckpt.contains("model.layers.1.mlp.gate_proj.weight"));  // the dense layer
   EXPECT_FALSE(ckpt.contains("model.layers.1.mlp.gate.weight"));
+}
+
+// The block-FP8 export: every expert projection holds the fp8 recipe's own E4M3 weight, the
+// routers stay bf16 and are named in modules_to_not_convert one by one, and the checkpoint loads
+// back as dequantized masters.
+TEST(MoeCheckpoint, BlockFp8ExportKeepsTheRouterInBf16) {
+  const ModelConfig config = tiny_moe({.hidden = 128, .heads = 2, .kv_heads = 1, .head_dim = 64,
+                                       .intermediate = 256, .layers = 2, .vocab = 301});
+  const ModelParameters params = random_parameters(config, 83);
+  TempDir dir;
+  const Fp8Export report = save_fp8_hf_checkpoint(dir.file("fp8"), config, params);
+  for (const std::string& name : report.requantized)  // (v_proj is: its rows start at 192)
+    EXPECT_EQ(name.find("experts"), std::string::npos) << name;
+  const std::string expert = "model.layers.0.mlp.experts.6.up_proj.weight";
+  EXPECT_NE(std::find(report.exact.begin(), report.exact.end(), expert), report.exact.end());
+  const ModelConfig loaded_config = load_model_config(dir.file("fp8"));
+  EXPECT_EQ(loaded_config.fp8_quantization->modules_to_not_convert,
+            (std::vector<std::string>{"lm_head", "model.layers.0.mlp.gate"}));
+  const SafetensorsCheckpoint ckpt(dir.file("fp8"));
+  EXPECT_EQ(ckpt.tensor("model.layers.0.mlp.gate.weight").dtype(), DType::bf16);
+  const Tensor data = ckpt.tensor(expert), scales = ckpt.tensor(expert + "_scale_inv");
+  ASSERT_EQ(data.dtype(), DType::e4m3);
+  const ModelParameters loaded = load_hf_parameters(loaded_config, dir.file("fp8"));
+  const int64_t im = config.moe->moe_intermediate_size, H = config.hidden_size;
+  const float* up = loaded.layers[0].experts[6].gate_up.data_as<float>() + im * H;  // up's rows
+  for (int64_t i = 0; i < data.numel(); ++i)
+    ASSERT_EQ(up[i], e4m3_to_float(data.data_as<e4m3>()[i]) *
+                         scales.data_as<float>()[(i / H / 128) * scales.dim(1) + (i % H) / 128]);
 }
 
 TEST(MoeCheckpoint, BadCheckpointsNameTheTensor) {
