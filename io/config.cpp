@@ -237,7 +237,8 @@ MoeConfig parse_moe(const Fields& f, int64_t layers) {
   m.moe_intermediate_size = f.positive_int("moe_intermediate_size");
   m.decoder_sparse_step = f.positive_int("decoder_sparse_step", 1);
   if (const json* only = f.find("mlp_only_layers")) {
-    if (!only->is_array()) f.fail_field("mlp_only_layers", "must be a list of layer indices, got " + only->dump());
+    if (!only->is_array())
+      f.fail_field("mlp_only_layers", "must be a list of layer indices, got " + only->dump());
     for (const json& v : *only) {
       const int64_t layer = f.non_negative_int("mlp_only_layers", v);
       if (layer >= layers)

@@ -1,7 +1,8 @@
 // io/config.h — the model architecture from a Hugging Face config.json, for the four families
 // lockstep implements: Qwen3 (Qwen3ForCausalLM), Qwen3-MoE (Qwen3MoeForCausalLM), Qwen2.5
-// (Qwen2ForCausalLM) and Llama 3 (LlamaForCausalLM). Parsing validates everything the model code relies on, so a bad or
-// unsupported config fails here with one message naming the file and the field.
+// (Qwen2ForCausalLM) and Llama 3 (LlamaForCausalLM). Parsing validates everything the model code
+// relies on, so a bad or unsupported config fails here with one message naming the file and the
+// field.
 #pragma once
 
 #include <cstdint>

@@ -324,7 +324,8 @@ Fp8Export save_fp8_hf_checkpoint(const std::string& folder, const ModelConfig& c
   // matches these names as substrings and "mlp.gate" would also catch dense layers' gate_proj.
   for (int64_t i = 0; i < config.num_hidden_layers; ++i)
     if (config.is_moe_layer(i))
-      saved.fp8_quantization->modules_to_not_convert.push_back("model.layers." + std::to_string(i) + ".mlp.gate");
+      saved.fp8_quantization->modules_to_not_convert.push_back("model.layers." + std::to_string(i) +
+                                                               ".mlp.gate");
   write_folder_atomically(folder, "save_fp8_hf_checkpoint", [&](const fs::path& temp) {
     write_safetensors_checkpoint(temp.string(), tensors, kDefaultMaxShardBytes, {{"format", "pt"}});
     save_model_config(saved, (temp / "config.json").string());

@@ -188,7 +188,8 @@ WeightCopies Transformer::weight_copies(const std::string& name) {
     if (!l && rest.starts_with("experts.")) {  // experts.<e>.gate_up / experts.<e>.down
       const size_t dot = rest.find('.', 8);
       const size_t e = size_t(std::stoul(rest.substr(8, dot - 8)));
-      if (e < w.moe.gate_up.size()) l = rest.substr(dot + 1) == "gate_up" ? &w.moe.gate_up[e] : &w.moe.down[e];
+      if (e < w.moe.gate_up.size())
+        l = rest.substr(dot + 1) == "gate_up" ? &w.moe.gate_up[e] : &w.moe.down[e];
     }
     if (!l) return {};
     return l->recipe == Recipe::fp8 ? WeightCopies{.fp8 = &l->fp8} : WeightCopies{.bf16 = &l->bf16};
@@ -473,7 +474,8 @@ void Transformer::backward(TrainForward& forward, const Tensor& dlogprob, const 
     const int64_t E = int64_t(g.size());
     Tensor host = Tensor::empty({t, E}, DType::f32);
     for (int64_t r = 0; r < t; ++r)
-      for (int64_t e = 0; e < E; ++e) host.data_as<float>()[r * E + e] = float(load_balancing_weight * g[size_t(e)]);
+      for (int64_t e = 0; e < E; ++e)
+        host.data_as<float>()[r * E + e] = float(load_balancing_weight * g[size_t(e)]);
     dprobs = device() == Device::cpu ? host : host.to(device());
   }
   for (size_t i = params_.layers.size(); i-- > 0;) {

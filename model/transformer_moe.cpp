@@ -123,7 +123,8 @@ Tensor Transformer::moe_backward(size_t i, MoeActivations& s, const Tensor& dout
   Tensor dlogits = empty_act(t, E);
   moe_route_backward(dlogits, dweights, dprobs, s.probs, s.expert_ids, s.weights, m.norm_topk_prob);
   Tensor dhn_router = empty_act(t, hidden);
-  linear_backward(dhn_router, g.router, no_bias, dlogits, linear_saved_input(w.router.recipe, s.hn), w.router);
+  linear_backward(dhn_router, g.router, no_bias, dlogits, linear_saved_input(w.router.recipe, s.hn),
+                  w.router);
   add_into(dhn, dhn_router);
   return dhn;
 }

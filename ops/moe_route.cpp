@@ -65,8 +65,9 @@ void moe_route_backward(Tensor& dlogits, const Tensor& dweights, const Tensor& d
   }
   const int32_t* ids = expert_ids.data_as<int32_t>();
   for (int64_t i = 0; i < expert_ids.numel(); ++i)
-    LOCKSTEP_CHECK(ids[i] >= 0 && ids[i] < probs.dim(1), "moe_route_backward: expert_ids[", i / expert_ids.dim(1),
-                   ", ", i % expert_ids.dim(1), "] = ", ids[i], " is not an expert of [0, ", probs.dim(1), ")");
+    LOCKSTEP_CHECK(ids[i] >= 0 && ids[i] < probs.dim(1), "moe_route_backward: expert_ids[",
+                   i / expert_ids.dim(1), ", ", i % expert_ids.dim(1), "] = ", ids[i],
+                   " is not an expert of [0, ", probs.dim(1), ")");
   cpu::moe_route_backward(dlogits, dweights, dprobs, probs, expert_ids, weights, normalize);
 }
 

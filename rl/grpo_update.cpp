@@ -175,8 +175,8 @@ GrpoUpdate grpo_update(const std::vector<ScoredGroup>& groups, const Config& con
       const size_t last = std::clamp(global_last, lo_seq, lo_seq + local) - lo_seq;
       double mini_loss = 0;
       const auto lengths = std::span<const int64_t>(rows.lengths).subspan(first, last - first);
-      const double mini_rows =
-          aux_coef > 0 ? sum_over_ranks(comm, double(std::accumulate(lengths.begin(), lengths.end(), int64_t(0)))) : 0;
+      const double local_rows = double(std::accumulate(lengths.begin(), lengths.end(), int64_t(0)));
+      const double mini_rows = aux_coef > 0 ? sum_over_ranks(comm, local_rows) : 0;
       for (const SequenceRange& r : plan_micro_batches(lengths, budget)) {
         size_t offset = 0;
         const TrainBatch b = slice_batch(rows, first + r.first, first + r.last,

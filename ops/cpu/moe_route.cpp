@@ -59,7 +59,8 @@ void moe_route_backward(Tensor& dlogits, const Tensor& dweights, const Tensor& d
       const int32_t* ids = expert_ids.data_as<int32_t>() + t * k;
       const float* w = weights.data_as<float>() + t * k;
       const float* dw = dweights.data_as<float>() + t * k;
-      for (int64_t e = 0; e < E; ++e) dp[size_t(e)] = dprobs.defined() ? dprobs.data_as<float>()[t * E + e] : 0.0f;
+      for (int64_t e = 0; e < E; ++e)
+        dp[size_t(e)] = dprobs.defined() ? dprobs.data_as<float>()[t * E + e] : 0.0f;
       if (normalize) {
         // w_j = p_j / s: dp_j += (dw_j − Σ_i dw_i·w_i) / s.
         float s = 0, dot = 0;
