@@ -355,6 +355,12 @@ const std::vector<Section>& schema() {
       field("reuse_rollout_logprobs", &L::reuse_rollout_logprobs,
             "old logprobs from the rollout engine instead of a training-forward recompute (then "
             "tis_cap cannot act: old = rollout)"),
+      field("router_aux_loss_coef", &L::router_aux_loss_coef,
+            "mixture-of-experts models: weight of the load-balancing loss (transformers' "
+            "load_balancing_loss_func) added to each mini-batch's loss; -1 = the model's config.json "
+            "(router_aux_loss_coef when output_router_logits is true, else 0); metric "
+            "router_aux_loss",
+            Rule<double>{[](double x) { return x == -1 || x >= 0; }, "-1 (the model's) or ≥ 0"}),
     }),
     section<O>("optim", "AdamW and the learning-rate schedule", {"train", "sft"}, &Config::optim, {
       field("lr", &O::lr, "peak learning rate of RL", above(0)),

@@ -90,6 +90,7 @@ struct LossOptions {
   int64_t overlong_buffer = 0;              // 0: off
   double overlong_penalty = 1.0;            // ≥ 0
   bool reuse_rollout_logprobs = false;
+  double router_aux_loss_coef = -1;         // sparse models; -1: the model's config.json
   bool operator==(const LossOptions&) const = default;
 };
 

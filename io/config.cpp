@@ -3,6 +3,7 @@
 // rope_theta are required.
 #include "io/config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -22,6 +23,7 @@ using detail::concat;
 std::string_view model_type_name(ModelFamily family) {
   switch (family) {
     case ModelFamily::qwen3: return "qwen3";
+    case ModelFamily::qwen3_moe: return "qwen3_moe";
     case ModelFamily::qwen2: return "qwen2";
     case ModelFamily::llama: return "llama";
   }
@@ -31,6 +33,7 @@ std::string_view model_type_name(ModelFamily family) {
 std::string_view architecture_name(ModelFamily family) {
   switch (family) {
     case ModelFamily::qwen3: return "Qwen3ForCausalLM";
+    case ModelFamily::qwen3_moe: return "Qwen3MoeForCausalLM";
     case ModelFamily::qwen2: return "Qwen2ForCausalLM";
     case ModelFamily::llama: return "LlamaForCausalLM";
   }
@@ -39,7 +42,13 @@ std::string_view architecture_name(ModelFamily family) {
 
 namespace {
 
-constexpr ModelFamily kFamilies[] = {ModelFamily::qwen3, ModelFamily::qwen2, ModelFamily::llama};
+constexpr ModelFamily kFamilies[] = {ModelFamily::qwen3, ModelFamily::qwen3_moe, ModelFamily::qwen2,
+                                     ModelFamily::llama};
+
+// Qwen3 and Qwen3-MoE share the attention: q/k norms, a stated head_dim.
+bool is_qwen3_like(ModelFamily family) {
+  return family == ModelFamily::qwen3 || family == ModelFamily::qwen3_moe;
+}
 
 // Typed access to the fields of one JSON object; every error names the source and the field
 // (with `prefix`, e.g. "rope_scaling.", for a nested object). A JSON null counts as absent.
@@ -59,6 +68,18 @@ class Fields {
   }
 
   int64_t positive_int(const char* field) const { return positive_int_value(field, required(field)); }
+  int64_t non_negative_int(const char* field, const json& v) const {
+    if (!v.is_number_unsigned()) fail_field(field, "must hold non-negative integers, got " + describe(v));
+    return v.get<int64_t>();
+  }
+  double non_negative_number(const char* field, double fallback) const {
+    const json* v = find(field);
+    if (!v) return fallback;
+    if (!v->is_number()) fail_field(field, "must be a number, got " + describe(*v));
+    const double x = v->get<double>();
+    if (!(x >= 0) || !std::isfinite(x)) fail_field(field, "must be zero or positive, got " + v->dump());
+    return x;
+  }
   int64_t positive_int(const char* field, int64_t fallback) const {
     const json* v = find(field);
     return v ? positive_int_value(field, *v) : fallback;
@@ -203,6 +224,35 @@ std::optional<Fp8Quantization> parse_quantization(const Fields& f, const std::st
   return r;
 }
 
+// Qwen3MoeConfig's fields of the sparse MLP. The sizes are required; the rest default as
+// transformers' Qwen3MoeConfig does (decoder_sparse_step 1, mlp_only_layers [], norm_topk_prob
+// false, router_aux_loss_coef 0.001, output_router_logits false).
+MoeConfig parse_moe(const Fields& f, int64_t layers) {
+  MoeConfig m;
+  m.num_experts = f.positive_int("num_experts");
+  m.num_experts_per_tok = f.positive_int("num_experts_per_tok");
+  if (m.num_experts_per_tok > m.num_experts)
+    f.fail_field("num_experts_per_tok", concat("(", m.num_experts_per_tok, ") exceeds num_experts (",
+                                               m.num_experts, ")"));
+  m.moe_intermediate_size = f.positive_int("moe_intermediate_size");
+  m.decoder_sparse_step = f.positive_int("decoder_sparse_step", 1);
+  if (const json* only = f.find("mlp_only_layers")) {
+    if (!only->is_array())
+      f.fail_field("mlp_only_layers", "must be a list of layer indices, got " + only->dump());
+    for (const json& v : *only) {
+      const int64_t layer = f.non_negative_int("mlp_only_layers", v);
+      if (layer >= layers)
+        f.fail_field("mlp_only_layers", concat("holds layer ", layer, ", but the model has ", layers,
+                                               " layers (num_hidden_layers)"));
+      m.mlp_only_layers.push_back(layer);
+    }
+  }
+  m.norm_topk_prob = f.boolean("norm_topk_prob", false);
+  m.router_aux_loss_coef = f.non_negative_number("router_aux_loss_coef", 0.001);
+  m.output_router_logits = f.boolean("output_router_logits", false);
+  return m;
+}
+
 ModelConfig parse_config_object(const json& j, const std::string& source) {
   if (!j.is_object()) fail(concat(source, ": config is not a JSON object but ", j.type_name()));
   const Fields f(j, source);
@@ -224,7 +274,7 @@ ModelConfig parse_config_object(const json& j, const std::string& source) {
     c.head_dim = f.positive_int("head_dim");
   } else {
     // Qwen3's head_dim is not hidden / heads in general (Qwen3-0.6B: 1024 / 16 heads, head_dim 128).
-    if (c.family == ModelFamily::qwen3) f.fail_field("head_dim", "is missing (required for Qwen3)");
+    if (is_qwen3_like(c.family)) f.fail_field("head_dim", "is missing (required for Qwen3)");
     if (c.hidden_size % c.num_attention_heads != 0)
       f.fail_field("hidden_size", concat("(", c.hidden_size, ") is not divisible by num_attention_heads (",
                                          c.num_attention_heads, "), and there is no head_dim"));
@@ -249,7 +299,8 @@ ModelConfig parse_config_object(const json& j, const std::string& source) {
     c.qkv_bias = c.o_bias = f.boolean("attention_bias", false);
   }
   if (c.family == ModelFamily::llama) c.mlp_bias = f.boolean("mlp_bias", false);
-  c.qk_norm = c.family == ModelFamily::qwen3;
+  c.qk_norm = is_qwen3_like(c.family);
+  if (c.family == ModelFamily::qwen3_moe) c.moe = parse_moe(f, c.num_hidden_layers);
 
   const std::string act = f.string("hidden_act", "silu");
   if (act != "silu") f.fail_field("hidden_act", concat("is '", act, "'; lockstep implements 'silu' (SwiGLU)"));
@@ -280,15 +331,22 @@ ModelConfig parse_config_object(const json& j, const std::string& source) {
 // The flags a config.json can express for each family; anything else would load differently.
 void check_expressible(const ModelConfig& c) {
   const bool ok =
-      c.qk_norm == (c.family == ModelFamily::qwen3) &&
+      c.qk_norm == is_qwen3_like(c.family) && c.moe.has_value() == (c.family == ModelFamily::qwen3_moe) &&
       (c.family == ModelFamily::llama || !c.mlp_bias) &&
       (c.family == ModelFamily::qwen2 ? (c.qkv_bias && !c.o_bias) : c.qkv_bias == c.o_bias);
   LOCKSTEP_CHECK(ok, "ModelConfig for ", architecture_name(c.family), " has bias/qk-norm flags (qkv_bias ",
                  c.qkv_bias, ", o_bias ", c.o_bias, ", mlp_bias ", c.mlp_bias, ", qk_norm ", c.qk_norm,
-                 ") that its config.json cannot express");
+                 ", moe ", c.moe.has_value(), ") that its config.json cannot express");
 }
 
 }  // namespace
+
+bool ModelConfig::is_moe_layer(int64_t layer) const {
+  if (!moe) return false;
+  const auto& only = moe->mlp_only_layers;
+  return std::find(only.begin(), only.end(), layer) == only.end() &&
+         (layer + 1) % moe->decoder_sparse_step == 0;
+}
 
 std::string ModelConfig::to_json() const {
   check_expressible(*this);
@@ -324,6 +382,16 @@ std::string ModelConfig::to_json() const {
   if (eos_token_ids.size() == 1) j["eos_token_id"] = eos_token_ids[0];
   if (eos_token_ids.size() > 1) j["eos_token_id"] = eos_token_ids;
   if (!torch_dtype.empty()) j["torch_dtype"] = torch_dtype;
+  if (moe) {
+    j["num_experts"] = moe->num_experts;
+    j["num_experts_per_tok"] = moe->num_experts_per_tok;
+    j["moe_intermediate_size"] = moe->moe_intermediate_size;
+    j["decoder_sparse_step"] = moe->decoder_sparse_step;
+    j["mlp_only_layers"] = moe->mlp_only_layers;
+    j["norm_topk_prob"] = moe->norm_topk_prob;
+    j["router_aux_loss_coef"] = moe->router_aux_loss_coef;
+    j["output_router_logits"] = moe->output_router_logits;
+  }
   if (fp8_quantization) {
     j["quantization_config"] = {
         {"quant_method", "fp8"},
@@ -424,10 +492,15 @@ int64_t parameter_count(const ModelConfig& c) {
                 kv = c.num_key_value_heads * c.head_dim, ff = c.intermediate_size;
   const int64_t attention = h * q + 2 * h * kv + q * h + (c.qkv_bias ? q + 2 * kv : 0) +
                             (c.o_bias ? h : 0) + (c.qk_norm ? 2 * c.head_dim : 0);
-  const int64_t mlp = 3 * h * ff + (c.mlp_bias ? 2 * ff + h : 0);
-  const int64_t layer = attention + mlp + 2 * h;  // + input and post-attention RMSNorm
+  const int64_t dense_mlp = 3 * h * ff + (c.mlp_bias ? 2 * ff + h : 0);
+  int64_t layers = 0;
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const int64_t mlp = c.is_moe_layer(i) ? c.moe->num_experts * (h + 3 * h * c.moe->moe_intermediate_size)
+                                          : dense_mlp;
+    layers += attention + mlp + 2 * h;  // + input and post-attention RMSNorm
+  }
   const int64_t embedding = c.vocab_size * h;
-  return embedding + c.num_hidden_layers * layer + h + (c.tie_word_embeddings ? 0 : embedding);
+  return embedding + layers + h + (c.tie_word_embeddings ? 0 : embedding);
 }
 
 }  // namespace lockstep

@@ -1,7 +1,8 @@
-// io/config.h — the model architecture from a Hugging Face config.json, for the three families
-// lockstep implements: Qwen3 (Qwen3ForCausalLM), Qwen2.5 (Qwen2ForCausalLM) and Llama 3
-// (LlamaForCausalLM). Parsing validates everything the model code relies on, so a bad or
-// unsupported config fails here with one message naming the file and the field.
+// io/config.h — the model architecture from a Hugging Face config.json, for the four families
+// lockstep implements: Qwen3 (Qwen3ForCausalLM), Qwen3-MoE (Qwen3MoeForCausalLM), Qwen2.5
+// (Qwen2ForCausalLM) and Llama 3 (LlamaForCausalLM). Parsing validates everything the model code
+// relies on, so a bad or unsupported config fails here with one message naming the file and the
+// field.
 #pragma once
 
 #include <cstdint>
@@ -12,9 +13,9 @@
 
 namespace lockstep {
 
-enum class ModelFamily { qwen3, qwen2, llama };
+enum class ModelFamily { qwen3, qwen3_moe, qwen2, llama };
 
-// Hugging Face's `model_type`: "qwen3", "qwen2", "llama".
+// Hugging Face's `model_type`: "qwen3", "qwen3_moe", "qwen2", "llama".
 std::string_view model_type_name(ModelFamily family);
 // Hugging Face's `architectures[0]`: "Qwen3ForCausalLM", ...
 std::string_view architecture_name(ModelFamily family);
@@ -42,6 +43,27 @@ struct Fp8Quantization {
   bool operator==(const Fp8Quantization&) const = default;
 };
 
+// Qwen3-MoE's sparse MLP (transformers' Qwen3MoeSparseMoeBlock): a router linear [E, H] (`mlp.gate`)
+// gives each token E logits; softmax over them in fp32; the k = num_experts_per_tok most probable
+// experts (ties: the lower expert index first) each run a SwiGLU MLP of moe_intermediate_size, and
+// their outputs are summed weighted by those probabilities (divided by their sum when
+// norm_topk_prob). Layer i is sparse when i is not in mlp_only_layers and (i + 1) is a multiple of
+// decoder_sparse_step; the others have the dense MLP of intermediate_size.
+struct MoeConfig {
+  int64_t num_experts = 0;
+  int64_t num_experts_per_tok = 0;
+  int64_t moe_intermediate_size = 0;
+  int64_t decoder_sparse_step = 1;
+  std::vector<int64_t> mlp_only_layers;
+  bool norm_topk_prob = false;
+  // The Switch-Transformer load-balancing loss (transformers' load_balancing_loss_func) is added
+  // to the training loss times router_aux_loss_coef when output_router_logits is true (as
+  // Qwen3MoeForCausalLM does).
+  double router_aux_loss_coef = 0.001;
+  bool output_router_logits = false;
+  bool operator==(const MoeConfig&) const = default;
+};
+
 struct ModelConfig {
   ModelFamily family = ModelFamily::llama;
   int64_t hidden_size = 0;
@@ -64,6 +86,10 @@ struct ModelConfig {
   std::vector<int64_t> eos_token_ids;  // config.json holds an int or a list
   std::string torch_dtype;             // the checkpoint's dtype as stated ("bfloat16"), or empty
   std::optional<Fp8Quantization> fp8_quantization;  // none: the weights are bf16, f16 or f32
+  std::optional<MoeConfig> moe;  // Qwen3-MoE only (and always there)
+
+  // Whether layer `layer` has the sparse MLP (MoeConfig); false for dense families.
+  bool is_moe_layer(int64_t layer) const;
 
   // A config.json Hugging Face loads back into the same model (2-space indented, keys sorted).
   std::string to_json() const;
@@ -81,7 +107,8 @@ ModelConfig load_model_config(const std::string& path);
 void save_model_config(const ModelConfig& config, const std::string& path);
 
 // The number of distinct parameters (a tied lm_head counted once): embeddings, every layer's
-// attention, norms and MLP, the final norm and, untied, the lm_head.
+// attention, norms and MLP (a sparse one: its router and every expert), the final norm and,
+// untied, the lm_head.
 int64_t parameter_count(const ModelConfig& config);
 
 }  // namespace lockstep

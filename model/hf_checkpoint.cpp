@@ -55,14 +55,25 @@ std::vector<Piece> hf_pieces(const ModelConfig& c, Params& p) {
     }
     add(pre + "self_attn.o_proj.weight", l.o, 0, {h, q});
     if (c.o_bias) add(pre + "self_attn.o_proj.bias", l.o_bias, 0, {h});
-    add(pre + "mlp.gate_proj.weight", l.gate_up, 0, {ff, h});
-    add(pre + "mlp.up_proj.weight", l.gate_up, ff, {ff, h});
-    if (c.mlp_bias) {
-      add(pre + "mlp.gate_proj.bias", l.gate_up_bias, 0, {ff});
-      add(pre + "mlp.up_proj.bias", l.gate_up_bias, ff, {ff});
+    if (c.is_moe_layer(int64_t(i))) {
+      const int64_t im = c.moe->moe_intermediate_size;
+      add(pre + "mlp.gate.weight", l.router, 0, {c.moe->num_experts, h});
+      for (size_t e = 0; e < l.experts.size(); ++e) {
+        const std::string expert = pre + "mlp.experts." + std::to_string(e) + ".";
+        add(expert + "gate_proj.weight", l.experts[e].gate_up, 0, {im, h});
+        add(expert + "up_proj.weight", l.experts[e].gate_up, im, {im, h});
+        add(expert + "down_proj.weight", l.experts[e].down, 0, {h, im});
+      }
+    } else {
+      add(pre + "mlp.gate_proj.weight", l.gate_up, 0, {ff, h});
+      add(pre + "mlp.up_proj.weight", l.gate_up, ff, {ff, h});
+      if (c.mlp_bias) {
+        add(pre + "mlp.gate_proj.bias", l.gate_up_bias, 0, {ff});
+        add(pre + "mlp.up_proj.bias", l.gate_up_bias, ff, {ff});
+      }
+      add(pre + "mlp.down_proj.weight", l.down, 0, {h, ff});
+      if (c.mlp_bias) add(pre + "mlp.down_proj.bias", l.down_bias, 0, {h});
     }
-    add(pre + "mlp.down_proj.weight", l.down, 0, {h, ff});
-    if (c.mlp_bias) add(pre + "mlp.down_proj.bias", l.down_bias, 0, {h});
     add(pre + "input_layernorm.weight", l.input_norm, 0, {h});
     add(pre + "post_attention_layernorm.weight", l.post_norm, 0, {h});
   }
@@ -309,6 +320,12 @@ Fp8Export save_fp8_hf_checkpoint(const std::string& folder, const ModelConfig& c
   // transformers would otherwise make the (tied or untied) LM head an FP8 linear layer, with no
   // scales in the file for it.
   saved.fp8_quantization = Fp8Quantization{.modules_to_not_convert = {"lm_head"}};
+  // The routers stay bf16 (as Qwen3-30B-A3B-FP8 keeps them): named one by one, since transformers
+  // matches these names as substrings and "mlp.gate" would also catch dense layers' gate_proj.
+  for (int64_t i = 0; i < config.num_hidden_layers; ++i)
+    if (config.is_moe_layer(i))
+      saved.fp8_quantization->modules_to_not_convert.push_back("model.layers." + std::to_string(i) +
+                                                               ".mlp.gate");
   write_folder_atomically(folder, "save_fp8_hf_checkpoint", [&](const fs::path& temp) {
     write_safetensors_checkpoint(temp.string(), tensors, kDefaultMaxShardBytes, {{"format", "pt"}});
     save_model_config(saved, (temp / "config.json").string());

@@ -2,10 +2,12 @@
 // (config.json + model.safetensors or shards with model.safetensors.index.json).
 //
 // Hugging Face names map onto model/parameters.h: q_proj/k_proj/v_proj fill the rows of the fused
-// `qkv` (and their biases `qkv_bias`), gate_proj/up_proj the rows of `gate_up`; the rest is one to
-// one. Tensors may be bf16, f16 or f32; they are widened to the fp32 masters. A block-FP8 checkpoint
-// (config.fp8_quantization) holds its projections as E4M3 with `<name>_scale_inv` block scales:
-// their masters are the dequantized values, e4m3 · scale_inv in fp32, as transformers dequantizes.
+// `qkv` (and their biases `qkv_bias`), gate_proj/up_proj the rows of `gate_up` (of a sparse layer's
+// experts too: mlp.experts.{e}.gate_proj/up_proj -> experts[e].gate_up, mlp.gate -> router); the
+// rest is one to one. Tensors may be bf16, f16 or f32; they are widened to the fp32 masters. A
+// block-FP8 checkpoint (config.fp8_quantization) holds its projections as E4M3 with
+// `<name>_scale_inv` block scales: their masters are the dequantized values, e4m3 · scale_inv in
+// fp32, as transformers dequantizes.
 #pragma once
 
 #include <string>

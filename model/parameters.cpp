@@ -18,7 +18,8 @@ ModelParameters build(const ModelConfig& c, Make make) {
   ModelParameters p;
   p.embed = make(Shape{c.vocab_size, h});
   p.layers.resize(size_t(c.num_hidden_layers));
-  for (LayerParameters& l : p.layers) {
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    LayerParameters& l = p.layers[size_t(i)];
     l.input_norm = make(Shape{h});
     l.qkv = make(Shape{q + 2 * kv, h});
     if (c.qkv_bias) l.qkv_bias = make(Shape{q + 2 * kv});
@@ -29,6 +30,16 @@ ModelParameters build(const ModelConfig& c, Make make) {
     l.o = make(Shape{h, q});
     if (c.o_bias) l.o_bias = make(Shape{h});
     l.post_norm = make(Shape{h});
+    if (c.is_moe_layer(i)) {
+      const int64_t im = c.moe->moe_intermediate_size;
+      l.router = make(Shape{c.moe->num_experts, h});
+      l.experts.resize(size_t(c.moe->num_experts));
+      for (ExpertParameters& e : l.experts) {
+        e.gate_up = make(Shape{2 * im, h});
+        e.down = make(Shape{h, im});
+      }
+      continue;
+    }
     l.gate_up = make(Shape{2 * ff, h});
     if (c.mlp_bias) l.gate_up_bias = make(Shape{2 * ff});
     l.down = make(Shape{h, ff});
@@ -60,6 +71,12 @@ void visit(Params& p, Fn&& fn) {
     maybe(pre + "gate_up_bias", l.gate_up_bias);
     maybe(pre + "down", l.down);
     maybe(pre + "down_bias", l.down_bias);
+    maybe(pre + "router", l.router);
+    for (size_t e = 0; e < l.experts.size(); ++e) {
+      const std::string expert = pre + "experts." + std::to_string(e) + ".";
+      maybe(expert + "gate_up", l.experts[e].gate_up);
+      maybe(expert + "down", l.experts[e].down);
+    }
   }
   maybe("final_norm", p.final_norm);
   maybe("lm_head", p.lm_head);

@@ -1,4 +1,4 @@
-// model/parameters.h — the tensors of a Qwen3 / Qwen2.5 / Llama-3 transformer, all fp32.
+// model/parameters.h — the tensors of a Qwen3 / Qwen3-MoE / Qwen2.5 / Llama-3 transformer, all fp32.
 //
 // The same structure holds the master weights and their gradients. Projections that read the same
 // input are fused (one GEMM each): `qkv` stacks q_proj, k_proj, v_proj along the output dimension
@@ -6,7 +6,8 @@
 // maps them to and from Hugging Face's tensor names.
 //
 // Optional tensors (biases, Qwen3's q/k norms, an untied lm_head) are undefined Tensors when the
-// config does not have them.
+// config does not have them. A sparse (MoE) layer has a router and experts instead of the dense
+// gate_up and down (io/config.h, MoeConfig).
 #pragma once
 
 #include <cstdint>
@@ -18,6 +19,12 @@
 #include "io/config.h"
 
 namespace lockstep {
+
+// One expert of a sparse layer: a SwiGLU MLP of moe_intermediate_size (Im).
+struct ExpertParameters {
+  Tensor gate_up;  // [2·Im, H]
+  Tensor down;     // [H, Im]
+};
 
 struct LayerParameters {
   Tensor input_norm;    // [H]
@@ -32,6 +39,8 @@ struct LayerParameters {
   Tensor gate_up_bias;  // [2·I]           mlp_bias
   Tensor down;          // [H, I]
   Tensor down_bias;     // [H]             mlp_bias
+  Tensor router;        // [E, H]          sparse layers (Hugging Face's mlp.gate)
+  std::vector<ExpertParameters> experts;  // E of them, sparse layers
 };
 
 struct ModelParameters {
@@ -50,7 +59,8 @@ struct ModelParameters {
   // A deep copy on `device` (a frozen reference, or a second model from the same start).
   ModelParameters copy_to(Device device) const;
 
-  // Every defined tensor with a stable name ("embed", "layers.3.qkv", ...), in a fixed order.
+  // Every defined tensor with a stable name ("embed", "layers.3.qkv", "layers.1.router",
+  // "layers.1.experts.5.gate_up", ...), in a fixed order.
   void for_each(const std::function<void(const std::string&, Tensor&)>& fn);
   void for_each(const std::function<void(const std::string&, const Tensor&)>& fn) const;
   int64_t numel() const;

@@ -28,6 +28,7 @@ struct Transformer::LayerActivations {
   Fp8Rows gate_up_fp8;       // fp8 with recompute: the SwiGLU input in E4M3, 1×128 groups, read
                              // as such by the SwiGLU ops (never dequantized into memory)
   LinearInput down_in;
+  MoeActivations moe;        // sparse layers: instead of gate_up_in, gate_up(_fp8), down_in
 };
 
 struct TrainActivations {
@@ -66,6 +67,23 @@ Tensor positions_of(const Tensor& cu_seqlens, int64_t tokens, Device device) {
   return device == Device::cpu ? pos : pos.to(device);
 }
 
+// Every linear layer of a layer (the dense MLP's or the sparse one's).
+template <class Weights>
+std::vector<LinearWeight*> linear_weights(Weights& w) {
+  std::vector<LinearWeight*> all{&w.qkv, &w.o};
+  if (w.moe.gate_up.empty()) {
+    all.push_back(&w.gate_up);
+    all.push_back(&w.down);
+    return all;
+  }
+  all.push_back(&w.moe.router);
+  for (size_t e = 0; e < w.moe.gate_up.size(); ++e) {
+    all.push_back(&w.moe.gate_up[e]);
+    all.push_back(&w.moe.down[e]);
+  }
+  return all;
+}
+
 std::optional<RopeScaling> rope_scaling_of(const ModelConfig& c) {
   if (!c.rope_scaling) return std::nullopt;
   return RopeScaling{c.rope_scaling->factor, c.rope_scaling->low_freq_factor,
@@ -92,17 +110,35 @@ Transformer::Transformer(const ModelConfig& config, ModelParameters params, Reci
   LOCKSTEP_CHECK(recipe != Recipe::fp32 || device() == Device::cpu,
                  "the fp32 recipe runs on the CPU only");
   if (trainable_) grads_ = ModelParameters::zeros(config_, device());
-  for (LayerParameters& l : params_.layers)
-    weights_.push_back({LinearWeight(recipe_, l.qkv), LinearWeight(recipe_, l.o),
-                        LinearWeight(recipe_, l.gate_up), LinearWeight(recipe_, l.down)});
+  for (LayerParameters& l : params_.layers) {
+    LayerWeights w;
+    w.qkv = LinearWeight(recipe_, l.qkv);
+    w.o = LinearWeight(recipe_, l.o);
+    if (l.experts.empty()) {
+      w.gate_up = LinearWeight(recipe_, l.gate_up);
+      w.down = LinearWeight(recipe_, l.down);
+    } else {
+      // The router stays out of fp8 (routing decisions are the most precision-sensitive step):
+      // bf16 in the fp8 recipe, as in the bf16 one.
+      w.moe.router = LinearWeight(recipe_ == Recipe::fp32 ? Recipe::fp32 : Recipe::bf16, l.router);
+      for (ExpertParameters& e : l.experts) {
+        w.moe.gate_up.emplace_back(recipe_, e.gate_up);
+        w.moe.down.emplace_back(recipe_, e.down);
+      }
+    }
+    weights_.push_back(std::move(w));
+  }
   const Tensor freq = rope_inv_freq(config_.head_dim, config_.rope_theta, rope_scaling_of(config_));
   inv_freq_ = device() == Device::cpu ? freq : freq.to(device());
   refresh_weights();
   if (trainable_ || recipe_ == Recipe::fp32) return;  // fp32 GEMMs read the masters themselves
   params_.embed = params_.lm_head = Tensor();
-  for (LayerParameters& p : params_.layers) p.qkv = p.o = p.gate_up = p.down = Tensor();
+  for (LayerParameters& p : params_.layers) {
+    p.qkv = p.o = p.gate_up = p.down = p.router = Tensor();
+    for (ExpertParameters& e : p.experts) e.gate_up = e.down = Tensor();
+  }
   for (LayerWeights& w : weights_) {
-    for (LinearWeight* l : {&w.qkv, &w.o, &w.gate_up, &w.down}) {
+    for (LinearWeight* l : linear_weights(w)) {
       l->master = Tensor();
       l->fp8.wt = Fp8Blocks();  // read by the backward's DGrad only
     }
@@ -123,7 +159,7 @@ void Transformer::refresh_weights() {
                  "refresh_weights: this model is inference-only (TransformerOptions::trainable = "
                  "false): its fp32 masters were released once its weight copies were made");
   for (LayerWeights& w : weights_)
-    for (LinearWeight* l : {&w.qkv, &w.o, &w.gate_up, &w.down}) l->refresh();
+    for (LinearWeight* l : linear_weights(w)) l->refresh();
   if (recipe_ == Recipe::fp32) {
     embed_ = params_.embed;
     head_ = params_.lm_head;
@@ -148,9 +184,15 @@ WeightCopies Transformer::weight_copies(const std::string& name) {
     LayerWeights& w = weights_[i];
     const std::string rest = name.substr(pre.size());
     LinearWeight* l = rest == "qkv" ? &w.qkv : rest == "o" ? &w.o : rest == "gate_up" ? &w.gate_up
-                    : rest == "down" ? &w.down : nullptr;
+                    : rest == "down" ? &w.down : rest == "router" ? &w.moe.router : nullptr;
+    if (!l && rest.starts_with("experts.")) {  // experts.<e>.gate_up / experts.<e>.down
+      const size_t dot = rest.find('.', 8);
+      const size_t e = size_t(std::stoul(rest.substr(8, dot - 8)));
+      if (e < w.moe.gate_up.size())
+        l = rest.substr(dot + 1) == "gate_up" ? &w.moe.gate_up[e] : &w.moe.down[e];
+    }
     if (!l) return {};
-    return recipe_ == Recipe::fp8 ? WeightCopies{.fp8 = &l->fp8} : WeightCopies{.bf16 = &l->bf16};
+    return l->recipe == Recipe::fp8 ? WeightCopies{.fp8 = &l->fp8} : WeightCopies{.bf16 = &l->bf16};
   }
   return {};
 }
@@ -163,7 +205,8 @@ void Transformer::share_embedding_copies(const Transformer& other) {
 }
 
 void Transformer::layer_forward(size_t i, Tensor& x, Tensor& residual, const Tensor& positions,
-                                const Attend& attend, LayerActivations* save, const KvWrite* kv) {
+                                const Attend& attend, LayerActivations* save, const KvWrite* kv,
+                                RouterStats* stats) {
   const LayerParameters& p = params_.layers[i];
   const LayerWeights& w = weights_[i];
   const int64_t t = x.dim(0), hidden = config_.hidden_size;
@@ -190,12 +233,22 @@ void Transformer::layer_forward(size_t i, Tensor& x, Tensor& residual, const Ten
   linear_forward(h, attend(i, qkv, save), w.o, p.o_bias);
 
   Tensor post_rstd = Tensor::empty({t}, DType::f32, device());
-  LinearInput gate_up_in = normed_input(h, x, p.post_norm, post_rstd, train);
-  Tensor gate_up = empty_act(t, 2 * config_.intermediate_size);
-  linear_forward(gate_up, gate_up_in, w.gate_up, p.gate_up_bias);
-  LinearInput down_in = swiglu_input(gate_up, train && !recompute_);
-  Tensor out = empty_act(t, hidden);
-  linear_forward(out, down_in, w.down, p.down_bias);
+  Tensor out, gate_up;
+  LinearInput gate_up_in, down_in;
+  if (config_.is_moe_layer(int64_t(i))) {
+    // Sparse: the experts' inputs are gathered (and, in fp8, quantized) per expert from the normed
+    // rows, so the norm writes them in the activation dtype.
+    Tensor hn = empty_act(t, hidden);
+    rmsnorm_forward(hn, post_rstd, h, x, p.post_norm, eps_);
+    out = moe_forward(i, hn, train ? &save->moe : nullptr, stats);
+  } else {
+    gate_up_in = normed_input(h, x, p.post_norm, post_rstd, train);
+    gate_up = empty_act(t, 2 * config_.intermediate_size);
+    linear_forward(gate_up, gate_up_in, w.gate_up, p.gate_up_bias);
+    down_in = swiglu_input(gate_up, train && !recompute_);
+    out = empty_act(t, hidden);
+    linear_forward(out, down_in, w.down, p.down_bias);
+  }
 
   if (train) {
     save->x = x;
@@ -203,21 +256,26 @@ void Transformer::layer_forward(size_t i, Tensor& x, Tensor& residual, const Ten
     save->qkv_raw = qkv_raw;
     save->h = h;
     save->post_rstd = post_rstd;
-    if (recompute_ && recipe_ == Recipe::fp8 && gate_up.dim(1) % kQuantGroup == 0) {
+    // (A sparse layer's MLP has no gate_up here: moe_forward kept what its backward reads.)
+    const bool dense = gate_up.defined();
+    if (dense && recompute_ && recipe_ == Recipe::fp8 && gate_up.dim(1) % kQuantGroup == 0) {
       // As DeepSeek-V3 does: the SwiGLU input [T, 2I] — the largest activation kept — is kept in
       // E4M3, and the backward runs the SwiGLU backward and the down projection's WGrad on what it
       // remakes from it (recompute_inputs). (2I a multiple of 128, as ops/swiglu.h's E4M3 input
       // must be; other widths keep gate_up in bf16.)
       save->gate_up_fp8 = Fp8Rows::empty(t, gate_up.dim(1), device());
       quantize_rows(save->gate_up_fp8, gate_up);
-    } else {
+    } else if (dense) {
       save->gate_up = gate_up;
     }
     if (!recompute_) {  // otherwise remade by recompute_inputs
-      for (LinearInput* in : {&qkv_in, &gate_up_in, &down_in}) keep_for_backward(*in);
+      keep_for_backward(qkv_in);
       save->qkv_in = std::move(qkv_in);
-      save->gate_up_in = std::move(gate_up_in);
-      save->down_in = std::move(down_in);
+      if (dense) {
+        for (LinearInput* in : {&gate_up_in, &down_in}) keep_for_backward(*in);
+        save->gate_up_in = std::move(gate_up_in);
+        save->down_in = std::move(down_in);
+      }
     }
   }
   x = std::move(out);
@@ -241,7 +299,7 @@ LinearInput Transformer::normed_input(Tensor& x, const Tensor& residual, const T
 }
 
 LinearInput Transformer::swiglu_input(const Tensor& gate_up, bool for_backward) const {
-  const int64_t t = gate_up.dim(0), inter = config_.intermediate_size;
+  const int64_t t = gate_up.dim(0), inter = gate_up.dim(1) / 2;
   if (recipe_ != Recipe::fp8) {
     Tensor a = empty_act(t, inter);
     swiglu_forward(a, gate_up);
@@ -256,11 +314,16 @@ LinearInput Transformer::swiglu_input(const Tensor& gate_up, bool for_backward) 
 
 // The same bits the forward made (every op is deterministic), from what it kept; in fp8 the SwiGLU
 // input is its E4M3 copy, so its output (the down projection's WGrad input) and the SwiGLU backward
-// see the quantized values.
+// see the quantized values. A sparse layer's MLP keeps its inputs (moe_forward): only the qkv
+// projection's is remade there.
 void Transformer::recompute_inputs(size_t i, LayerActivations& s) const {
   const LayerParameters& p = params_.layers[i];
   Tensor rstd = Tensor::empty({s.x.dim(0)}, DType::f32, device());
   s.qkv_in = normed_input(s.x, Tensor(), p.input_norm, rstd, true);
+  if (config_.is_moe_layer(int64_t(i))) {
+    keep_for_backward(s.qkv_in);
+    return;
+  }
   s.gate_up_in = normed_input(s.h, Tensor(), p.post_norm, rstd, true);
   if (s.gate_up_fp8.data.defined()) {  // straight from the E4M3 input (ops/swiglu.h): no bf16 copy
     const int64_t t = s.gate_up_fp8.rows(), inter = config_.intermediate_size;
@@ -274,21 +337,27 @@ void Transformer::recompute_inputs(size_t i, LayerActivations& s) const {
 }
 
 Tensor Transformer::layer_backward(size_t i, LayerActivations& s, const Tensor& dout,
-                                   const Tensor& positions, const Tensor& cu_seqlens) {
+                                   const Tensor& positions, const Tensor& cu_seqlens,
+                                   const Tensor& dprobs) {
   const LayerParameters& p = params_.layers[i];
   LayerParameters& g = grads_.layers[i];
   const LayerWeights& w = weights_[i];
   const int64_t t = dout.dim(0), hidden = config_.hidden_size;
   if (recompute_) recompute_inputs(i, s);
 
-  // out = h + down(swiglu(gate_up(norm(h))))
-  Tensor da = empty_act(t, config_.intermediate_size);
-  linear_backward(da, g.down, g.down_bias, dout, s.down_in, w.down);
-  Tensor dgate_up = empty_act(t, 2 * config_.intermediate_size);
-  if (s.gate_up_fp8.data.defined()) swiglu_backward(dgate_up, da, s.gate_up_fp8);
-  else swiglu_backward(dgate_up, da, s.gate_up);
-  Tensor dhn = empty_act(t, hidden);
-  linear_backward(dhn, g.gate_up, g.gate_up_bias, dgate_up, s.gate_up_in, w.gate_up);
+  // out = h + down(swiglu(gate_up(norm(h)))), or h + moe(norm(h))
+  Tensor dhn;
+  if (config_.is_moe_layer(int64_t(i))) {
+    dhn = moe_backward(i, s.moe, dout, dprobs);
+  } else {
+    Tensor da = empty_act(t, config_.intermediate_size);
+    linear_backward(da, g.down, g.down_bias, dout, s.down_in, w.down);
+    Tensor dgate_up = empty_act(t, 2 * config_.intermediate_size);
+    if (s.gate_up_fp8.data.defined()) swiglu_backward(dgate_up, da, s.gate_up_fp8);
+    else swiglu_backward(dgate_up, da, s.gate_up);
+    dhn = empty_act(t, hidden);
+    linear_backward(dhn, g.gate_up, g.gate_up_bias, dgate_up, s.gate_up_in, w.gate_up);
+  }
   Tensor dh = empty_act(t, hidden);
   rmsnorm_backward(dh, g.post_norm, dhn, s.h, p.post_norm, s.post_rstd);
   add_into(dh, dout);
@@ -314,7 +383,8 @@ Tensor Transformer::layer_backward(size_t i, LayerActivations& s, const Tensor& 
   return dx;
 }
 
-Tensor Transformer::trunk(const TrainBatch& batch, TrainActivations* saved) {
+Tensor Transformer::trunk(const TrainBatch& batch, TrainActivations* saved,
+                          std::vector<RouterStats>* routing) {
   check_i32_vector(batch.tokens, "batch tokens");
   check_i32_vector(batch.targets, "batch targets");
   check_i32_vector(batch.cu_seqlens, "batch cu_seqlens");
@@ -334,8 +404,11 @@ Tensor Transformer::trunk(const TrainBatch& batch, TrainActivations* saved) {
   };
   if (saved) saved->layers.resize(params_.layers.size());
   Tensor residual;
-  for (size_t i = 0; i < params_.layers.size(); ++i)
-    layer_forward(i, x, residual, positions, attend, saved ? &saved->layers[i] : nullptr);
+  for (size_t i = 0; i < params_.layers.size(); ++i) {
+    RouterStats* stats = nullptr;
+    if (routing && config_.is_moe_layer(int64_t(i))) stats = &routing->emplace_back();
+    layer_forward(i, x, residual, positions, attend, saved ? &saved->layers[i] : nullptr, nullptr, stats);
+  }
 
   // The final norm adds the last layer's residual into x (kept as x_final).
   Tensor h = empty_act(t, config_.hidden_size), rstd = Tensor::empty({t}, DType::f32, device());
@@ -355,9 +428,9 @@ Tensor Transformer::trunk(const TrainBatch& batch, TrainActivations* saved) {
 TrainForward Transformer::forward(const TrainBatch& batch, float temperature, bool for_backward) {
   LOCKSTEP_CHECK(temperature > 0, "temperature must be positive, got ", temperature);
   auto saved = for_backward ? std::make_shared<TrainActivations>() : nullptr;
-  const Tensor h = trunk(batch, saved.get());
-  const int64_t t = h.dim(0);
   TrainForward result;
+  const Tensor h = trunk(batch, saved.get(), &result.routing);
+  const int64_t t = h.dim(0);
   result.logprob = Tensor::empty({t}, DType::f32, device());
   result.entropy = Tensor::empty({t}, DType::f32, device());
   Tensor lse = Tensor::empty({t}, DType::f32, device());
@@ -374,9 +447,10 @@ TrainForward Transformer::forward(const TrainBatch& batch, float temperature, bo
   return result;
 }
 
-Tensor Transformer::hidden_states(const TrainBatch& batch) { return trunk(batch, nullptr); }
+Tensor Transformer::hidden_states(const TrainBatch& batch) { return trunk(batch, nullptr, nullptr); }
 
-void Transformer::backward(TrainForward& forward, const Tensor& dlogprob, const Tensor& dentropy) {
+void Transformer::backward(TrainForward& forward, const Tensor& dlogprob, const Tensor& dentropy,
+                           double load_balancing_weight) {
   LOCKSTEP_CHECK(trainable_, "backward: this model is inference-only ",
                  "(TransformerOptions::trainable = false): it has no gradients");
   LOCKSTEP_CHECK(forward.saved, "backward: the forward was run without for_backward, or its ",
@@ -392,8 +466,20 @@ void Transformer::backward(TrainForward& forward, const Tensor& dlogprob, const 
   s->head_logits = Tensor();
   Tensor dx = empty_act(t, hidden);
   rmsnorm_backward(dx, grads_.final_norm, dh, s->x_final, params_.final_norm, s->final_rstd);
+  // The load-balancing loss's gradient w.r.t. the router probabilities: one value per expert, the
+  // same for every sparse layer and token (model/moe.h).
+  Tensor dprobs;
+  if (load_balancing_weight != 0 && !forward.routing.empty()) {
+    const std::vector<double> g = load_balancing_gradient(forward.routing);
+    const int64_t E = int64_t(g.size());
+    Tensor host = Tensor::empty({t, E}, DType::f32);
+    for (int64_t r = 0; r < t; ++r)
+      for (int64_t e = 0; e < E; ++e)
+        host.data_as<float>()[r * E + e] = float(load_balancing_weight * g[size_t(e)]);
+    dprobs = device() == Device::cpu ? host : host.to(device());
+  }
   for (size_t i = params_.layers.size(); i-- > 0;) {
-    dx = layer_backward(i, s->layers[i], dx, s->positions, s->cu_seqlens);
+    dx = layer_backward(i, s->layers[i], dx, s->positions, s->cu_seqlens, dprobs);
     s->layers[i] = LayerActivations();  // free as we go
   }
   embedding_backward(grads_.embed, s->tokens, dx);

@@ -1,9 +1,11 @@
-// model/transformer.h — the decoder-only transformer of Qwen3, Qwen2.5 and Llama 3, written once
-// against ops/ (every op dispatches on where its tensors live).
+// model/transformer.h — the decoder-only transformer of Qwen3, Qwen3-MoE, Qwen2.5 and Llama 3,
+// written once against ops/ (every op dispatches on where its tensors live).
 //
 // One layer, with the Hugging Face names of model/hf_checkpoint.h:
 //   h   = x + o_proj(attention(rope(qk_norm(qkv_proj(rmsnorm(x))))))
 //   out = h + down_proj(swiglu(gate_up_proj(rmsnorm(h))))
+// or, in a sparse layer (Qwen3-MoE, io/config.h's MoeConfig; model/moe.h), with n = rmsnorm(h):
+//   out = h + Σ_j w_j · expert_{id_j}(n),  (id, w) = top-k(softmax(gate(n)))
 // then a final RMSNorm and the LM head (tied to the embeddings or not).
 //
 // Two ways through it:
@@ -25,6 +27,7 @@
 #include "io/config.h"
 #include "model/kv_cache.h"
 #include "model/linear.h"
+#include "model/moe.h"
 #include "model/parameters.h"
 #include "model/recipe.h"
 #include "ops/adamw.h"
@@ -63,6 +66,8 @@ struct TrainForward {
   Tensor logprob;  // f32 [T]
   Tensor entropy;  // f32 [T]
   std::shared_ptr<TrainActivations> saved;  // null when the forward was run without backward
+  // Sparse models: what each sparse layer's router did with the batch (model/moe.h), in layer order.
+  std::vector<RouterStats> routing;
 };
 
 struct TransformerOptions {
@@ -123,17 +128,21 @@ class Transformer {
   // With `for_backward` false nothing is kept (logprobs of a frozen or old policy).
   TrainForward forward(const TrainBatch& batch, float temperature = 1.0f, bool for_backward = true);
   // dlogprob, dentropy: f32 [T] (either may be undefined: zero). Adds into grads(); consumes the
-  // saved activations.
-  void backward(TrainForward& forward, const Tensor& dlogprob, const Tensor& dentropy);
+  // saved activations. A sparse model also adds `load_balancing_weight` times the gradient of the
+  // batch's load-balancing loss (model/moe.h, load_balancing_loss of forward.routing) w.r.t. the
+  // router probabilities; 0 leaves it out.
+  void backward(TrainForward& forward, const Tensor& dlogprob, const Tensor& dentropy,
+                double load_balancing_weight = 0);
 
   // The final-normed hidden state of every row, [T, H] (nothing kept): logits() of it gives the
   // full logits, for checks against other implementations.
   Tensor hidden_states(const TrainBatch& batch);
 
   // Writes the new tokens' k/v into `cache` and returns the final-normed hidden state of each
-  // sequence's last row, [S, H] in the activation dtype. On the GPU it reads nothing back (it can
-  // be captured into a CUDA graph): index values are checked only on the CPU, and on CUDA a bad
-  // one gives NaN rows (ops/attention.h, ops/embedding.h).
+  // sequence's last row, [S, H] in the activation dtype. On the GPU a dense model reads nothing
+  // back (it can be captured into a CUDA graph; a sparse one reads each layer's routing back, for
+  // its expert GEMMs' sizes): index values are checked only on the CPU, and on CUDA a bad one
+  // gives NaN rows (ops/attention.h, ops/embedding.h).
   Tensor forward_infer(const InferBatch& batch, KvCache& cache);
   // f32 [rows, V] logits of hidden states (not divided by a temperature).
   Tensor logits(const Tensor& hidden) const;
@@ -143,7 +152,8 @@ class Transformer {
 
  private:
   struct LayerWeights {
-    LinearWeight qkv, o, gate_up, down;
+    LinearWeight qkv, o, gate_up, down;  // gate_up, down: dense layers
+    MoeWeights moe;                       // sparse layers
   };
   struct LayerActivations;
   // The attention of a layer, the training one (packed sequences) or the paged inference one:
@@ -157,16 +167,23 @@ class Transformer {
     const Tensor& slots;
   };
 
-  // Embedding, layers and final norm of a training batch; fills `saved` when given.
-  Tensor trunk(const TrainBatch& batch, TrainActivations* saved);
+  // Embedding, layers and final norm of a training batch; fills `saved` and `routing` when given.
+  Tensor trunk(const TrainBatch& batch, TrainActivations* saved, std::vector<RouterStats>* routing);
   // The layer's input is x + residual: the previous layer's output with its residual add still
   // pending (residual undefined: none), done in place into x by the input norm. Returns the same
   // way: x + residual is the layer's output, the add left to the next norm.
   void layer_forward(size_t i, Tensor& x, Tensor& residual, const Tensor& positions,
-                     const Attend& attend, LayerActivations* save, const KvWrite* kv = nullptr);
+                     const Attend& attend, LayerActivations* save, const KvWrite* kv = nullptr,
+                     RouterStats* stats = nullptr);
+  // dprobs: the load-balancing loss's gradient w.r.t. a sparse layer's router probabilities
+  // (undefined: none).
   Tensor layer_backward(size_t i, LayerActivations& saved, const Tensor& dout,
-                        const Tensor& positions, const Tensor& cu_seqlens);
+                        const Tensor& positions, const Tensor& cu_seqlens, const Tensor& dprobs);
   void recompute_inputs(size_t i, LayerActivations& saved) const;
+  // The sparse MLP of layer i (model/transformer_moe.cpp): out [T, H] from the normed hn [T, H];
+  // fills `save` and `stats` when given. The backward returns dhn and adds into grads().
+  Tensor moe_forward(size_t i, const Tensor& hn, MoeActivations* save, RouterStats* stats) const;
+  Tensor moe_backward(size_t i, MoeActivations& saved, const Tensor& dout, const Tensor& dprobs);
   // The input of the linear layer after an RMSNorm (of x += residual, when residual is defined), or
   // after the SwiGLU, in the recipe's form.
   LinearInput normed_input(Tensor& x, const Tensor& residual, const Tensor& w, Tensor& rstd,

@@ -47,6 +47,31 @@ PolicyLossConfig loss_config(const Config& c) {
   return p;
 }
 
+// The load-balancing loss's weight for a sparse model: loss.router_aux_loss_coef, or (-1) what
+// transformers' Qwen3MoeForCausalLM adds: config.json's router_aux_loss_coef when
+// output_router_logits is true, else nothing. 0 for dense models.
+double router_aux_coef(const Config& c, const ModelConfig& model) {
+  if (!model.moe) return 0;
+  if (c.loss.router_aux_loss_coef >= 0) return c.loss.router_aux_loss_coef;
+  return model.moe->output_router_logits ? model.moe->router_aux_loss_coef : 0;
+}
+
+// Tokens routed to each expert of each sparse layer, summed over forwards (layer-major; sized by
+// the config, so that every rank sums vectors of one length).
+struct ExpertCounts {
+  size_t layers = 0, experts = 0;
+  std::vector<double> tokens;
+  explicit ExpertCounts(const ModelConfig& c) {
+    for (int64_t i = 0; i < c.num_hidden_layers; ++i) layers += c.is_moe_layer(i);
+    experts = c.moe ? size_t(c.moe->num_experts) : 0;
+    tokens.assign(layers * experts, 0.0);
+  }
+  void add(const std::vector<RouterStats>& routing) {
+    for (size_t l = 0; l < routing.size(); ++l)
+      for (size_t e = 0; e < experts; ++e) tokens[l * experts + e] += double(routing[l].expert_tokens[e]);
+  }
+};
+
 }  // namespace
 
 GrpoUpdate grpo_update(const std::vector<ScoredGroup>& groups, const Config& config,
@@ -130,6 +155,12 @@ GrpoUpdate grpo_update(const std::vector<ScoredGroup>& groups, const Config& con
   const size_t sequences = sequence_tokens.size();
   const int64_t minis = std::min<int64_t>(oo.mini_batches, int64_t(sequences));
   double loss_sum = 0, clip = 0, clip_dual = 0, kl_ref = 0, tis_clip = 0, entropy = 0, counted = 0;
+  // Sparse models: the load-balancing loss, each micro-batch's weighted by its share of the
+  // mini-batch's rows (so a mini-batch adds coef · its rows' loss, as one forward would); and the
+  // expert load of the first epoch (every sequence once).
+  const double aux_coef = router_aux_coef(config, model.config());
+  double aux_sum = 0, aux_rows = 0;
+  ExpertCounts expert_counts(model.config());
   double grad_norm = NAN, lr = NAN;
   for (int64_t epoch = 0; epoch < oo.ppo_epochs; ++epoch) {
     for (int64_t mb = 0; mb < minis; ++mb) {
@@ -144,6 +175,8 @@ GrpoUpdate grpo_update(const std::vector<ScoredGroup>& groups, const Config& con
       const size_t last = std::clamp(global_last, lo_seq, lo_seq + local) - lo_seq;
       double mini_loss = 0;
       const auto lengths = std::span<const int64_t>(rows.lengths).subspan(first, last - first);
+      const double local_rows = double(std::accumulate(lengths.begin(), lengths.end(), int64_t(0)));
+      const double mini_rows = aux_coef > 0 ? sum_over_ranks(comm, local_rows) : 0;
       for (const SequenceRange& r : plan_micro_batches(lengths, budget)) {
         size_t offset = 0;
         const TrainBatch b = slice_batch(rows, first + r.first, first + r.last,
@@ -168,7 +201,18 @@ GrpoUpdate grpo_update(const std::vector<ScoredGroup>& groups, const Config& con
         in.advantage = std::span<const float>(seq_advantage).subspan(first + r.first, r.last - r.first);
         const PolicyLoss pl = policy_loss(in, cfg);
         mini_loss += pl.loss;
-        if (std::isfinite(pl.loss)) model.backward(f, pl.dlogprob.to(model.device()), Tensor());
+        double aux_weight = 0;
+        if (!f.routing.empty()) {
+          const double aux = load_balancing_loss(f.routing);
+          aux_sum += aux * double(len);
+          aux_rows += double(len);
+          if (epoch == 0) expert_counts.add(f.routing);
+          if (aux_coef > 0) {
+            aux_weight = aux_coef * double(len) / mini_rows;
+            mini_loss += aux_weight * aux;
+          }
+        }
+        if (std::isfinite(pl.loss)) model.backward(f, pl.dlogprob.to(model.device()), Tensor(), aux_weight);
         clip += (pl.clip_frac_low + pl.clip_frac_high) * pl.tokens;
         clip_dual += pl.clip_frac_dual * pl.tokens;
         kl_ref += pl.kl_ref * pl.tokens;
@@ -213,6 +257,21 @@ GrpoUpdate grpo_update(const std::vector<ScoredGroup>& groups, const Config& con
                {"lr", lr}};
   m.insert(m.end(), out.metrics.begin(), out.metrics.end());
   m.emplace_back("tis_clip_frac", sums[3] / c);
+  if (model.config().moe) {
+    const std::vector<double> aux = sum_over_ranks(comm, {aux_sum, aux_rows});
+    m.emplace_back("router_aux_loss", aux[0] / std::max(aux[1], 1.0));
+    // Per sparse layer: the most loaded expert's tokens and the mean over experts.
+    const std::vector<double> counts = sum_over_ranks(comm, expert_counts.tokens);
+    std::vector<double> most, mean;
+    for (size_t l = 0; l < expert_counts.layers; ++l) {
+      const auto layer = counts.begin() + ptrdiff_t(l * expert_counts.experts);
+      most.push_back(*std::max_element(layer, layer + ptrdiff_t(expert_counts.experts)));
+      mean.push_back(std::accumulate(layer, layer + ptrdiff_t(expert_counts.experts), 0.0) /
+                     double(expert_counts.experts));
+    }
+    out.series.emplace_back("expert_tokens_max", std::move(most));
+    out.series.emplace_back("expert_tokens_mean", std::move(mean));
+  }
   out.metrics = std::move(m);
   return out;
 }

@@ -11,7 +11,9 @@
 //      step per mini-batch; inside one, micro-batches of at most optim.micro_batch_tokens tokens
 //      accumulate gradients, each normalized by the whole mini-batch's count
 //      (train/policy_loss.h). TIS acts in every precision mode when loss.tis_cap > 0: the weight
-//      min(exp(old − rollout), C) is exactly 1 where the two logprobs agree.
+//      min(exp(old − rollout), C) is exactly 1 where the two logprobs agree. A sparse model's
+//      mini-batch loss also gets coef · its load-balancing loss (loss.router_aux_loss_coef), each
+//      micro-batch's weighted by its share of the mini-batch's rows.
 //
 // A mini-batch whose loss is not finite, or whose gradient is not (OptimizerStep::applied false),
 // changes nothing: its gradients are zeroed and `optimizer_step` is not called for it, so the
@@ -52,8 +54,13 @@ struct GrpoUpdate {
   // tis_clip_frac (token means over the update; grad_norm and lr of the last applied step, NaN
   // when none was); optimizer_steps: the steps applied.
   Metrics metrics;
+  // Sparse models also: router_aux_loss (the load-balancing loss, model/moe.h, row-weighted mean
+  // over the update's forwards, whether or not loss.router_aux_loss_coef adds it to the loss).
   // mismatch_abs_by_position and mismatch_tokens_by_position (train/rollout_mismatch.h), bins of
-  // run.mismatch_bin_tokens response positions.
+  // run.mismatch_bin_tokens response positions; sparse models: expert_tokens_max and
+  // expert_tokens_mean, per sparse layer, the most loaded expert's tokens and the mean over the
+  // experts in the first PPO epoch's forwards (every sequence once; a token counts once per
+  // expert it is routed to).
   MetricSeries series;
   std::string skipped;  // the cause of the first skipped mini-batch, or empty
   int64_t optimizer_steps = 0;

@@ -175,8 +175,10 @@ Engine::Engine(Transformer& model, const EngineOptions& options, const Tokenizer
   int64_t max_blocks = options_.num_blocks;
   if (positions > 0)
     max_blocks = std::min(max_blocks, (positions + options_.block_size - 1) / options_.block_size);
+  // A sparse (MoE) model's forward reads each layer's routing back to the host (model/moe.h), which
+  // a captured graph cannot do: its decode steps run eagerly.
   decode_ = std::make_unique<DecodeGraph>(model, cache_, options_.max_step_sequences, max_blocks,
-                                          options_.cuda_graphs);
+                                          options_.cuda_graphs && !model.config().moe);
 }
 
 Engine::~Engine() = default;

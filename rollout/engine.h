@@ -75,7 +75,7 @@ struct EngineOptions {
   int64_t max_step_tokens = 2048;    // per step: prompt chunks + decoded tokens
   int64_t max_step_sequences = 256;  // per step
   bool share_prompts = true;
-  bool cuda_graphs = true;  // decode steps replayed from CUDA graphs (a model on the GPU)
+  bool cuda_graphs = true;  // decode steps replayed from CUDA graphs (a dense model on the GPU)
 };
 
 struct GenerationRequest {

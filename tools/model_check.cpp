@@ -7,7 +7,9 @@
 //
 // TOKENS_JSON: {"sequences": [[id, ...], ...]}, packed into one batch (each row's target is the next
 // token; a sequence's last row targets token 0). Writes
-//   OUT_DIR/outputs.safetensors  logits f32 [T, V], logprob f32 [T], entropy f32 [T], loss f32 [1]
+//   OUT_DIR/outputs.safetensors  logits f32 [T, V], logprob f32 [T], entropy f32 [T], loss f32 [1],
+//                                and for a mixture-of-experts model expert_ids.<layer> i32 [T, k]
+//                                per sparse layer (the router's choices, best first)
 //   OUT_DIR/grads/               the gradient of the loss as a checkpoint (Hugging Face names, f32
 //                                or bf16 for large models)
 // where loss = mean of −logprob over every row but each sequence's last (the SFT loss).
@@ -73,10 +75,11 @@ int run(const std::string& model_dir, const std::string& tokens_path, const std:
   Tensor loss_tensor = Tensor::empty({1}, DType::f32);
   loss_tensor.data_as<float>()[0] = float(loss.loss);
   std::filesystem::create_directories(out_dir);
-  write_safetensors(out_dir + "/outputs.safetensors", {{"logits", logits},
-                                                       {"logprob", logprob},
-                                                       {"entropy", entropy},
-                                                       {"loss", loss_tensor}});
+  NamedTensors outputs = {{"logits", logits}, {"logprob", logprob}, {"entropy", entropy}, {"loss", loss_tensor}};
+  // A sparse model's routing: each sparse layer's experts per row, best first (i32 [T, k]).
+  for (size_t l = 0, i = 0; i < size_t(config.num_hidden_layers); ++i)
+    if (config.is_moe_layer(int64_t(i))) outputs.emplace_back("expert_ids." + std::to_string(i), forward.routing[l++].expert_ids);
+  write_safetensors(out_dir + "/outputs.safetensors", outputs);
   save_hf_checkpoint(out_dir + "/grads", config, model.grads(), o.grads_dtype);
   std::cout << "tokens " << tokens.size() << ", loss " << loss.loss << "\n";
   return 0;

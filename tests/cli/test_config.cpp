@@ -136,6 +136,9 @@ TEST(RunConfig, OutOfRangeValues) {
                 "rollout.samples_per_prompt must be ≥ 2, got 1"});
   expect_error([] { load({"--loss.tis_cap=0.5"}); },
                {"loss.tis_cap must be 0 (off) or ≥ 1, got 0.5"});
+  expect_error([] { load({"--loss.router_aux_loss_coef=-0.5"}); },
+               {"loss.router_aux_loss_coef must be -1 (the model's) or ≥ 0, got -0.5"});
+  EXPECT_EQ(load({"--loss.router_aux_loss_coef=0.02"}).loss.router_aux_loss_coef, 0.02);
   expect_error([] { load({"--optim.beta2=1"}); }, {"optim.beta2 must be in [0, 1), got 1.0"});
   expect_error([] { load({"--optim.lr=inf"}); }, {"optim.lr must be finite, got inf"});
   expect_error([] { load({"--rollout.stop=[\"\"]"}); },
@@ -253,7 +256,7 @@ std::set<std::string> listed_keys(const std::string& text, const std::string& in
 
 TEST(RunConfig, HelpListsEveryKeyWithTypeDefaultAndDescription) {
   const std::set<std::string> all = listed_keys(to_toml(Config{}), "");
-  EXPECT_EQ(all.size(), 73u);  // the keys of config.h
+  EXPECT_EQ(all.size(), 74u);  // the keys of config.h
   EXPECT_EQ(listed_keys(config_help(""), "  "), all);
 
   const std::string help = config_help("");

@@ -21,7 +21,9 @@ struct TinyShape {
 };
 
 // A config of `family` with the family's characteristic features: Qwen3 q/k norms, Qwen2 q/k/v
-// biases, Llama 3 rope scaling (plus o and MLP biases, which Llama configs can switch on).
+// biases, Llama 3 rope scaling (plus o and MLP biases, which Llama configs can switch on), Qwen3-MoE
+// 8 experts of intermediate / 2, top-2 with normalized weights, the second layer dense
+// (mlp_only_layers).
 inline ModelConfig tiny_config(ModelFamily family, const TinyShape& s = {}) {
   ModelConfig c;
   c.family = family;
@@ -36,7 +38,15 @@ inline ModelConfig tiny_config(ModelFamily family, const TinyShape& s = {}) {
   c.rms_norm_eps = 1e-6;
   c.rope_theta = 100.0;  // small, so rotations differ visibly at the short positions tested
   c.tie_word_embeddings = s.tied;
-  c.qk_norm = family == ModelFamily::qwen3;
+  c.qk_norm = family == ModelFamily::qwen3 || family == ModelFamily::qwen3_moe;
+  if (family == ModelFamily::qwen3_moe) {
+    c.moe.emplace();
+    c.moe->num_experts = 8;
+    c.moe->num_experts_per_tok = 2;
+    c.moe->moe_intermediate_size = s.intermediate / 2;
+    c.moe->norm_topk_prob = true;
+    if (s.layers >= 2) c.moe->mlp_only_layers = {1};
+  }
   c.qkv_bias = family == ModelFamily::qwen2;
   if (family == ModelFamily::llama) {
     c.qkv_bias = c.o_bias = c.mlp_bias = true;  // Llama's attention_bias covers q, k, v and o

@@ -213,7 +213,10 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{Recipe::bf16, ModelFamily::qwen3, true}, Case{Recipe::fp8, ModelFamily::llama, true},
                       // Widths with partial fp8 128-groups, GQA 3:1 (SmolLM2-like).
                       Case{Recipe::fp8, ModelFamily::qwen3, false, true}, Case{Recipe::bf16, ModelFamily::llama, false, true},
-                      Case{Recipe::fp8, ModelFamily::qwen2, true, true}),
+                      Case{Recipe::fp8, ModelFamily::qwen2, true, true},
+                      // Sparse (Qwen3-MoE: 8 experts, top-2, a dense second layer).
+                      Case{Recipe::fp32, ModelFamily::qwen3_moe}, Case{Recipe::bf16, ModelFamily::qwen3_moe},
+                      Case{Recipe::fp8, ModelFamily::qwen3_moe}, Case{Recipe::fp8, ModelFamily::qwen3_moe, true, true}),
     [](const auto& info) {
       return std::string(recipe_name(info.param.recipe)) + "_" +
              std::string(model_type_name(info.param.family)) + (info.param.fp8_kv_cache ? "_fp8_kv_cache" : "") +

@@ -1,0 +1,91 @@
+// model/moe.cpp
+#include "model/moe.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace lockstep {
+
+MoeDispatch plan_moe_dispatch(const Tensor& expert_ids, int64_t num_experts, Tensor* host_ids) {
+  LOCKSTEP_CHECK(expert_ids.dtype() == DType::i32 && expert_ids.rank() == 2,
+                 "plan_moe_dispatch: expected i32 expert ids [T, k], got ", expert_ids.describe());
+  const Tensor ids = expert_ids.is_cuda() ? expert_ids.to(Device::cpu) : expert_ids;
+  const int64_t T = ids.dim(0), k = ids.dim(1);
+  const int32_t* id = ids.data_as<int32_t>();
+  MoeDispatch plan;
+  plan.offsets.assign(size_t(num_experts + 1), 0);
+  for (int64_t i = 0; i < T * k; ++i) {
+    LOCKSTEP_CHECK(id[i] >= 0 && id[i] < num_experts, "plan_moe_dispatch: token ", i / k, " choice ",
+                   i % k, " is expert ", id[i], ", outside [0, ", num_experts, ")");
+    ++plan.offsets[size_t(id[i]) + 1];
+  }
+  for (int64_t e = 0; e < num_experts; ++e) plan.offsets[size_t(e + 1)] += plan.offsets[size_t(e)];
+  Tensor token_of_row = Tensor::empty({T * k}, DType::i32), slots = Tensor::empty({T, k}, DType::i32);
+  std::vector<int64_t> next(plan.offsets.begin(), plan.offsets.end() - 1);
+  for (int64_t i = 0; i < T * k; ++i) {  // in (t, j) order: each expert's rows in token order
+    const int64_t row = next[size_t(id[i])]++;
+    token_of_row.data_as<int32_t>()[row] = int32_t(i / k);
+    slots.data_as<int32_t>()[i] = int32_t(row);
+  }
+  const Device d = expert_ids.device();
+  plan.token_of_row = d == Device::cpu ? token_of_row : token_of_row.to(d);
+  plan.slots = d == Device::cpu ? slots : slots.to(d);
+  if (host_ids) *host_ids = ids;
+  return plan;
+}
+
+namespace {
+
+// N, C_e, P_e of load_balancing_loss.
+struct Pooled {
+  double tokens = 0;
+  std::vector<double> counts, probs;
+};
+
+Pooled pooled(const std::vector<RouterStats>& routing) {
+  Pooled p;
+  for (const RouterStats& layer : routing) {
+    const size_t E = layer.expert_tokens.size();
+    LOCKSTEP_CHECK((p.counts.empty() || p.counts.size() == E) && layer.prob_sums.size() == E,
+                   "load_balancing_loss: layers with different expert counts");
+    p.counts.resize(E), p.probs.resize(E);
+    p.tokens += double(layer.expert_ids.dim(0));
+    for (size_t e = 0; e < E; ++e) {
+      p.counts[e] += double(layer.expert_tokens[e]);
+      p.probs[e] += layer.prob_sums[e];
+    }
+  }
+  return p;
+}
+
+}  // namespace
+
+double load_balancing_loss(const std::vector<RouterStats>& routing) {
+  const Pooled p = pooled(routing);
+  if (p.tokens == 0) return 0;
+  double sum = 0;
+  for (size_t e = 0; e < p.counts.size(); ++e) sum += (p.counts[e] / p.tokens) * (p.probs[e] / p.tokens);
+  return double(p.counts.size()) * sum;
+}
+
+std::vector<double> load_balancing_gradient(const std::vector<RouterStats>& routing) {
+  const Pooled p = pooled(routing);
+  std::vector<double> g(p.counts.size(), 0.0);
+  if (p.tokens == 0) return g;
+  for (size_t e = 0; e < g.size(); ++e) g[e] = double(g.size()) * p.counts[e] / (p.tokens * p.tokens);
+  return g;
+}
+
+ExpertLoad expert_load(const RouterStats& stats) {
+  ExpertLoad load;
+  int64_t total = 0;
+  for (int64_t n : stats.expert_tokens) {
+    load.max_tokens = std::max(load.max_tokens, n);
+    total += n;
+  }
+  if (!stats.expert_tokens.empty()) load.mean_tokens = double(total) / double(stats.expert_tokens.size());
+  return load;
+}
+
+}  // namespace lockstep

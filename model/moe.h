@@ -1,0 +1,78 @@
+// model/moe.h — what a sparse (mixture-of-experts) layer needs besides its ops (ops/moe_route.h,
+// ops/moe_combine.h): its weights in the recipe's form, the plan that sends tokens to experts, what
+// the training forward keeps, and the router statistics of a batch (expert load, the
+// load-balancing loss).
+//
+// The sparse MLP of one layer (model/transformer_moe.cpp), T tokens, E experts, top k:
+//   logits [T, E] = n · gateᵀ                      the router, in the recipe's activation dtype
+//                                                  (fp8 recipe: bf16, as in the bf16 recipe)
+//   probs, ids, w = moe_route_forward(logits)      softmax in fp32, top-k, norm_topk_prob
+//   rows [T·k, H] = n[token_of_row]                the tokens gathered by expert (plan_moe_dispatch)
+//   rows[e's]     = down_e(swiglu(gate_up_e(rows[e's])))   one GEMM pair per expert, the recipe's
+//                                                  linear layers (fp8: 1×128 / 128×128 blocks)
+//   out [T, H]    = Σ_j w_j · rows[slots[t, j]]     moe_combine_forward
+// Every step treats a token independently of the others (a row's GEMM result does not depend on
+// the other rows, ops/gemm.h), so a token gets the same bits in any batch: the rollout (one token
+// per sequence) and the training forward compute the same function, bit for bit on the CPU.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor.h"
+#include "model/linear.h"
+
+namespace lockstep {
+
+struct MoeWeights {
+  LinearWeight router;                      // [E, H]: fp32 recipe fp32, else a bf16 copy
+  std::vector<LinearWeight> gate_up, down;  // per expert, the model's recipe
+};
+
+// Which rows of the gathered tensor each expert owns: the (token, j) pairs sorted by expert, then
+// by token (a counting sort on the host; the expert GEMMs need the counts there anyway).
+struct MoeDispatch {
+  std::vector<int64_t> offsets;  // E + 1: expert e owns rows [offsets[e], offsets[e + 1])
+  Tensor token_of_row;           // i32 [T·k], on the ids' device
+  Tensor slots;                  // i32 [T, k]: the row of (t, j), on the ids' device
+};
+
+// expert_ids: i32 [T, k] (ops/moe_route.h), on any device; `host_ids` receives a host copy.
+MoeDispatch plan_moe_dispatch(const Tensor& expert_ids, int64_t num_experts, Tensor* host_ids = nullptr);
+
+// What the training forward of a sparse MLP keeps for its backward.
+struct MoeActivations {
+  Tensor hn;                               // the normed input [T, H] (the router's WGrad input)
+  Tensor probs, expert_ids, weights;       // ops/moe_route.h
+  MoeDispatch dispatch;
+  Tensor rows;                             // the experts' outputs [T·k, H], by dispatch row
+  std::vector<LinearInput> gate_up_in;     // per expert (empty: no tokens)
+  std::vector<Tensor> gate_up;             // per expert: the SwiGLU input [n_e, 2·Im]
+  std::vector<LinearInput> down_in;        // per expert
+};
+
+// What one sparse layer's router did with a batch (host values).
+struct RouterStats {
+  Tensor expert_ids;                   // i32 [T, k] on the host: each token's experts, best first
+  std::vector<int64_t> expert_tokens;  // [E]: tokens routed to each expert
+  std::vector<double> prob_sums;       // [E]: Σ_t probs[t, e]
+};
+
+// transformers' load_balancing_loss_func over every sparse layer of a batch (the layers' rows
+// concatenated, no padding mask): with N = Σ_layers T, C_e = Σ_layers expert_tokens[e] and
+// P_e = Σ_layers prob_sums[e],
+//   loss = E · Σ_e (C_e / N) · (P_e / N)
+// (k for perfectly even routing, E when every token puts all its probability on the same k
+// experts). 0 without layers.
+double load_balancing_loss(const std::vector<RouterStats>& routing);
+// d loss / d probs[t, e] of any layer and token: E · C_e / N² (the counts are not differentiable).
+std::vector<double> load_balancing_gradient(const std::vector<RouterStats>& routing);
+
+// Tokens per expert of one layer: the most loaded expert's count and the mean (T·k / E).
+struct ExpertLoad {
+  int64_t max_tokens = 0;
+  double mean_tokens = 0;
+};
+ExpertLoad expert_load(const RouterStats& stats);
+
+}  // namespace lockstep

@@ -1,0 +1,132 @@
+// model/transformer_moe.cpp — the sparse MLP of a Transformer layer (model/moe.h gives the steps).
+//
+// The experts run one after another, each a pair of the recipe's ordinary GEMMs on its rows of the
+// gathered tensor; experts without tokens are skipped. (A grouped GEMM over all experts at once is
+// the faster path for the GPU; this loop is its reference.)
+#include "core/error.h"
+#include "model/transformer.h"
+#include "ops/elementwise.h"
+#include "ops/embedding.h"
+#include "ops/moe_combine.h"
+#include "ops/moe_route.h"
+#include "ops/swiglu.h"
+
+namespace lockstep {
+
+namespace {
+
+// Σ_t probs[t, e] in double, on the host.
+std::vector<double> column_sums(const Tensor& probs) {
+  const Tensor p = probs.is_cuda() ? probs.to(Device::cpu) : probs;
+  const int64_t T = p.dim(0), E = p.dim(1);
+  std::vector<double> sums(size_t(E), 0.0);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t e = 0; e < E; ++e) sums[size_t(e)] += p.data_as<float>()[t * E + e];
+  return sums;
+}
+
+}  // namespace
+
+Tensor Transformer::moe_forward(size_t i, const Tensor& hn, MoeActivations* save, RouterStats* stats) const {
+  const MoeConfig& m = *config_.moe;
+  const MoeWeights& w = weights_[i].moe;
+  const int64_t t = hn.dim(0), hidden = config_.hidden_size, E = m.num_experts, k = m.num_experts_per_tok;
+  const bool train = save != nullptr;
+
+  Tensor logits = empty_act(t, E);
+  linear_forward(logits, linear_input(w.router.recipe, hn, false), w.router, Tensor());
+  Tensor probs = Tensor::empty({t, E}, DType::f32, device());
+  Tensor expert_ids = Tensor::empty({t, k}, DType::i32, device());
+  Tensor weights = Tensor::empty({t, k}, DType::f32, device());
+  moe_route_forward(probs, expert_ids, weights, logits, m.norm_topk_prob);
+  Tensor host_ids;
+  MoeDispatch plan = plan_moe_dispatch(expert_ids, E, &host_ids);
+
+  // The gather is the embedding lookup with hn as the table.
+  Tensor gathered = empty_act(t * k, hidden), rows = empty_act(t * k, hidden);
+  embedding_forward(gathered, plan.token_of_row, hn);
+  if (train) {
+    save->gate_up_in.resize(size_t(E));
+    save->gate_up.resize(size_t(E));
+    save->down_in.resize(size_t(E));
+  }
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t begin = plan.offsets[size_t(e)], end = plan.offsets[size_t(e + 1)];
+    if (begin == end) continue;
+    LinearInput in = linear_input(recipe_, gathered.rows(begin, end), train);
+    Tensor gate_up = empty_act(end - begin, 2 * m.moe_intermediate_size);
+    linear_forward(gate_up, in, w.gate_up[size_t(e)], Tensor());
+    LinearInput a = swiglu_input(gate_up, train);
+    Tensor y = rows.rows(begin, end);
+    linear_forward(y, a, w.down[size_t(e)], Tensor());
+    if (train) {
+      keep_for_backward(in);
+      keep_for_backward(a);
+      save->gate_up_in[size_t(e)] = std::move(in);
+      save->gate_up[size_t(e)] = std::move(gate_up);
+      save->down_in[size_t(e)] = std::move(a);
+    }
+  }
+  Tensor out = empty_act(t, hidden);
+  moe_combine_forward(out, rows, plan.slots, weights);
+
+  if (stats) {
+    stats->expert_ids = host_ids;
+    stats->expert_tokens.resize(size_t(E));
+    for (int64_t e = 0; e < E; ++e)
+      stats->expert_tokens[size_t(e)] = plan.offsets[size_t(e + 1)] - plan.offsets[size_t(e)];
+    stats->prob_sums = column_sums(probs);
+  }
+  if (train) {
+    save->hn = hn;
+    save->probs = std::move(probs);
+    save->expert_ids = std::move(expert_ids);
+    save->weights = std::move(weights);
+    save->dispatch = std::move(plan);
+    save->rows = std::move(rows);
+  }
+  return out;
+}
+
+Tensor Transformer::moe_backward(size_t i, MoeActivations& s, const Tensor& dout, const Tensor& dprobs) {
+  const MoeConfig& m = *config_.moe;
+  const MoeWeights& w = weights_[i].moe;
+  LayerParameters& g = grads_.layers[i];
+  const int64_t t = dout.dim(0), hidden = config_.hidden_size, E = m.num_experts;
+  const int64_t rows = s.rows.dim(0), im = m.moe_intermediate_size;
+
+  // out = Σ_j w_j · rows[slots[t, j]]
+  Tensor drows = empty_act(rows, hidden), dweights = Tensor::empty(s.weights.shape(), DType::f32, device());
+  moe_combine_backward(drows, dweights, dout, s.rows, s.dispatch.slots, s.weights);
+  s.rows = Tensor();
+
+  // rows[e's] = down_e(swiglu(gate_up_e(gathered[e's])))
+  Tensor dgathered = empty_act(rows, hidden), no_bias;
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t begin = s.dispatch.offsets[size_t(e)], end = s.dispatch.offsets[size_t(e + 1)];
+    if (begin == end) continue;
+    ExpertParameters& ge = g.experts[size_t(e)];
+    Tensor da = empty_act(end - begin, im);
+    linear_backward(da, ge.down, no_bias, drows.rows(begin, end), s.down_in[size_t(e)], w.down[size_t(e)]);
+    Tensor dgate_up = empty_act(end - begin, 2 * im);
+    swiglu_backward(dgate_up, da, s.gate_up[size_t(e)]);
+    Tensor dx = dgathered.rows(begin, end);
+    linear_backward(dx, ge.gate_up, no_bias, dgate_up, s.gate_up_in[size_t(e)], w.gate_up[size_t(e)]);
+  }
+
+  // gathered = hn[token_of_row]: each token's k rows summed back.
+  Tensor dhn = empty_act(t, hidden);
+  moe_combine_forward(dhn, dgathered, s.dispatch.slots, Tensor());
+
+  // The router: through the weights (and the load-balancing loss's dprobs) to the logits, then
+  // its linear layer.
+  Tensor dlogits = empty_act(t, E);
+  moe_route_backward(dlogits, dweights, dprobs, s.probs, s.expert_ids, s.weights, m.norm_topk_prob);
+  Tensor dhn_router = empty_act(t, hidden);
+  linear_backward(dhn_router, g.router, no_bias, dlogits, linear_saved_input(w.router.recipe, s.hn),
+                  w.router);
+  add_into(dhn, dhn_router);
+  return dhn;
+}
+
+}  // namespace lockstep
