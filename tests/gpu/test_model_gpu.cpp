@@ -145,6 +145,19 @@ TEST_P(ModelStepGpu, MatchesCpuWithPartialBlocks) {
   expect_step_matches_cpu(GetParam(), gpu_partial_blocks_config());
 }
 
+// A Qwen3-MoE layer stack (8 experts of 192, one dense layer): the router, the gather by expert,
+// the per-expert GEMMs and the weighted combine on the GPU against the CPU. Every token goes to
+// every expert (k = E): a near-tie between two experts' probabilities, which the two backends can
+// round apart, then changes only the order of the combine, not which experts run.
+TEST_P(ModelStepGpu, MoeMatchesCpu) {
+  LOCKSTEP_REQUIRE_GPU();
+  ModelConfig c = tiny_config(ModelFamily::qwen3_moe, {.hidden = 256, .heads = 4, .kv_heads = 2,
+                                                       .head_dim = 128, .intermediate = 384,
+                                                       .layers = 2, .vocab = 1000});
+  c.moe->num_experts_per_tok = c.moe->num_experts;
+  expect_step_matches_cpu(GetParam(), c);
+}
+
 TEST_P(ModelStepGpu, MicroBatchesAccumulateTheSameGradients) {
   LOCKSTEP_REQUIRE_GPU();
   const Recipe recipe = GetParam();

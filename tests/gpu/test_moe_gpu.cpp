@@ -1,0 +1,93 @@
+// The sparse layer's ops on the GPU against their CPU references (ops/moe_route.h,
+// ops/moe_combine.h): the router's softmax, top-k and renormalized weights with their backward,
+// and the weighted combine of expert rows with its backward. The CUDA kernels make the CPU's
+// operations in the CPU's order, but with expf and (possibly) fused multiply-adds: values within a
+// few fp32 roundings, the same experts chosen (random logits have no near-ties).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <random>
+
+#include "ops/moe_combine.h"
+#include "ops/moe_route.h"
+#include "tests/test_util.h"
+
+namespace lockstep::testing {
+namespace {
+
+struct Route {
+  Tensor probs, ids, weights, dlogits;
+};
+
+Route route(Device d, const Tensor& logits, const Tensor& dweights, const Tensor& dprobs, int64_t k,
+            bool normalize) {
+  const int64_t T = logits.dim(0), E = logits.dim(1);
+  Route r{Tensor::empty({T, E}, DType::f32, d), Tensor::empty({T, k}, DType::i32, d),
+          Tensor::empty({T, k}, DType::f32, d), Tensor::empty({T, E}, logits.dtype(), d)};
+  moe_route_forward(r.probs, r.ids, r.weights, logits.to(d), normalize);
+  moe_route_backward(r.dlogits, dweights.to(d), dprobs.to(d), r.probs, r.ids, r.weights, normalize);
+  for (Tensor* t : {&r.probs, &r.ids, &r.weights, &r.dlogits}) *t = t->to(Device::cpu);
+  return r;
+}
+
+TEST(MoeGpu, RouteMatchesCpu) {
+  LOCKSTEP_REQUIRE_GPU();
+  for (DType dtype : {DType::f32, DType::bf16})
+    for (auto [E, k] : {std::pair<int64_t, int64_t>{8, 2}, {128, 8}, {8, 8}})
+      for (bool normalize : {true, false}) {
+        SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " E " << E << " k " << k
+                                        << " normalize " << normalize);
+        const int64_t T = 333;
+        const Tensor logits = random_tensor({T, E}, dtype, 1);
+        const Tensor dweights = random_tensor({T, k}, DType::f32, 2);
+        const Tensor dprobs = random_tensor({T, E}, DType::f32, 3);
+        const Route cpu = route(Device::cpu, logits, dweights, dprobs, k, normalize);
+        const Route gpu = route(Device::cuda, logits, dweights, dprobs, k, normalize);
+        EXPECT_EQ(0, std::memcmp(cpu.ids.data(), gpu.ids.data(), cpu.ids.nbytes()));
+        EXPECT_LE(rel_error(to_double(gpu.probs), to_double(cpu.probs)), 1e-6);
+        EXPECT_LE(rel_error(to_double(gpu.weights), to_double(cpu.weights)), 1e-6);
+        // bf16 dlogits: one rounding of values within fp32 noise of each other.
+        EXPECT_LE(rel_error(to_double(gpu.dlogits), to_double(cpu.dlogits)),
+                  dtype == DType::f32 ? 1e-5 : 4e-3);
+      }
+}
+
+TEST(MoeGpu, CombineMatchesCpu) {
+  LOCKSTEP_REQUIRE_GPU();
+  const int64_t T = 257, k = 4, H = 136, R = T * k;
+  std::vector<int32_t> perm(static_cast<size_t>(R));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), std::mt19937(7));
+  Tensor slots = Tensor::empty({T, k}, DType::i32);
+  std::copy(perm.begin(), perm.end(), slots.data_as<int32_t>());
+  const Tensor rows = random_tensor({R, H}, DType::bf16, 4);
+  const Tensor dout = random_tensor({T, H}, DType::bf16, 5);
+  const Tensor weights = random_tensor({T, k}, DType::f32, 6);
+  for (bool weighted : {true, false}) {
+    SCOPED_TRACE(weighted ? "weighted" : "plain sum");
+    std::vector<Tensor> outs;
+    for (Device d : {Device::cpu, Device::cuda}) {
+      const Tensor w = weighted ? weights.to(d) : Tensor();
+      Tensor out = Tensor::empty({T, H}, DType::bf16, d);
+      Tensor drows = Tensor::empty({R, H}, DType::bf16, d);
+      Tensor dweights = weighted ? Tensor::empty({T, k}, DType::f32, d) : Tensor();
+      moe_combine_forward(out, rows.to(d), slots.to(d), w);
+      moe_combine_backward(drows, dweights, dout.to(d), rows.to(d), slots.to(d), w);
+      outs.push_back(out.to(Device::cpu));
+      outs.push_back(drows.to(Device::cpu));
+      if (weighted) outs.push_back(dweights.to(Device::cpu));
+    }
+    const size_t n = outs.size() / 2;
+    // bf16 outputs: the same fp32 sum up to FMA contraction, then one bf16 rounding.
+    EXPECT_LE(rel_error(to_double(outs[n]), to_double(outs[0])), 4e-3) << "out";
+    EXPECT_LE(rel_error(to_double(outs[n + 1]), to_double(outs[1])), 4e-3) << "drows";
+    if (weighted) {
+      EXPECT_LE(rel_error(to_double(outs[n + 2]), to_double(outs[2])), 1e-5) << "dweights";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace lockstep::testing
