@@ -98,15 +98,19 @@ Transformer::Transformer(const ModelConfig& config, ModelParameters params, Reci
   const Tensor freq = rope_inv_freq(config_.head_dim, config_.rope_theta, rope_scaling_of(config_));
   inv_freq_ = device() == Device::cpu ? freq : freq.to(device());
   refresh_weights();
-  if (trainable_ || recipe_ == Recipe::fp32) return;  // fp32 GEMMs read the masters themselves
+  if (trainable_) return;
+  release_masters();
+  for (LayerWeights& w : weights_)
+    for (LinearWeight* l : {&w.qkv, &w.o, &w.gate_up, &w.down}) l->fp8.wt = Fp8Blocks();  // DGrad's only
+}
+
+void Transformer::release_masters() {
+  if (recipe_ == Recipe::fp32) return;  // fp32 GEMMs read the masters themselves
   params_.embed = params_.lm_head = Tensor();
   for (LayerParameters& p : params_.layers) p.qkv = p.o = p.gate_up = p.down = Tensor();
-  for (LayerWeights& w : weights_) {
-    for (LinearWeight* l : {&w.qkv, &w.o, &w.gate_up, &w.down}) {
-      l->master = Tensor();
-      l->fp8.wt = Fp8Blocks();  // read by the backward's DGrad only
-    }
-  }
+  for (LayerWeights& w : weights_)
+    for (LinearWeight* l : {&w.qkv, &w.o, &w.gate_up, &w.down}) l->master = Tensor();
+  masters_released_ = true;
 }
 
 DType Transformer::activation_dtype() const { return lockstep::activation_dtype(recipe_); }
@@ -119,9 +123,10 @@ Tensor Transformer::empty_act(int64_t rows, int64_t cols) const {
 
 void Transformer::refresh_weights() {
   // An inference-only model makes its copies once, in the constructor, before the release.
-  LOCKSTEP_CHECK(params_.embed.defined(),
-                 "refresh_weights: this model is inference-only (TransformerOptions::trainable = "
-                 "false): its fp32 masters were released once its weight copies were made");
+  LOCKSTEP_CHECK(!masters_released_,
+                 "refresh_weights: this model's fp32 masters were released once its weight copies "
+                 "were made (an inference-only model, TransformerOptions::trainable = false, or one "
+                 "whose masters a sharded optimizer holds: it writes the copies)");
   for (LayerWeights& w : weights_)
     for (LinearWeight* l : {&w.qkv, &w.o, &w.gate_up, &w.down}) l->refresh();
   if (recipe_ == Recipe::fp32) {

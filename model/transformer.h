@@ -104,6 +104,13 @@ class Transformer {
   // The copies of the master named `name` (ModelParameters::for_each names), for an optimizer that
   // writes them in its update pass (ops/adamw.h) instead of refresh_weights.
   WeightCopies weight_copies(const std::string& name);
+  // Drops the fp32 masters the GEMMs do not read (bf16 and fp8 recipes: the linear layers', the
+  // embedding's and the LM head's; the fp32 recipe reads its masters and keeps them): a sharded
+  // optimizer (train/sharded_optimizer.h) holds its rows of them and writes the copies itself.
+  // params() then keeps the norms and biases only; refresh_weights() is an error. The copies stay,
+  // fp8's Wᵀ blocks too (the backward's DGrad reads them).
+  void release_masters();
+  bool masters_released() const { return masters_released_; }
   // Reads `other`'s bf16 embedding and LM-head copies from now on (the fp8-rollout mode's rollout
   // model: the same values as its trainer's, written by the trainer's optimizer step).
   void share_embedding_copies(const Transformer& other);
@@ -182,6 +189,7 @@ class Transformer {
   bool fp8_kv_cache_;
   Device device_;
   bool recompute_ = false;
+  bool masters_released_ = false;
   ModelParameters params_, grads_;
   std::vector<LayerWeights> weights_;
   Tensor embed_, head_;  // activation-dtype copies (fp32: the masters themselves)

@@ -22,6 +22,7 @@
 #include "rl/metrics.h"
 #include "rl/packed_rows.h"
 #include "rl/setup.h"
+#include "rl/sharded_checkpoint.h"
 #include "rollout/engine.h"
 #include "tasks/verifier.h"
 #include "train/data_parallel.h"
@@ -101,9 +102,10 @@ Run start_run(const Config& config, std::string_view command, Communicator& comm
   }
   std::printf("%s\n", run_header(command, run.setup, config.model.path, config.run.out_dir).c_str());
   if (comm.size() > 1)
-    std::printf("%d data-parallel ranks, weights replicated, optimizer state %s: each generates "
+    std::printf("%d data-parallel ranks, %s: each generates "
                 "%lld of the %lld prompts a step; rank 0 prints and writes %s\n",
-                comm.size(), config.optim.shard_state ? "sharded" : "replicated", (long long)(config.rollout.prompts_per_step / comm.size()),
+                comm.size(), config.optim.shard_state ? "fp32 masters and optimizer state sharded, weight copies gathered"
+                                                      : "weights and optimizer state replicated", (long long)(config.rollout.prompts_per_step / comm.size()),
                 (long long)config.rollout.prompts_per_step, config.run.out_dir.c_str());
   std::fflush(stdout);  // before the first step, in a log too
   if (run.saved) {
@@ -135,10 +137,38 @@ AdamW::CopiesOf copies_of(Run& run) {
   return [&run](const std::string& name) { return run.policy->copies(name); };
 }
 
-// Rank 0 writes (every rank holds the same weights; a sharded optimizer state is gathered first,
-// on every rank).
+// The whole fp32 masters on every rank: the model's own, or (a collective) gathered from a sharded
+// optimizer's rows when the model released them.
+ModelParameters full_masters(Run& run) {
+  Transformer& model = run.policy->trainer();
+  if (!model.masters_released()) return model.params();
+  ModelParameters full = ModelParameters::zeros(run.setup.model_config, run.setup.device);
+  run.optimizer->gather_masters(full);
+  return full;
+}
+
+// A fresh optimizer for a phase from the whole masters (resuming: with the checkpoint's moments);
+// when it holds the masters, the models release theirs.
+void start_optimizer(Run& run, const OptimizerConfig& config, bool resume) {
+  const ModelParameters masters = full_masters(run);
+  run.optimizer = make_data_parallel_optimizer(masters, config, *run.comm, run.setup.config.optim.shard_state);
+  if (resume && is_sharded_checkpoint(run.saved->model))
+    load_sharded_optimizer(run.saved->model, masters, *run.optimizer, run.state.optimizer_steps);
+  else if (resume)
+    load_optimizer(run.out_dir, masters, *run.optimizer, run.state.optimizer_steps);
+  if (run.optimizer->holds_masters()) run.policy->release_masters();
+}
+
+// With the masters sharded over several ranks each rank writes its rows (rl/sharded_checkpoint.h);
+// else rank 0 writes the whole masters and moments (a sharded optimizer's gathered first).
 void save(Run& run) {
-  const ModelParameters& params = run.policy->trainer().params();
+  const auto* sharded = dynamic_cast<const ShardedAdamW*>(run.optimizer.get());
+  if (sharded && run.comm->size() > 1) {
+    save_sharded_checkpoint(run.out_dir, run.setup.model_config, *run.comm, *sharded, run.state,
+                            run.setup.tokenizer_dir);
+    return;
+  }
+  const ModelParameters params = full_masters(run);
   const DataParallelOptimizer::Moments moments = run.optimizer->full_moments(params);
   if (!run.comm->is_main()) return;
   save_checkpoint(run.out_dir, run.setup.model_config, params, moments, run.state,
@@ -199,10 +229,12 @@ Metrics sft_step(Run& run, int64_t step) {
 
 // ---- GRPO -----------------------------------------------------------------------------------
 
-// The weight hand-over has no time of its own: the optimizer's update pass writes the copies the
-// rollout reads (rl/setup.h Policy::copies), so it is part of `update`.
+// The weight hand-over: the copies the rollout reads (rl/setup.h Policy::copies) are written by the
+// optimizer step, so its time is part of `update`; `handover` is the share of it a sharded
+// optimizer spends gathering the updated weights (0 with replicated masters, whose update pass
+// writes the copies in place).
 struct StepTimes {
-  double rollout = 0, scoring = 0, recompute = 0, update = 0;
+  double rollout = 0, scoring = 0, recompute = 0, update = 0, handover = 0;
 };
 
 // The problems of rollout batch `draw` of step `step`: draw 0 is the run's stream (problems
@@ -291,7 +323,9 @@ Metrics grpo_step(Run& run, Transformer* reference, int64_t step, const TrainHoo
   // 3.-5. advantages, old logprobs, PPO update
   const OptimizerStepFn optimizer_step = [&](ModelParameters& params, ModelParameters& grads) {
     if (hooks.before_optimizer_step) hooks.before_optimizer_step(grads);
-    return run.optimizer->step(params, grads, copies_of(run));
+    const OptimizerStep step = run.optimizer->step(params, grads, copies_of(run));
+    times.handover += step.handover_seconds;
+    return step;
   };
   const GrpoUpdate u =
       grpo_update(collected.kept, s.config, run.policy->trainer(), reference, optimizer_step, comm);
@@ -354,11 +388,7 @@ bool sft_phase(Run& run, const TrainHooks& hooks, TrainSummary& summary) {
   o.lr = c.sft.lr;
   o.warmup_steps = c.sft.warmup_steps;
   o.schedule = "constant";
-  run.optimizer = make_data_parallel_optimizer(run.policy->trainer().params(),
-                                               optimizer_config(o, c.sft.steps), *run.comm,
-                                               c.optim.shard_state);
-  if (run.saved && run.state.sft_step > 0)
-    load_optimizer(run.out_dir, run.policy->trainer().params(), *run.optimizer, run.state.optimizer_steps);
+  start_optimizer(run, optimizer_config(o, c.sft.steps), run.saved && run.state.sft_step > 0);
   std::optional<MetricsLog> log;
   if (run.comm->is_main()) log.emplace(run.out_dir / "sft_metrics.jsonl", run.state.sft_step);
   Progress progress("sft", c.sft.steps, run.state.sft_step);
@@ -373,7 +403,7 @@ bool sft_phase(Run& run, const TrainHooks& hooks, TrainSummary& summary) {
     if (evaluated) add_eval(run, m, progress, run.state.sft_step);
     if (last) summary.sft_accuracy = metric(m, "eval_accuracy_greedy");
     if (log) log->write(run.state.sft_step, m);
-    if (hooks.after_step) hooks.after_step(-run.state.sft_step, run.policy->trainer().params());
+    if (hooks.after_step) hooks.after_step(-run.state.sft_step, full_masters(run));
     progress.update(run.state.sft_step, {metric_field("loss", metric(m, "loss"))});
     if (shows_line(c.run, run.state.sft_step, c.sft.steps, evaluated))
       progress.line(run.state.sft_step, sft_fields(m));
@@ -420,18 +450,14 @@ TrainSummary run_train(const Config& config, const TrainHooks& hooks, Communicat
 
   const Config& c = run.setup.config;
   const int64_t optimizer_steps = c.run.steps * c.optim.ppo_epochs * c.optim.mini_batches;
-  run.optimizer = make_data_parallel_optimizer(run.policy->trainer().params(),
-                                               optimizer_config(c.optim, optimizer_steps), comm,
-                                               c.optim.shard_state);
-  if (run.saved && run.state.step > 0)
-    load_optimizer(run.out_dir, run.policy->trainer().params(), *run.optimizer, run.state.optimizer_steps);
+  start_optimizer(run, optimizer_config(c.optim, optimizer_steps), run.saved && run.state.step > 0);
   // A frozen reference for the KL penalty: the weights the RL phase starts from.
   std::unique_ptr<Transformer> reference;
   if (c.loss.kl_coef > 0) {
     LOCKSTEP_CHECK(run.state.step == 0, "loss.kl_coef > 0: resuming after RL steps is not "
                    "supported (the reference weights are not in the checkpoint)");
     reference = std::make_unique<Transformer>(
-        run.setup.model_config, run.policy->trainer().params().copy_to(run.setup.device),
+        run.setup.model_config, full_masters(run).copy_to(run.setup.device),
         run.policy->trainer().recipe(),
         TransformerOptions{.trainable = false, .fp8_kv_cache = c.model.kv_cache == "fp8"});
   }
@@ -458,9 +484,11 @@ TrainSummary run_train(const Config& config, const TrainHooks& hooks, Communicat
     times.scoring = max_over_ranks(comm, times.scoring);
     times.recompute = max_over_ranks(comm, times.recompute);
     times.update = max_over_ranks(comm, times.update);
+    times.handover = max_over_ranks(comm, times.handover);
     for (auto [name, value] : std::initializer_list<std::pair<const char*, double>>{
              {"time_rollout", times.rollout}, {"time_scoring", times.scoring},
              {"time_recompute", times.recompute}, {"time_update", times.update},
+             {"time_handover", times.handover},
              {"time_step", total},
              {"tokens_per_s", metric(m, "response_length") * double(c.rollout.prompts_per_step * c.rollout.samples_per_prompt) * metric(m, "rollout_batches") / total}})
       m.emplace_back(name, value);
@@ -471,7 +499,7 @@ TrainSummary run_train(const Config& config, const TrainHooks& hooks, Communicat
     if (evaluated) add_eval(run, m, progress, run.state.step);
     if (last) summary.final_accuracy = metric(m, "eval_accuracy_greedy");
     if (log) log->write(run.state.step, m, series);
-    if (hooks.after_step) hooks.after_step(run.state.step, run.policy->trainer().params());
+    if (hooks.after_step) hooks.after_step(run.state.step, full_masters(run));
     if (!skipped.empty())
       progress.line(run.state.step, {"step skipped: non-finite " + skipped});
     progress.update(run.state.step, {metric_field("reward", metric(m, "reward_mean"))});

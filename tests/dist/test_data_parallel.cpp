@@ -255,13 +255,30 @@ TEST(DataParallel, CheckpointsResumeAcrossRankCounts) {
   Config resumed = c;
   resumed.run.resume = true;
 
-  // N → 1
+  // N → N (each rank reads its own shard's moments) and N → 1 (the whole masters and moments put
+  // together from the N shard files), from one checkpoint.
   c.run.out_dir = resumed.run.out_dir = tiny_run("resume_" + std::to_string(comm.size())).run.out_dir + "_n_to_1";
   if (comm.is_main()) fs::remove_all(c.run.out_dir);
   comm.barrier();
   EXPECT_TRUE(run_train(c, stop_at_2, comm).interrupted);
   comm.barrier();
+  const fs::path saved = fs::path(c.run.out_dir) / "checkpoint";
+  const fs::path kept = fs::path(c.run.out_dir + "_kept");
   if (comm.is_main()) {
+    EXPECT_EQ(fs::exists(saved / "shards"), comm.size() > 1) << "each rank writes its own shard";
+    fs::remove_all(kept);
+    fs::copy(saved, kept, fs::copy_options::recursive);
+  }
+  comm.barrier();
+  last = 0;
+  EXPECT_FALSE(run_train(resumed, keep_last, comm).interrupted);
+  EXPECT_EQ(last, full.hashes.back()) << comm.size() << " ranks -> " << comm.size();
+  expect_identical_on_every_rank(comm, {last});
+  comm.barrier();
+  if (comm.is_main()) {
+    fs::remove_all(saved);
+    fs::rename(kept, saved);
+    last = 0;
     EXPECT_FALSE(run_train(resumed, keep_last, single_rank()).interrupted);
     EXPECT_EQ(last, full.hashes.back()) << comm.size() << " ranks -> 1";
     fs::remove_all(c.run.out_dir);
