@@ -160,6 +160,30 @@ WeightCopies Transformer::weight_copies(const std::string& name) {
   return {};
 }
 
+void Transformer::report_gradients_per_layer(GradientsReady ready) {
+  LOCKSTEP_CHECK(trainable_, "report_gradients_per_layer: this model is inference-only: it has no gradients");
+  gradients_ready_ = std::move(ready);
+  // One set of layer gradient buffers (every layer has layer 0's shapes), zero.
+  const LayerParameters shared = grads_.layers.at(0);
+  for (LayerParameters& l : grads_.layers) l = shared;
+  grads_.zero();
+}
+
+std::vector<std::vector<std::string>> Transformer::gradient_groups() const {
+  std::vector<std::vector<std::string>> groups(params_.layers.size() + 2);
+  grads_.for_each([&](const std::string& name, const Tensor&) {
+    if (name == "embed") {
+      groups.back().push_back(name);
+    } else if (name.starts_with("layers.")) {
+      const size_t i = std::stoul(name.substr(7));
+      groups[params_.layers.size() - i].push_back(name);  // the last layer's first
+    } else {
+      groups.front().push_back(name);
+    }
+  });
+  return groups;
+}
+
 void Transformer::share_embedding_copies(const Transformer& other) {
   LOCKSTEP_CHECK(recipe_ != Recipe::fp32 && other.recipe_ != Recipe::fp32 && config_ == other.config_,
                  "share_embedding_copies: models of different configs or an fp32 recipe");
@@ -397,11 +421,18 @@ void Transformer::backward(TrainForward& forward, const Tensor& dlogprob, const 
   s->head_logits = Tensor();
   Tensor dx = empty_act(t, hidden);
   rmsnorm_backward(dx, grads_.final_norm, dh, s->x_final, params_.final_norm, s->final_rstd);
+  std::vector<std::vector<std::string>> groups;
+  if (gradients_ready_) {
+    groups = gradient_groups();
+    gradients_ready_(groups.front());
+  }
   for (size_t i = params_.layers.size(); i-- > 0;) {
     dx = layer_backward(i, s->layers[i], dx, s->positions, s->cu_seqlens);
     s->layers[i] = LayerActivations();  // free as we go
+    if (gradients_ready_) gradients_ready_(groups[params_.layers.size() - i]);
   }
   embedding_backward(grads_.embed, s->tokens, dx);
+  if (gradients_ready_) gradients_ready_(groups.back());
 }
 
 Tensor Transformer::forward_infer(const InferBatch& batch, KvCache& cache) {

@@ -26,8 +26,10 @@
 #include "rollout/engine.h"
 #include "tasks/verifier.h"
 #include "train/data_parallel.h"
+#include "train/layerwise_reduce.h"
 #include "train/optimizer.h"
 #include "train/overlong_penalty.h"
+#include "train/sharded_optimizer.h"
 
 namespace lockstep {
 
@@ -87,13 +89,15 @@ struct Run {
   std::unique_ptr<Policy> policy;
   std::unique_ptr<Engine> engine;
   std::unique_ptr<DataParallelOptimizer> optimizer;
+  // With the state sharded over several ranks: the gradients reduce-scattered layer by layer.
+  std::unique_ptr<LayerwiseReduce> layerwise;
   std::unique_ptr<Evaluator> evaluator;
 };
 
 // `command` ("train", "sft") names the run on its first console line.
 Run start_run(const Config& config, std::string_view command, Communicator& comm) {
   check_data_parallel(config, comm.size());
-  Run run{&comm, make_setup(config, /*need_data=*/true), config.run.out_dir, {}, {}, {}, {}, {}, {}};
+  Run run{&comm, make_setup(config, /*need_data=*/true), config.run.out_dir, {}, {}, {}, {}, {}, {}, {}};
   if (comm.is_main()) fs::create_directories(run.out_dir);
   if (config.run.resume) {
     run.saved = find_checkpoint(run.out_dir);
@@ -157,6 +161,8 @@ void start_optimizer(Run& run, const OptimizerConfig& config, bool resume) {
   else if (resume)
     load_optimizer(run.out_dir, masters, *run.optimizer, run.state.optimizer_steps);
   if (run.optimizer->holds_masters()) run.policy->release_masters();
+  if (auto* sharded = dynamic_cast<ShardedAdamW*>(run.optimizer.get()); sharded && run.comm->size() > 1)
+    run.layerwise = std::make_unique<LayerwiseReduce>(run.policy->trainer(), *sharded);
 }
 
 // With the masters sharded over several ranks each rank writes its rows (rl/sharded_checkpoint.h);
@@ -199,7 +205,11 @@ Metrics sft_step(Run& run, int64_t step) {
   Transformer& model = run.policy->trainer();
   const double tokens = sum_over_ranks(*run.comm, std::accumulate(rows.mask.begin(), rows.mask.end(), 0.0));
   double loss = 0;
-  for (const SequenceRange& r : plan_micro_batches(rows.lengths, s.config.optim.micro_batch_tokens)) {
+  const std::vector<SequenceRange> micro_batches = plan_micro_batches(rows.lengths, s.config.optim.micro_batch_tokens);
+  // The ranks agree on the number of backward passes first (each reduces layer by layer): one
+  // with fewer micro-batches makes up for the others' after its own.
+  const double backwards = run.layerwise ? max_over_ranks(*run.comm, double(micro_batches.size())) : 0;
+  for (const SequenceRange& r : micro_batches) {
     size_t offset = 0;
     const TrainBatch b = slice_batch(rows, r.first, r.last, model.config().vocab_size, model.device(), offset);
     TrainForward f = model.forward(b);
@@ -212,6 +222,7 @@ Metrics sft_step(Run& run, int64_t step) {
     }
     model.backward(f, dlogprob.to(model.device()), Tensor());
   }
+  for (double k = double(micro_batches.size()); k < backwards; ++k) run.layerwise->without_backward();
   loss = sum_over_ranks(*run.comm, loss);
   // A non-finite loss never reaches the optimizer (weights, moments, step count and schedule
   // stay); AdamW itself skips a non-finite gradient.
@@ -221,6 +232,7 @@ Metrics sft_step(Run& run, int64_t step) {
     opt = run.optimizer->step(model.params(), model.grads(), copies_of(run));
   } else {
     model.grads().zero();
+    if (run.layerwise) run.layerwise->discard();
   }
   const std::string skipped = check_finite(loss, opt);
   return {{"loss", loss}, {"lr", opt.applied ? opt.lr : NAN}, {"grad_norm", opt.grad_norm},
@@ -328,7 +340,8 @@ Metrics grpo_step(Run& run, Transformer* reference, int64_t step, const TrainHoo
     return step;
   };
   const GrpoUpdate u =
-      grpo_update(collected.kept, s.config, run.policy->trainer(), reference, optimizer_step, comm);
+      grpo_update(collected.kept, s.config, run.policy->trainer(), reference, optimizer_step, comm,
+                  run.layerwise.get());
   times.recompute = u.recompute_seconds;
   times.update = u.update_seconds;
   skipped = u.skipped;

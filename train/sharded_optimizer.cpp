@@ -169,8 +169,9 @@ OptimizerStep ShardedAdamW::step(ModelParameters& params, ModelParameters& grads
   const int ranks = plan_.ranks, me = comm_.rank();
   const int64_t shard = plan_.shard_numel;
 
-  // 1. grad_ = this rank's rows of Σ over the ranks of the gradients, bucket by bucket.
-  for (int64_t lo = 0; lo < shard; lo += bucket_numel_) {
+  // 1. grad_ = this rank's rows of Σ over the ranks of the gradients, bucket by bucket (unless
+  // the backward has reduce-scattered them already).
+  for (int64_t lo = 0; lo < (reduced_now_ ? 0 : shard); lo += bucket_numel_) {
     const int64_t hi = std::min(shard, lo + bucket_numel_), n = hi - lo;
     Tensor send = Tensor::zeros({ranks * n}, DType::f32, device_);
     for (int r = 0; r < ranks; ++r)
@@ -200,6 +201,7 @@ OptimizerStep ShardedAdamW::step(ModelParameters& params, ModelParameters& grads
       config_, steps_, std::span<const double>(sums.data_as<double>(), plan_.tensors.size()), names);
   if (!out.nonfinite_grad.empty()) {
     grads.zero();
+    discard_gradients();
     return out;
   }
   const AdamWHyper hyper = adamw_hyper(config_, out.lr);
@@ -228,7 +230,63 @@ OptimizerStep ShardedAdamW::step(ModelParameters& params, ModelParameters& grads
   steps_ = out.step;
   out.applied = true;
   grads.zero();
+  discard_gradients();
   return out;
+}
+
+void ShardedAdamW::reduce_scatter_now(ModelParameters& grads, const std::vector<std::string>& names) {
+  const std::vector<Tensor*> all = checked(grads, "grads");
+  std::vector<Tensor*> g(all.size(), nullptr);
+  for (const std::string& name : names) {
+    size_t i = 0;
+    while (i < plan_.tensors.size() && plan_.tensors[i].name != name) ++i;
+    LOCKSTEP_CHECK(i < plan_.tensors.size(), "ShardedAdamW::reduce_scatter_now: no tensor ", name);
+    g[i] = all[i];
+  }
+  // The pieces of these tensors, packed per rank as gather_into packs them.
+  const int ranks = plan_.ranks, me = comm_.rank();
+  std::vector<std::vector<Span>> pieces(static_cast<size_t>(ranks));
+  std::vector<std::vector<int64_t>> packed(static_cast<size_t>(ranks));
+  int64_t size = 0;
+  for (int r = 0; r < ranks; ++r) {
+    int64_t offset = 0;
+    for (const Span& s : spans(g, r, 0, plan_.shard_numel)) {
+      pieces[size_t(r)].push_back(s);
+      packed[size_t(r)].push_back(offset);
+      offset = round_up(offset + s.tensor_elems.numel(), kShardPieceAlign);
+    }
+    size = std::max(size, offset);
+  }
+  for (int64_t lo = 0; lo < size; lo += bucket_numel_) {
+    const int64_t hi = std::min(size, lo + bucket_numel_), n = hi - lo;
+    // The part of rank r's piece k inside [lo, hi): its elements [b, e) and where they go.
+    const auto each = [&](int r, const auto& fn) {
+      for (size_t k = 0; k < pieces[size_t(r)].size(); ++k) {
+        const int64_t at = packed[size_t(r)][k], numel = pieces[size_t(r)][k].tensor_elems.numel();
+        const int64_t b = std::max(lo, at) - at, e = std::min(hi, at + numel) - at;
+        if (b < e) fn(pieces[size_t(r)][k], b, e, at + b - lo);
+      }
+    };
+    Tensor send = Tensor::zeros({ranks * n}, DType::f32, device_);
+    for (int r = 0; r < ranks; ++r)
+      each(r, [&](const Span& s, int64_t b, int64_t e, int64_t at) {
+        send.rows(r * n + at, r * n + at + e - b).copy_from(s.tensor_elems.rows(b, e));
+      });
+    Tensor recv = Tensor::empty({n}, DType::f32, device_);
+    comm_.reduce_scatter_sum(send, recv);
+    each(me, [&](const Span& s, int64_t b, int64_t e, int64_t at) {
+      Tensor dst = grad_.rows(s.shard_begin + b, s.shard_begin + e);
+      add_into(dst, recv.rows(at, at + e - b));
+    });
+  }
+  for (Tensor* t : g)
+    if (t) t->fill_bytes(0);
+  reduced_now_ = true;
+}
+
+void ShardedAdamW::discard_gradients() {
+  if (reduced_now_) grad_.fill_bytes(0);
+  reduced_now_ = false;
 }
 
 void ShardedAdamW::gather_into(const Tensor& shard, const std::vector<Tensor*>& full) {

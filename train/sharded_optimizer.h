@@ -1,10 +1,12 @@
 // train/sharded_optimizer.h — AdamW with its state sharded over the data-parallel ranks (as
-// ZeRO-2, plus the fp32 masters): rank r keeps the fp32 masters and the first and second moments
+// ZeRO-2, plus the fp32 masters and the gradients): rank r keeps the fp32 masters and the first and second moments
 // of the rows train/shard_plan.h gives it, and only those; each step
 //
 //   1. reduce-scatters the ranks' gradients: rank r receives the sum over the ranks of its own
 //      rows (dist/communicator.h's reduce_scatter_sum over the plan's flat layout, in buckets of
-//      at most `bucket_numel` elements per rank, so the send buffer stays small);
+//      at most `bucket_numel` elements per rank, so the send buffer stays small) — unless the
+//      backward already did, layer by layer (reduce_scatter_now: then no rank holds the whole
+//      local gradient either, Transformer::report_gradients_per_layer);
 //   2. ‖g‖: each rank's Σ g² of the pieces it owns, per tensor, summed over the ranks (an f64
 //      all-reduce of one number per tensor); then train/optimizer.h's rules: a non-finite ‖g‖
 //      skips the step (naming the first tensor), clip = min(1, max_grad_norm / (‖g‖ + 1e-6));
@@ -23,12 +25,15 @@
 //      `copies(name)` gives the copies to write: the trainer's, and in fp8-rollout mode the
 //      rollout model's fp8 ones too (rl/setup.h Policy::copies), from the same gather.
 //
-// Bytes per parameter per rank, N ranks, AdamW: 4/N masters + 8/N moments + 4/N summed-gradient
-// shard, plus the whole local gradient the backward accumulates into (4) and the copies the GEMMs
-// read (bf16: 2; fp8: W and Wᵀ, 2 + scales): 6 + 16/N in bf16 against 10 + 12/N with the masters
-// replicated and 18 for the replicated optimizer. The norms and biases stay whole on every rank
-// (a few thousand values a layer). gather_masters() makes the whole fp32 masters for what needs
-// them (the checkpoint's Hugging Face folder, a KL reference model).
+// Bytes per parameter per rank, N ranks, AdamW, bf16 recipe: 4/N masters + 8/N moments + 4/N
+// summed-gradient shard + 2 for the copies the GEMMs read (fp8: W and Wᵀ, 2 + block scales), plus
+// the local gradient the backward accumulates: every parameter's f32 (4) when step() reduce-scatters
+// it, or — reduced layer by layer during the backward (reduce_scatter_now,
+// train/layerwise_reduce.h, what a sharded run does) — only the embedding's, the LM head's and one
+// layer's. So 2 + 16/N (+ those three f32 gradients), against 10 + 12/N with only the moments
+// sharded and 18 for the replicated optimizer. The norms and biases stay whole on every rank (a few
+// thousand values a layer). gather_masters() makes the whole fp32 masters for what needs them (the
+// Hugging Face folder of a replicated checkpoint, a KL reference model, the next phase's optimizer).
 //
 // Against the replicated data-parallel optimizer (train/data_parallel.h): on the CPU both sum the
 // gradients in rank order, so the summed gradient has the same bits; the update is elementwise;
@@ -65,6 +70,16 @@ class ShardedAdamW final : public DataParallelOptimizer {
   void gather_masters(ModelParameters& full) override;
   Moments full_moments(const ModelParameters& params) override;
   void load_state(const ModelParameters& m, const ModelParameters& v, int64_t steps) override;
+  // The backward's reduce-scatter of one group of tensors (Transformer::report_gradients_per_layer):
+  // this rank's gradient shard gets its rows of the sum over the ranks of the gradients `names` of
+  // `grads` added (bucketed as step()'s), and those gradients are zeroed. Every rank calls it with
+  // the same names in the same order. Once it has been called, the next step() (or
+  // discard_gradients()) takes the shard as these calls left it and reduce-scatters nothing: every
+  // tensor must reach the shard this way (a rank with nothing to backpropagate reduces zeros).
+  void reduce_scatter_now(ModelParameters& grads, const std::vector<std::string>& names);
+  // Drops what reduce_scatter_now summed so far (a mini-batch skipped for a non-finite loss).
+  void discard_gradients();
+
   // Continues from moments read row range by row range (a sharded checkpoint): read(kind, tensor,
   // row_begin, row_end, dst) fills dst (f32 [rows, …] on the optimizer's device) with rows
   // [row_begin, row_end) of plan().tensors[tensor]'s first ("m") or second ("v") moment. Called
@@ -104,6 +119,7 @@ class ShardedAdamW final : public DataParallelOptimizer {
   int64_t bucket_numel_;
   Device device_;
   Tensor master_, m_, v_, grad_;  // [shard_numel]: this rank's masters, moments, summed gradient
+  bool reduced_now_ = false;      // reduce_scatter_now has filled grad_ since the last step
   int64_t steps_ = 0;
 };
 

@@ -280,6 +280,44 @@ TEST(ShardedAdamW, EqualsOneRankAdamWOnTheSummedGradient) {
   EXPECT_EQ(first_difference(bytes_of(sharded_model), bytes_of(one_model)), "");
 }
 
+TEST(ShardedAdamW, GradientsReducedGroupByGroupSumInTheShard) {
+  // Two micro-batches a step, each reduce-scattered in three groups of tensors as a backward
+  // reports them (reduce_scatter_now, small buckets): the shard holds (Σ_r g1_r) + (Σ_r g2_r), so
+  // one AdamW fed that sum, in that order, ends with the same bits; each group's gradients are
+  // zeroed once reduced.
+  Communicator& comm = world();
+  const int n = comm.size();
+  Model sharded_model, one_model;
+  ShardedAdamW sharded(sharded_model.params, config(0), comm, 776);
+  AdamW one(one_model.params, config(0));
+  ModelParameters zeros = model_shapes();
+  zeros.zero();
+  std::vector<std::vector<std::string>> groups(3);
+  size_t k = 0;
+  model_shapes().for_each([&](const std::string& name, const Tensor&) { groups[k++ % 3].push_back(name); });
+  for (int64_t s = 0; s < 3; ++s) {
+    for (int64_t micro = 0; micro < 2; ++micro) {
+      ModelParameters g = gradient_of(comm.rank(), 2 * s + micro, 0.01f);
+      for (const std::vector<std::string>& group : groups) sharded.reduce_scatter_now(g, group);
+      EXPECT_EQ(first_difference(bytes_of(g), bytes_of(zeros)), "")
+          << "the reduced gradients are zeroed";
+    }
+    ModelParameters none = zeros.copy_to(Device::cpu);
+    ASSERT_TRUE(sharded.step(sharded_model.params, none, sharded_model.copies()).applied);
+    ModelParameters sum = summed_gradient(n, 2 * s, 0.01f), second = summed_gradient(n, 2 * s + 1, 0.01f);
+    std::vector<Tensor*> seconds;
+    second.for_each([&](const std::string&, Tensor& t) { seconds.push_back(&t); });
+    size_t i = 0;
+    sum.for_each([&](const std::string&, Tensor& t) {
+      for (int64_t e = 0; e < t.numel(); ++e) t.data_as<float>()[e] += seconds[i]->data_as<float>()[e];
+      ++i;
+    });
+    one.step(one_model.params, sum, one_model.copies());
+  }
+  EXPECT_EQ(first_difference(bytes_of(sharded_model), bytes_of(one_model)), "");
+  EXPECT_NE(first_difference(bytes_of(sharded_model.params), bytes_of(filled(7, 0.5f))), "");
+}
+
 TEST(ShardedAdamW, MomentsContinueAcrossRankCounts) {
   // N → 1: the moments gathered from N sharded ranks after two steps, loaded into one rank's
   // AdamW, take the third step as the N ranks do. 1 → N: a one-rank AdamW's moments after two
