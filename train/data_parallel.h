@@ -40,9 +40,8 @@ class DataParallelOptimizer {
   // every rank: a collective. Only for an optimizer that holds_masters().
   virtual void gather_masters(ModelParameters& full) = 0;
   // The whole moments (as AdamW::first_moment / second_moment), of the tensors of `params`, on
-  // every rank: a collective, for a checkpoint. (ShardedAdamW all-gathers them, so every rank
-  // holds the whole moments until the checkpoint is written; a gather to rank 0 alone, or shard
-  // files, would spare the others that memory.)
+  // every rank: a collective, for a whole checkpoint (rl/checkpoint.h) or a test. (ShardedAdamW
+  // all-gathers them; a sharded run writes its shards instead, rl/sharded_checkpoint.h.)
   struct Moments {
     ModelParameters m, v;
   };

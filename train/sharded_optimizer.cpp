@@ -243,28 +243,16 @@ void ShardedAdamW::reduce_scatter_now(ModelParameters& grads, const std::vector<
     LOCKSTEP_CHECK(i < plan_.tensors.size(), "ShardedAdamW::reduce_scatter_now: no tensor ", name);
     g[i] = all[i];
   }
-  // The pieces of these tensors, packed per rank as gather_into packs them.
+  // Their pieces, packed per rank, bucket by bucket.
   const int ranks = plan_.ranks, me = comm_.rank();
-  std::vector<std::vector<Span>> pieces(static_cast<size_t>(ranks));
-  std::vector<std::vector<int64_t>> packed(static_cast<size_t>(ranks));
-  int64_t size = 0;
-  for (int r = 0; r < ranks; ++r) {
-    int64_t offset = 0;
-    for (const Span& s : spans(g, r, 0, plan_.shard_numel)) {
-      pieces[size_t(r)].push_back(s);
-      packed[size_t(r)].push_back(offset);
-      offset = round_up(offset + s.tensor_elems.numel(), kShardPieceAlign);
-    }
-    size = std::max(size, offset);
-  }
-  for (int64_t lo = 0; lo < size; lo += bucket_numel_) {
-    const int64_t hi = std::min(size, lo + bucket_numel_), n = hi - lo;
-    // The part of rank r's piece k inside [lo, hi): its elements [b, e) and where they go.
+  const PackedSpans packed = packed_spans(g);
+  for (int64_t lo = 0; lo < packed.size; lo += bucket_numel_) {
+    const int64_t hi = std::min(packed.size, lo + bucket_numel_), n = hi - lo;
+    // The part of each of rank r's spans inside [lo, hi): its elements [b, e) and where they go.
     const auto each = [&](int r, const auto& fn) {
-      for (size_t k = 0; k < pieces[size_t(r)].size(); ++k) {
-        const int64_t at = packed[size_t(r)][k], numel = pieces[size_t(r)][k].tensor_elems.numel();
-        const int64_t b = std::max(lo, at) - at, e = std::min(hi, at + numel) - at;
-        if (b < e) fn(pieces[size_t(r)][k], b, e, at + b - lo);
+      for (const auto& [s, at] : packed.of_rank[size_t(r)]) {
+        const int64_t b = std::max(lo, at) - at, e = std::min(hi, at + s.tensor_elems.numel()) - at;
+        if (b < e) fn(s, b, e, at + b - lo);
       }
     };
     Tensor send = Tensor::zeros({ranks * n}, DType::f32, device_);
@@ -289,21 +277,31 @@ void ShardedAdamW::discard_gradients() {
   reduced_now_ = false;
 }
 
-void ShardedAdamW::gather_into(const Tensor& shard, const std::vector<Tensor*>& full) {
-  // Only the tensors `full` holds, packed: each rank's pieces of them end to end.
-  std::vector<std::vector<FlatPiece>> pieces(size_t(plan_.ranks));
-  int64_t shard_size = 0;
+ShardedAdamW::PackedSpans ShardedAdamW::packed_spans(const std::vector<Tensor*>& tensors) const {
+  PackedSpans out;
+  out.of_rank.resize(size_t(plan_.ranks));
   for (int r = 0; r < plan_.ranks; ++r) {
     int64_t offset = 0;
-    for (const Span& s : spans(full, r, 0, plan_.shard_numel)) {
+    for (const Span& s : spans(tensors, r, 0, plan_.shard_numel)) {
+      out.of_rank[size_t(r)].emplace_back(s, offset);
+      offset = round_up(offset + s.tensor_elems.numel(), kShardPieceAlign);
+    }
+    out.size = std::max(out.size, offset);
+  }
+  return out;
+}
+
+void ShardedAdamW::gather_into(const Tensor& shard, const std::vector<Tensor*>& full) {
+  // Only the tensors `full` holds, packed.
+  const PackedSpans packed = packed_spans(full);
+  std::vector<std::vector<FlatPiece>> pieces(size_t(plan_.ranks));
+  for (int r = 0; r < plan_.ranks; ++r)
+    for (const auto& [s, offset] : packed.of_rank[size_t(r)]) {
       const int64_t n = s.tensor_elems.numel();
       const Tensor src = r == comm_.rank() ? shard.rows(s.shard_begin, s.shard_begin + n) : Tensor();
       pieces[size_t(r)].push_back({s.tensor_elems, src, offset});
-      offset = round_up(offset + n, kShardPieceAlign);
     }
-    shard_size = std::max(shard_size, offset);
-  }
-  all_gather_pieces(comm_, pieces, shard_size, DType::f32, device_, bucket_numel_);
+  all_gather_pieces(comm_, pieces, packed.size, DType::f32, device_, bucket_numel_);
 }
 
 void ShardedAdamW::hand_over_copies(const std::vector<bool>& released, const AdamW::CopiesOf& copies) {

@@ -1,6 +1,7 @@
 // train/sharded_optimizer.h — AdamW with its state sharded over the data-parallel ranks (as
-// ZeRO-2, plus the fp32 masters and the gradients): rank r keeps the fp32 masters and the first and second moments
-// of the rows train/shard_plan.h gives it, and only those; each step
+// ZeRO-2, plus the fp32 masters and the gradients): rank r keeps the fp32 masters, the first and
+// second moments and the summed gradient of the rows train/shard_plan.h gives it, and only those;
+// each step
 //
 //   1. reduce-scatters the ranks' gradients: rank r receives the sum over the ranks of its own
 //      rows (dist/communicator.h's reduce_scatter_sum over the plan's flat layout, in buckets of
@@ -44,6 +45,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
+#include <vector>
 
 #include "dist/communicator.h"
 #include "model/parameters.h"
@@ -104,6 +107,13 @@ class ShardedAdamW final : public DataParallelOptimizer {
   };
   // (A null tensor — one the model released — has no spans.)
   std::vector<Span> spans(const std::vector<Tensor*>& tensors, int rank, int64_t lo, int64_t hi) const;
+  // Every rank's spans of `tensors` with where each sits once the rank's spans are packed end to
+  // end (each at a multiple of kShardPieceAlign): the layout of a collective over some tensors.
+  struct PackedSpans {
+    std::vector<std::vector<std::pair<Span, int64_t>>> of_rank;
+    int64_t size = 0;  // the largest rank's packed length
+  };
+  PackedSpans packed_spans(const std::vector<Tensor*>& tensors) const;
   // Every tensor of the plan, in order, checked against it; with `allow_missing`, a tensor p does
   // not hold is null.
   std::vector<Tensor*> checked(ModelParameters& p, const char* what, bool allow_missing = false) const;
