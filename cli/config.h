@@ -40,6 +40,7 @@ struct ModelOptions {
   std::string device = "auto";    // "auto" | "cpu" | "cuda"
   std::string kv_cache = "bf16";  // "bf16" | "fp8" (TransformerOptions::fp8_kv_cache)
   bool recompute = false;
+  bool dither_masters = false;  // model/parameters.h's dither_within_bf16_rounding on load
   int64_t builtin_hidden = 128;
   int64_t builtin_layers = 2;
   bool operator==(const ModelOptions&) const = default;
@@ -124,7 +125,7 @@ struct RunOptions {
   std::string out_dir = "runs/default";
   int64_t eval_every = 25;        // 0: off
   int64_t eval_problems = 256;     // 0: the whole test set
-  int64_t checkpoint_every = 0;   // 0: only at the end
+  int64_t checkpoint_every = 0;   // 0: only at the end; -1: never
   bool resume = false;
   int64_t max_skipped_steps = 3;  // consecutive non-finite steps before the run stops
   int64_t log_every = 0;  // 0: lines at evaluations (rl/console.h)

@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "core/error.h"
 #include "core/philox.h"
 
 namespace lockstep {
@@ -71,6 +72,28 @@ bool is_bias(const std::string& name) { return name.ends_with("bias"); }
 
 ModelParameters ModelParameters::zeros(const ModelConfig& config, Device device) {
   return build(config, [&](Shape s) { return Tensor::zeros(std::move(s), DType::f32, device); });
+}
+
+void dither_within_bf16_rounding(ModelParameters& params, uint64_t seed) {
+  uint64_t stream = 0;
+  params.for_each([&](const std::string& name, Tensor& t) {
+    ++stream;
+    if (is_norm(name) || is_bias(name)) return;
+    LOCKSTEP_CHECK(t.device() == Device::cpu && t.dtype() == DType::f32,
+                   "dither_within_bf16_rounding: ", name, " is not an f32 CPU tensor");
+    float* v = t.data_as<float>();
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      if (v[i] == 0 || !std::isfinite(v[i])) continue;
+      const float u = 0.98f * philox_uniform(philox_at(seed, stream, uint64_t(i)).v[0]) - 0.49f;
+      int e;
+      const float m = std::frexp(v[i], &e);  // |v| in [2^(e-1), 2^e)
+      float ulp = std::ldexp(1.0f, e - 8);   // bf16 keeps 8 significant bits
+      // Below a power of two the grid is twice as fine.
+      if (std::fabs(m) == 0.5f && (u < 0) == (v[i] > 0)) ulp *= 0.5f;
+      v[i] += u * ulp;
+    }
+  });
 }
 
 ModelParameters ModelParameters::initialized(const ModelConfig& config, uint64_t seed,

@@ -58,4 +58,13 @@ struct ModelParameters {
   void zero();
 };
 
+// Moves every weight-matrix master (embedding, LM head, linear layers; CPU tensors) off the bf16
+// grid by u · ulp_bf16(w), u uniform in ±0.49 (Philox in `seed`, one stream per tensor): each bf16
+// rounding stays w, so a bf16 model computes the same function, and the fp8 copies are requantized
+// from slightly moved values. Why: masters loaded from a bf16 checkpoint all sit on the bf16 grid,
+// so a small first update changes no bf16 copy (each master must first move half an ulp), while
+// the E4M3 bytes that sit exactly on rounding ties all flip at once in the update's direction
+// (docs/experiments.md measures both). Norm weights and biases are left as they are.
+void dither_within_bf16_rounding(ModelParameters& params, uint64_t seed);
+
 }  // namespace lockstep

@@ -218,6 +218,8 @@ ModelParameters initial_parameters(const Setup& setup, const std::filesystem::pa
   else {
     check_model_weights(setup.config.model.path);
     p = load_hf_parameters(setup.model_config, setup.config.model.path);
+    // Seeded by the run: the same masters on every rank and on a rerun.
+    if (setup.config.model.dither_masters) dither_within_bf16_rounding(p, uint64_t(setup.config.run.seed));
   }
   return setup.device == Device::cpu ? p : p.copy_to(setup.device);
 }

@@ -167,7 +167,9 @@ void start_optimizer(Run& run, const OptimizerConfig& config, bool resume) {
 
 // With the masters sharded over several ranks each rank writes its rows (rl/sharded_checkpoint.h);
 // else rank 0 writes the whole masters and moments (a sharded optimizer's gathered first).
+// run.checkpoint_every = -1 writes nothing (timing runs of large models).
 void save(Run& run) {
+  if (run.setup.config.run.checkpoint_every < 0) return;
   const auto* sharded = dynamic_cast<const ShardedAdamW*>(run.optimizer.get());
   if (sharded && run.comm->size() > 1) {
     save_sharded_checkpoint(run.out_dir, run.setup.model_config, *run.comm, *sharded, run.state,

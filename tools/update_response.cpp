@@ -19,16 +19,15 @@
 //                   included: they never change)
 //   mean |Δlogprob| over the rows
 //   ΔL              L after − L before: negative when the step lowered the loss, as intended
-// --dither first moves every linear-layer and embedding master off the bf16 grid, by a uniform
-// fraction in ±0.49 of its bf16 ulp (seed 7): the bf16 copies stay the same values, the fp8 copies
-// are requantized from slightly different masters.
+// --dither first moves every weight-matrix master off the bf16 grid within its bf16 rounding
+// (model/parameters.h's dither_within_bf16_rounding, seed 7): the bf16 copies stay the same
+// values, the fp8 copies are requantized from slightly different masters.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
 #include <nlohmann/json.hpp>
-#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -86,22 +85,6 @@ bool is_linear(const std::string& name) {
   for (const char* suffix : {".qkv", ".o", ".gate_up", ".down"})
     if (name.ends_with(suffix)) return true;
   return false;
-}
-
-// Moves each master by u · ulp_bf16(w), u uniform in ±0.49: its bf16 rounding stays w.
-void dither_masters(ModelParameters& params) {
-  std::mt19937 rng(7);
-  std::uniform_real_distribution<float> u(-0.49f, 0.49f);
-  params.for_each([&](const std::string& name, Tensor& t) {
-    if (!is_linear(name) && name != "embed") return;
-    float* p = t.data_as<float>();
-    for (int64_t i = 0; i < t.numel(); ++i) {
-      if (p[i] == 0) continue;
-      int e;
-      std::frexp(p[i], &e);
-      p[i] += u(rng) * std::ldexp(1.0f, e - 8);  // bf16 keeps 8 significant bits
-    }
-  });
 }
 
 // The host bytes of every linear layer's copies, one vector per (layer, copy).
@@ -164,7 +147,7 @@ std::vector<float> host_floats(const Tensor& t) {
 void measure(const ModelConfig& config, const std::string& model_dir, const Batch& b, Recipe recipe,
              float lr, const Options& o) {
   ModelParameters params = load_hf_parameters(config, model_dir);
-  if (o.dither) dither_masters(params);
+  if (o.dither) dither_within_bf16_rounding(params, 7);
   Transformer model(config, o.device == Device::cpu ? params : params.copy_to(o.device), recipe);
   const int64_t rows = int64_t(b.weight.size());
 

@@ -569,5 +569,13 @@ TEST(TrainLoop, CheckpointEverySavesAtItsSteps) {
   EXPECT_EQ(saved->state.step, 3);
 }
 
+TEST(TrainLoop, CheckpointEveryMinusOneSavesNothing) {
+  Config c = tiny_run("checkpoint_never");
+  c.run.checkpoint_every = -1;
+  run_train(c);
+  EXPECT_FALSE(find_checkpoint(c.run.out_dir).has_value());
+  EXPECT_TRUE(std::filesystem::exists(std::filesystem::path(c.run.out_dir) / "metrics.jsonl"));
+}
+
 }  // namespace
 }  // namespace lockstep
