@@ -108,7 +108,7 @@ Run start_run(const Config& config, std::string_view command, Communicator& comm
   if (comm.size() > 1)
     std::printf("%d data-parallel ranks, %s: each generates "
                 "%lld of the %lld prompts a step; rank 0 prints and writes %s\n",
-                comm.size(), config.optim.shard_state ? "fp32 masters and optimizer state sharded, weight copies gathered"
+                comm.size(), config.optim.shard_state ? "fp32 masters, gradients and optimizer state sharded, weight copies gathered"
                                                       : "weights and optimizer state replicated", (long long)(config.rollout.prompts_per_step / comm.size()),
                 (long long)config.rollout.prompts_per_step, config.run.out_dir.c_str());
   std::fflush(stdout);  // before the first step, in a log too
