@@ -388,9 +388,10 @@ const std::vector<Section>& schema() {
       field("micro_batch_tokens", &O::micro_batch_tokens, "most tokens in one forward/backward",
             at_least(1)),
       field("shard_state", &O::shard_state,
-            "with several ranks, each keeps the AdamW moments of its own rows only (ZeRO-2: "
-            "reduce-scatter of the gradients, all-gather of the updated weights); false: every rank "
-            "keeps the whole state"),
+            "with several ranks, each keeps the fp32 masters, AdamW moments and gradients of its "
+            "own rows only (gradients reduce-scattered layer by layer in the backward, the updated "
+            "bf16/fp8 weight copies all-gathered, sharded checkpoints); false: every rank keeps "
+            "the whole state"),
     }),
     section<F>("sft", "supervised fine-tuning", {"train", "sft"}, &Config::sft, {
       field("steps", &F::steps, "SFT optimizer steps (`train` runs them before RL; 0: none)", at_least(0)),

@@ -131,18 +131,22 @@ Transformer::Transformer(const ModelConfig& config, ModelParameters params, Reci
   const Tensor freq = rope_inv_freq(config_.head_dim, config_.rope_theta, rope_scaling_of(config_));
   inv_freq_ = device() == Device::cpu ? freq : freq.to(device());
   refresh_weights();
-  if (trainable_ || recipe_ == Recipe::fp32) return;  // fp32 GEMMs read the masters themselves
+  if (trainable_) return;
+  release_masters();
+  for (LayerWeights& w : weights_)
+    for (LinearWeight* l : linear_weights(w)) l->fp8.wt = Fp8Blocks();  // DGrad's only
+}
+
+void Transformer::release_masters() {
+  if (recipe_ == Recipe::fp32) return;  // fp32 GEMMs read the masters themselves
   params_.embed = params_.lm_head = Tensor();
   for (LayerParameters& p : params_.layers) {
     p.qkv = p.o = p.gate_up = p.down = p.router = Tensor();
     for (ExpertParameters& e : p.experts) e.gate_up = e.down = Tensor();
   }
-  for (LayerWeights& w : weights_) {
-    for (LinearWeight* l : linear_weights(w)) {
-      l->master = Tensor();
-      l->fp8.wt = Fp8Blocks();  // read by the backward's DGrad only
-    }
-  }
+  for (LayerWeights& w : weights_)
+    for (LinearWeight* l : linear_weights(w)) l->master = Tensor();
+  masters_released_ = true;
 }
 
 DType Transformer::activation_dtype() const { return lockstep::activation_dtype(recipe_); }
@@ -155,9 +159,10 @@ Tensor Transformer::empty_act(int64_t rows, int64_t cols) const {
 
 void Transformer::refresh_weights() {
   // An inference-only model makes its copies once, in the constructor, before the release.
-  LOCKSTEP_CHECK(params_.embed.defined(),
-                 "refresh_weights: this model is inference-only (TransformerOptions::trainable = "
-                 "false): its fp32 masters were released once its weight copies were made");
+  LOCKSTEP_CHECK(!masters_released_,
+                 "refresh_weights: this model's fp32 masters were released once its weight copies "
+                 "were made (an inference-only model, TransformerOptions::trainable = false, or one "
+                 "whose masters a sharded optimizer holds: it writes the copies)");
   for (LayerWeights& w : weights_)
     for (LinearWeight* l : linear_weights(w)) l->refresh();
   if (recipe_ == Recipe::fp32) {
@@ -195,6 +200,35 @@ WeightCopies Transformer::weight_copies(const std::string& name) {
     return l->recipe == Recipe::fp8 ? WeightCopies{.fp8 = &l->fp8} : WeightCopies{.bf16 = &l->bf16};
   }
   return {};
+}
+
+void Transformer::report_gradients_per_layer(GradientsReady ready) {
+  LOCKSTEP_CHECK(trainable_, "report_gradients_per_layer: this model is inference-only: it has no gradients");
+  gradients_ready_ = std::move(ready);
+  // One set of layer gradient buffers per kind of layer (dense, or sparse: the MoE configs'
+  // mlp_only_layers differ from the rest), zero.
+  for (size_t i = 0; i < grads_.layers.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (grads_.layers[j].experts.size() == grads_.layers[i].experts.size()) {
+        grads_.layers[i] = grads_.layers[j];
+        break;
+      }
+  grads_.zero();
+}
+
+std::vector<std::vector<std::string>> Transformer::gradient_groups() const {
+  std::vector<std::vector<std::string>> groups(params_.layers.size() + 2);
+  grads_.for_each([&](const std::string& name, const Tensor&) {
+    if (name == "embed") {
+      groups.back().push_back(name);
+    } else if (name.starts_with("layers.")) {
+      const size_t i = std::stoul(name.substr(7));
+      groups[params_.layers.size() - i].push_back(name);  // the last layer's first
+    } else {
+      groups.front().push_back(name);
+    }
+  });
+  return groups;
 }
 
 void Transformer::share_embedding_copies(const Transformer& other) {
@@ -478,11 +512,18 @@ void Transformer::backward(TrainForward& forward, const Tensor& dlogprob, const 
         host.data_as<float>()[r * E + e] = float(load_balancing_weight * g[size_t(e)]);
     dprobs = device() == Device::cpu ? host : host.to(device());
   }
+  std::vector<std::vector<std::string>> groups;
+  if (gradients_ready_) {
+    groups = gradient_groups();
+    gradients_ready_(groups.front());
+  }
   for (size_t i = params_.layers.size(); i-- > 0;) {
     dx = layer_backward(i, s->layers[i], dx, s->positions, s->cu_seqlens, dprobs);
     s->layers[i] = LayerActivations();  // free as we go
+    if (gradients_ready_) gradients_ready_(groups[params_.layers.size() - i]);
   }
   embedding_backward(grads_.embed, s->tokens, dx);
+  if (gradients_ready_) gradients_ready_(groups.back());
 }
 
 Tensor Transformer::forward_infer(const InferBatch& batch, KvCache& cache) {

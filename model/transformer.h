@@ -21,6 +21,7 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/tensor.h"
@@ -109,6 +110,27 @@ class Transformer {
   // The copies of the master named `name` (ModelParameters::for_each names), for an optimizer that
   // writes them in its update pass (ops/adamw.h) instead of refresh_weights.
   WeightCopies weight_copies(const std::string& name);
+  // Drops the fp32 masters the GEMMs do not read (bf16 and fp8 recipes: the linear layers', the
+  // embedding's and the LM head's; the fp32 recipe reads its masters and keeps them): a sharded
+  // optimizer (train/sharded_optimizer.h) holds its rows of them and writes the copies itself.
+  // params() then keeps the norms and biases only; refresh_weights() is an error. The copies stay,
+  // fp8's Wᵀ blocks too (the backward's DGrad reads them).
+  void release_masters();
+  bool masters_released() const { return masters_released_; }
+  // The gradients of a group of tensors are complete for this backward: `names` (ModelParameters
+  // names, in for_each order). backward() reports the groups in this order: the LM head's and the
+  // final norm's ("lm_head" when untied, "final_norm"), each layer's from the last to the first
+  // ("layers.<i>.*"), then "embed" (complete only at the end when the head is tied to it).
+  using GradientsReady = std::function<void(const std::vector<std::string>& names)>;
+  // From now on backward() calls `ready` for each group as soon as it is complete, and the hook
+  // consumes the group's gradients and zeroes them before backward() goes on (a data-parallel
+  // trainer reduce-scatters them there: model/ knows no ranks). Every layer's gradients then live in
+  // one set of buffers (one per kind of layer: dense, sparse), the one layer's at a time the hook
+  // has not consumed yet: the whole local gradient is never held, only the embedding's, the head's
+  // and one layer's (of each kind).
+  void report_gradients_per_layer(GradientsReady ready);
+  // The groups backward() reports, in its order.
+  std::vector<std::vector<std::string>> gradient_groups() const;
   // Reads `other`'s bf16 embedding and LM-head copies from now on (the fp8-rollout mode's rollout
   // model: the same values as its trainer's, written by the trainer's optimizer step).
   void share_embedding_copies(const Transformer& other);
@@ -199,6 +221,8 @@ class Transformer {
   bool fp8_kv_cache_;
   Device device_;
   bool recompute_ = false;
+  bool masters_released_ = false;
+  GradientsReady gradients_ready_;
   ModelParameters params_, grads_;
   std::vector<LayerWeights> weights_;
   Tensor embed_, head_;  // activation-dtype copies (fp32: the masters themselves)

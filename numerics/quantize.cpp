@@ -137,6 +137,18 @@ void quantize_weight(Fp8Weight& out, const Tensor& w, ScaleFormat format) {
 #endif
 }
 
+void transpose_weight_blocks(Fp8Weight& w) {
+  LOCKSTEP_CHECK(w.w.data.defined() && w.wt.data.defined(),
+                 "transpose_weight_blocks: w needs both its W and Wᵀ blocks allocated");
+  check_fp8_weight(w, "transpose_weight_blocks: w", w.w.rows(), w.wt.rows(), w.w.data.device());
+  if (!w.w.data.is_cuda()) return cpu::transpose_weight_blocks(w);
+#if LOCKSTEP_HAS_CUDA
+  cuda::transpose_weight_blocks(w);
+#else
+  no_cuda_backend();
+#endif
+}
+
 void check_fp8_weight(const Fp8Weight& out, const char* what, int64_t n, int64_t k, Device device) {
   check_blocks(out.w, (std::string(what) + ".w").c_str(), n, k, device);
   check_blocks(out.wt, (std::string(what) + ".wt").c_str(), k, n, device);

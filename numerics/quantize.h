@@ -91,6 +91,10 @@ void quantize_rows_and_columns(Fp8Rows& out, Fp8Rows& out_t, const Tensor& x,
                                ScaleFormat format = ScaleFormat::fp32);
 // w: f32 or bf16 [N, K], N and K multiples of kFp8ColsMultiple; writes the blocks of W and of Wᵀ in one pass.
 void quantize_weight(Fp8Weight& out, const Tensor& w, ScaleFormat format = ScaleFormat::fp32);
+// Writes w.wt (data and scales) from w.w alone: the bytes quantize_weight writes there, padding
+// included (a padding column of Wᵀ is a quantized zero of its block's scale). A sharded optimizer
+// all-gathers W's blocks only (half the bytes) and remakes Wᵀ on every rank with this.
+void transpose_weight_blocks(Fp8Weight& w);
 // Throws (naming `what`) unless `out` is an Fp8Weight for W [n, k] on `device`.
 void check_fp8_weight(const Fp8Weight& out, const char* what, int64_t n, int64_t k, Device device);
 

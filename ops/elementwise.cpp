@@ -21,6 +21,11 @@ void add_into(Tensor& y, const Tensor& x) {
   check_act(x, "add_into: x", y.device(), y.shape());
   if (y.is_cuda()) {
 #if LOCKSTEP_HAS_CUDA
+    if (y.dtype() == DType::f32 && x.dtype() == DType::f32) {  // gradient accumulation
+      check_cuda_vectors(y, "add_into: y", /*rows=*/false);
+      check_cuda_vectors(x, "add_into: x", /*rows=*/false);
+      return cuda::add_into_f32(y, x);
+    }
     check_cuda_act(y, "add_into: y", /*rows=*/false);  // flat: any shape
     check_cuda_act(x, "add_into: x", /*rows=*/false);
     return cuda::add_into(y, x);

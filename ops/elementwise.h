@@ -1,8 +1,9 @@
 // ops/elementwise.h — the small elementwise ops around the layers: residual adds, biases, dtype
 // conversion, and the squared norm used for gradient clipping.
 //
-// CUDA: activations (y, x, dy) bf16, 16-byte aligned data, and for the row ops (add_bias,
-// bias_backward) N a multiple of 8. add_into, add_bias and convert give the CPU's bits.
+// CUDA: activations (y, x, dy) bf16 (add_into also takes y and x both f32: a sharded optimizer's
+// gradient accumulation), 16-byte aligned data, and for the row ops (add_bias, bias_backward) N a
+// multiple of 8. add_into, add_bias and convert give the CPU's bits.
 // bias_backward and sum_squares add in an order fixed by the shape alone (no atomics): the same
 // bits every run, rounded differently from the CPU's. sum_squares waits for the device (it returns
 // host numbers): once for all the tensors of a call.

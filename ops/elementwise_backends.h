@@ -16,6 +16,7 @@ double sum_squares(const Tensor& x);
 
 namespace lockstep::cuda {
 void add_into(Tensor& y, const Tensor& x);
+void add_into_f32(Tensor& y, const Tensor& x);  // y, x f32
 void add_bias(Tensor& y, const Tensor& b);
 void bias_backward(Tensor& db, const Tensor& dy);
 void convert(Tensor& dst, const Tensor& src);

@@ -4,11 +4,12 @@
 //                                        model.safetensors; transformers loads it) plus the
 //                                        tokenizer files, so the folder can be served as it is
 //   OUT_DIR/checkpoint/optimizer.safetensors   AdamW's moments ("m.<name>", "v.<name>"), whole
-//                                        tensors whatever the number of ranks: with the optimizer
-//                                        state sharded (train/sharded_optimizer.h) every rank's
-//                                        rows are gathered first and rank 0 writes, and each rank
-//                                        of a resumed run takes its own rows; so a run resumes
-//                                        with any number of ranks, sharded or not
+//                                        tensors; each rank of a resumed run takes its own rows,
+//                                        so a run resumes with any number of ranks, sharded or not
+//
+// This is the checkpoint of a run whose masters are whole on one rank. A run whose masters and
+// moments are sharded over several ranks writes rl/sharded_checkpoint.h's instead (each rank its
+// own rows), which the same find_checkpoint finds and any number of ranks reads.
 //   OUT_DIR/checkpoint/state.json        where the run stands (RunState)
 //
 // The run's randomness is counter-based (problems, sampling seeds: functions of the run seed and

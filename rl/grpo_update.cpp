@@ -76,7 +76,8 @@ struct ExpertCounts {
 
 GrpoUpdate grpo_update(const std::vector<ScoredGroup>& groups, const Config& config,
                        Transformer& model, Transformer* reference,
-                       const OptimizerStepFn& optimizer_step, Communicator& comm) {
+                       const OptimizerStepFn& optimizer_step, Communicator& comm,
+                       LayerwiseReduce* layerwise) {
   GrpoUpdate out;
   const LossOptions& lo = config.loss;
   const OptimOptions& oo = config.optim;
@@ -177,7 +178,11 @@ GrpoUpdate grpo_update(const std::vector<ScoredGroup>& groups, const Config& con
       const auto lengths = std::span<const int64_t>(rows.lengths).subspan(first, last - first);
       const double local_rows = double(std::accumulate(lengths.begin(), lengths.end(), int64_t(0)));
       const double mini_rows = aux_coef > 0 ? sum_over_ranks(comm, local_rows) : 0;
-      for (const SequenceRange& r : plan_micro_batches(lengths, budget)) {
+      const std::vector<SequenceRange> micro_batches = plan_micro_batches(lengths, budget);
+      // The ranks agree on the number of backward passes first (each reduces layer by layer): one
+      // with fewer micro-batches makes up for the others' after its own.
+      const double backwards = layerwise ? max_over_ranks(comm, double(micro_batches.size())) : 0;
+      for (const SequenceRange& r : micro_batches) {
         size_t offset = 0;
         const TrainBatch b = slice_batch(rows, first + r.first, first + r.last,
                                          model.config().vocab_size, model.device(), offset);
@@ -213,6 +218,7 @@ GrpoUpdate grpo_update(const std::vector<ScoredGroup>& groups, const Config& con
           }
         }
         if (std::isfinite(pl.loss)) model.backward(f, pl.dlogprob.to(model.device()), Tensor(), aux_weight);
+        else if (layerwise) layerwise->without_backward();
         clip += (pl.clip_frac_low + pl.clip_frac_high) * pl.tokens;
         clip_dual += pl.clip_frac_dual * pl.tokens;
         kl_ref += pl.kl_ref * pl.tokens;
@@ -220,6 +226,7 @@ GrpoUpdate grpo_update(const std::vector<ScoredGroup>& groups, const Config& con
         entropy += pl.entropy_mean * pl.tokens;
         counted += pl.tokens;
       }
+      for (double k = double(micro_batches.size()); k < backwards; ++k) layerwise->without_backward();
       // Every rank decides alike: the mini-batch's loss over all ranks (non-finite on one rank,
       // non-finite everywhere) and the summed gradient.
       mini_loss = sum_over_ranks(comm, mini_loss);
@@ -229,6 +236,7 @@ GrpoUpdate grpo_update(const std::vector<ScoredGroup>& groups, const Config& con
       std::string why;
       if (!std::isfinite(mini_loss)) {
         model.grads().zero();
+        if (layerwise) layerwise->discard();
         why = "loss";
       } else {
         const OptimizerStep opt = optimizer_step(model.params(), model.grads());

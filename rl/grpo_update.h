@@ -31,6 +31,7 @@
 #include "cli/config.h"
 #include "dist/single_rank.h"
 #include "model/transformer.h"
+#include "train/layerwise_reduce.h"
 #include "rl/metrics.h"
 #include "rollout/engine.h"
 #include "train/optimizer.h"
@@ -72,9 +73,12 @@ struct GrpoUpdate {
 // mini-batches, loss normalizers and metrics are those of the global batch; each rank computes
 // the loss of its own sequences of each mini-batch, and `optimizer_step` sums the gradients over
 // the ranks (train/data_parallel.h) and leaves every rank with the same weights. With one rank this is the
-// single-process update, unchanged.
+// single-process update, unchanged. `layerwise` (a sharded run's per-layer gradient
+// reduce-scatter, train/layerwise_reduce.h; null: none): the ranks agree on the number of
+// micro-batches of each mini-batch and make up for the backward passes they lack.
 GrpoUpdate grpo_update(const std::vector<ScoredGroup>& groups, const Config& config,
                        Transformer& model, Transformer* reference,
-                       const OptimizerStepFn& optimizer_step, Communicator& comm = single_rank());
+                       const OptimizerStepFn& optimizer_step, Communicator& comm = single_rank(),
+                       LayerwiseReduce* layerwise = nullptr);
 
 }  // namespace lockstep

@@ -9,6 +9,7 @@
 #include "core/philox.h"
 #include "io/chat.h"
 #include "model/hf_checkpoint.h"
+#include "rl/sharded_checkpoint.h"
 
 namespace lockstep {
 
@@ -208,7 +209,9 @@ std::string Setup::sft_target(const Problem& problem) const {
 
 ModelParameters initial_parameters(const Setup& setup, const std::filesystem::path& checkpoint_model) {
   ModelParameters p;
-  if (!checkpoint_model.empty())
+  if (!checkpoint_model.empty() && is_sharded_checkpoint(checkpoint_model))
+    p = load_sharded_masters(setup.model_config, checkpoint_model);
+  else if (!checkpoint_model.empty())
     p = load_hf_parameters(setup.model_config, checkpoint_model.string());
   else if (setup.config.model.path == "builtin")
     p = ModelParameters::initialized(setup.model_config, uint64_t(setup.config.run.seed));
@@ -232,6 +235,11 @@ Policy::Policy(const Setup& setup, ModelParameters params) {
   train_ = std::make_unique<Transformer>(setup.model_config, std::move(params), train_recipe, options);
   train_->set_recompute(setup.config.model.recompute);
   if (rollout_) rollout_->share_embedding_copies(*train_);
+}
+
+void Policy::release_masters() {
+  train_->release_masters();
+  if (rollout_) rollout_->release_masters();
 }
 
 WeightCopies Policy::copies(const std::string& name) {

@@ -89,6 +89,9 @@ class Policy {
   // The weight copies an optimizer step writes with the master `name`: the trainer's, and the
   // rollout model's fp8 copy when separate (the hand-over happens inside the update pass).
   WeightCopies copies(const std::string& name);
+  // Both models drop the fp32 masters their GEMMs do not read: a sharded optimizer holds them and
+  // writes every copy (Transformer::release_masters).
+  void release_masters();
 
  private:
   std::unique_ptr<Transformer> train_, rollout_;

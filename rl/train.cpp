@@ -22,11 +22,14 @@
 #include "rl/metrics.h"
 #include "rl/packed_rows.h"
 #include "rl/setup.h"
+#include "rl/sharded_checkpoint.h"
 #include "rollout/engine.h"
 #include "tasks/verifier.h"
 #include "train/data_parallel.h"
+#include "train/layerwise_reduce.h"
 #include "train/optimizer.h"
 #include "train/overlong_penalty.h"
+#include "train/sharded_optimizer.h"
 
 namespace lockstep {
 
@@ -111,13 +114,15 @@ struct Run {
   std::unique_ptr<Policy> policy;
   std::unique_ptr<Engine> engine;
   std::unique_ptr<DataParallelOptimizer> optimizer;
+  // With the state sharded over several ranks: the gradients reduce-scattered layer by layer.
+  std::unique_ptr<LayerwiseReduce> layerwise;
   std::unique_ptr<Evaluator> evaluator;
 };
 
 // `command` ("train", "sft") names the run on its first console line.
 Run start_run(const Config& config, std::string_view command, Communicator& comm) {
   check_data_parallel(config, comm.size());
-  Run run{&comm, make_setup(config, /*need_data=*/true), config.run.out_dir, {}, {}, {}, {}, {}, {}};
+  Run run{&comm, make_setup(config, /*need_data=*/true), config.run.out_dir, {}, {}, {}, {}, {}, {}, {}};
   if (comm.is_main()) fs::create_directories(run.out_dir);
   if (config.run.resume) {
     run.saved = find_checkpoint(run.out_dir);
@@ -126,9 +131,10 @@ Run start_run(const Config& config, std::string_view command, Communicator& comm
   }
   std::printf("%s\n", run_header(command, run.setup, config.model.path, config.run.out_dir).c_str());
   if (comm.size() > 1)
-    std::printf("%d data-parallel ranks, weights replicated, optimizer state %s: each generates "
+    std::printf("%d data-parallel ranks, %s: each generates "
                 "%lld of the %lld prompts a step; rank 0 prints and writes %s\n",
-                comm.size(), config.optim.shard_state ? "sharded" : "replicated", (long long)(config.rollout.prompts_per_step / comm.size()),
+                comm.size(), config.optim.shard_state ? "fp32 masters, gradients and optimizer state sharded, weight copies gathered"
+                                                      : "weights and optimizer state replicated", (long long)(config.rollout.prompts_per_step / comm.size()),
                 (long long)config.rollout.prompts_per_step, config.run.out_dir.c_str());
   std::fflush(stdout);  // before the first step, in a log too
   if (run.saved) {
@@ -166,11 +172,43 @@ AdamW::CopiesOf copies_of(Run& run) {
   return [&run](const std::string& name) { return run.policy->copies(name); };
 }
 
-// Rank 0 writes (every rank holds the same weights; a sharded optimizer state is gathered first,
-// on every rank). run.checkpoint_every = -1 writes nothing (timing runs of large models).
+// The whole fp32 masters on every rank: the model's own, or (a collective) gathered from a sharded
+// optimizer's rows when the model released them.
+ModelParameters full_masters(Run& run) {
+  Transformer& model = run.policy->trainer();
+  if (!model.masters_released()) return model.params();
+  ModelParameters full = ModelParameters::zeros(run.setup.model_config, run.setup.device);
+  run.optimizer->gather_masters(full);
+  return full;
+}
+
+// A fresh optimizer for a phase from the whole masters (resuming: with the checkpoint's moments);
+// when it holds the masters, the models release theirs.
+void start_optimizer(Run& run, const OptimizerConfig& config, bool resume) {
+  const MemoryPurpose purpose = model_memory();
+  const ModelParameters masters = full_masters(run);
+  run.optimizer = make_data_parallel_optimizer(masters, config, *run.comm, run.setup.config.optim.shard_state);
+  if (resume && is_sharded_checkpoint(run.saved->model))
+    load_sharded_optimizer(run.saved->model, masters, *run.optimizer, run.state.optimizer_steps);
+  else if (resume)
+    load_optimizer(run.out_dir, masters, *run.optimizer, run.state.optimizer_steps);
+  if (run.optimizer->holds_masters()) run.policy->release_masters();
+  if (auto* sharded = dynamic_cast<ShardedAdamW*>(run.optimizer.get()); sharded && run.comm->size() > 1)
+    run.layerwise = std::make_unique<LayerwiseReduce>(run.policy->trainer(), *sharded);
+}
+
+// With the masters sharded over several ranks each rank writes its rows (rl/sharded_checkpoint.h);
+// else rank 0 writes the whole masters and moments (a sharded optimizer's gathered first).
+// run.checkpoint_every = -1 writes nothing (timing runs of large models).
 void save(Run& run) {
   if (run.setup.config.run.checkpoint_every < 0) return;
-  const ModelParameters& params = run.policy->trainer().params();
+  const auto* sharded = dynamic_cast<const ShardedAdamW*>(run.optimizer.get());
+  if (sharded && run.comm->size() > 1) {
+    save_sharded_checkpoint(run.out_dir, run.setup.model_config, *run.comm, *sharded, run.state,
+                            run.setup.tokenizer_dir);
+    return;
+  }
+  const ModelParameters params = full_masters(run);
   const DataParallelOptimizer::Moments moments = run.optimizer->full_moments(params);
   if (!run.comm->is_main()) return;
   save_checkpoint(run.out_dir, run.setup.model_config, params, moments, run.state,
@@ -201,7 +239,11 @@ Metrics sft_step(Run& run, int64_t step) {
   Transformer& model = run.policy->trainer();
   const double tokens = sum_over_ranks(*run.comm, std::accumulate(rows.mask.begin(), rows.mask.end(), 0.0));
   double loss = 0;
-  for (const SequenceRange& r : plan_micro_batches(rows.lengths, s.config.optim.micro_batch_tokens)) {
+  const std::vector<SequenceRange> micro_batches = plan_micro_batches(rows.lengths, s.config.optim.micro_batch_tokens);
+  // The ranks agree on the number of backward passes first (each reduces layer by layer): one
+  // with fewer micro-batches makes up for the others' after its own.
+  const double backwards = run.layerwise ? max_over_ranks(*run.comm, double(micro_batches.size())) : 0;
+  for (const SequenceRange& r : micro_batches) {
     size_t offset = 0;
     const TrainBatch b = slice_batch(rows, r.first, r.last, model.config().vocab_size, model.device(), offset);
     TrainForward f = model.forward(b);
@@ -214,6 +256,7 @@ Metrics sft_step(Run& run, int64_t step) {
     }
     model.backward(f, dlogprob.to(model.device()), Tensor());
   }
+  for (double k = double(micro_batches.size()); k < backwards; ++k) run.layerwise->without_backward();
   loss = sum_over_ranks(*run.comm, loss);
   // A non-finite loss never reaches the optimizer (weights, moments, step count and schedule
   // stay); AdamW itself skips a non-finite gradient.
@@ -223,6 +266,7 @@ Metrics sft_step(Run& run, int64_t step) {
     opt = run.optimizer->step(model.params(), model.grads(), copies_of(run));
   } else {
     model.grads().zero();
+    if (run.layerwise) run.layerwise->discard();
   }
   const std::string skipped = check_finite(loss, opt);
   return {{"loss", loss}, {"lr", opt.applied ? opt.lr : NAN}, {"grad_norm", opt.grad_norm},
@@ -231,10 +275,12 @@ Metrics sft_step(Run& run, int64_t step) {
 
 // ---- GRPO -----------------------------------------------------------------------------------
 
-// The weight hand-over has no time of its own: the optimizer's update pass writes the copies the
-// rollout reads (rl/setup.h Policy::copies), so it is part of `update`.
+// The weight hand-over: the copies the rollout reads (rl/setup.h Policy::copies) are written by the
+// optimizer step, so its time is part of `update`; `handover` is the share of it a sharded
+// optimizer spends gathering the updated weights (0 with replicated masters, whose update pass
+// writes the copies in place).
 struct StepTimes {
-  double rollout = 0, scoring = 0, recompute = 0, update = 0;
+  double rollout = 0, scoring = 0, recompute = 0, update = 0, handover = 0;
 };
 
 // The problems of rollout batch `draw` of step `step`: draw 0 is the run's stream (problems
@@ -327,11 +373,14 @@ Metrics grpo_step(Run& run, Transformer* reference, int64_t step, const TrainHoo
   // 3.-5. advantages, old logprobs, PPO update
   const OptimizerStepFn optimizer_step = [&](ModelParameters& params, ModelParameters& grads) {
     if (hooks.before_optimizer_step) hooks.before_optimizer_step(grads);
-    return run.optimizer->step(params, grads, copies_of(run));
+    const OptimizerStep step = run.optimizer->step(params, grads, copies_of(run));
+    times.handover += step.handover_seconds;
+    return step;
   };
   const MemoryPurpose purpose = training_memory(s.config);
   const GrpoUpdate u =
-      grpo_update(collected.kept, s.config, run.policy->trainer(), reference, optimizer_step, comm);
+      grpo_update(collected.kept, s.config, run.policy->trainer(), reference, optimizer_step, comm,
+                  run.layerwise.get());
   times.recompute = u.recompute_seconds;
   times.update = u.update_seconds;
   skipped = u.skipped;
@@ -391,14 +440,7 @@ bool sft_phase(Run& run, const TrainHooks& hooks, TrainSummary& summary) {
   o.lr = c.sft.lr;
   o.warmup_steps = c.sft.warmup_steps;
   o.schedule = "constant";
-  {
-    const MemoryPurpose purpose = model_memory();
-    run.optimizer = make_data_parallel_optimizer(run.policy->trainer().params(),
-                                                 optimizer_config(o, c.sft.steps), *run.comm,
-                                                 c.optim.shard_state);
-  }
-  if (run.saved && run.state.sft_step > 0)
-    load_optimizer(run.out_dir, run.policy->trainer().params(), *run.optimizer, run.state.optimizer_steps);
+  start_optimizer(run, optimizer_config(o, c.sft.steps), run.saved && run.state.sft_step > 0);
   std::optional<MetricsLog> log;
   if (run.comm->is_main()) log.emplace(run.out_dir / "sft_metrics.jsonl", run.state.sft_step);
   Progress progress("sft", c.sft.steps, run.state.sft_step);
@@ -417,7 +459,7 @@ bool sft_phase(Run& run, const TrainHooks& hooks, TrainSummary& summary) {
     if (evaluated) add_eval(run, m, progress, run.state.sft_step);
     if (last) summary.sft_accuracy = metric(m, "eval_accuracy_greedy");
     if (log) log->write(run.state.sft_step, m);
-    if (hooks.after_step) hooks.after_step(-run.state.sft_step, run.policy->trainer().params());
+    if (hooks.after_step) hooks.after_step(-run.state.sft_step, full_masters(run));
     progress.update(run.state.sft_step, {metric_field("loss", metric(m, "loss"))});
     if (shows_line(c.run, run.state.sft_step, c.sft.steps, evaluated))
       progress.line(run.state.sft_step, sft_fields(m));
@@ -464,21 +506,14 @@ TrainSummary run_train(const Config& config, const TrainHooks& hooks, Communicat
 
   const Config& c = run.setup.config;
   const int64_t optimizer_steps = c.run.steps * c.optim.ppo_epochs * c.optim.mini_batches;
-  {
-    const MemoryPurpose purpose = model_memory();
-    run.optimizer = make_data_parallel_optimizer(run.policy->trainer().params(),
-                                                 optimizer_config(c.optim, optimizer_steps), comm,
-                                                 c.optim.shard_state);
-  }
-  if (run.saved && run.state.step > 0)
-    load_optimizer(run.out_dir, run.policy->trainer().params(), *run.optimizer, run.state.optimizer_steps);
+  start_optimizer(run, optimizer_config(c.optim, optimizer_steps), run.saved && run.state.step > 0);
   // A frozen reference for the KL penalty: the weights the RL phase starts from.
   std::unique_ptr<Transformer> reference;
   if (c.loss.kl_coef > 0) {
     LOCKSTEP_CHECK(run.state.step == 0, "loss.kl_coef > 0: resuming after RL steps is not "
                    "supported (the reference weights are not in the checkpoint)");
     reference = std::make_unique<Transformer>(
-        run.setup.model_config, run.policy->trainer().params().copy_to(run.setup.device),
+        run.setup.model_config, full_masters(run).copy_to(run.setup.device),
         run.policy->trainer().recipe(),
         TransformerOptions{.trainable = false, .fp8_kv_cache = c.model.kv_cache == "fp8"});
   }
@@ -505,9 +540,11 @@ TrainSummary run_train(const Config& config, const TrainHooks& hooks, Communicat
     times.scoring = max_over_ranks(comm, times.scoring);
     times.recompute = max_over_ranks(comm, times.recompute);
     times.update = max_over_ranks(comm, times.update);
+    times.handover = max_over_ranks(comm, times.handover);
     for (auto [name, value] : std::initializer_list<std::pair<const char*, double>>{
              {"time_rollout", times.rollout}, {"time_scoring", times.scoring},
              {"time_recompute", times.recompute}, {"time_update", times.update},
+             {"time_handover", times.handover},
              {"time_step", total},
              {"tokens_per_s", metric(m, "response_length") * double(c.rollout.prompts_per_step * c.rollout.samples_per_prompt) * metric(m, "rollout_batches") / total}})
       m.emplace_back(name, value);
@@ -518,7 +555,7 @@ TrainSummary run_train(const Config& config, const TrainHooks& hooks, Communicat
     if (evaluated) add_eval(run, m, progress, run.state.step);
     if (last) summary.final_accuracy = metric(m, "eval_accuracy_greedy");
     if (log) log->write(run.state.step, m, series);
-    if (hooks.after_step) hooks.after_step(run.state.step, run.policy->trainer().params());
+    if (hooks.after_step) hooks.after_step(run.state.step, full_masters(run));
     if (!skipped.empty())
       progress.line(run.state.step, {"step skipped: non-finite " + skipped});
     progress.update(run.state.step, {metric_field("reward", metric(m, "reward_mean"))});

@@ -53,7 +53,8 @@ struct TrainHooks {
   // Called with this rank's accumulated gradients (before the sum over the ranks) before each
   // GRPO optimizer step (a test plants a non-finite value there).
   std::function<void(ModelParameters& grads)> before_optimizer_step;
-  // Called with the weights after each completed step (numbered as stop_after's). For tests.
+  // Called with the whole fp32 masters after each completed step (numbered as stop_after's;
+  // gathered on every rank from a sharded optimizer's rows). For tests.
   std::function<void(int64_t step, const ModelParameters& params)> after_step;
 };
 

@@ -1,6 +1,7 @@
 // train/data_parallel.cpp
 #include "train/data_parallel.h"
 
+#include "core/error.h"
 #include "train/sharded_optimizer.h"
 
 namespace lockstep {
@@ -14,6 +15,11 @@ OptimizerStep ReplicatedAdamW::step(ModelParameters& params, ModelParameters& gr
                                     const AdamW::CopiesOf& copies) {
   sum_gradients_over_ranks(comm_, grads);
   return adamw_.step(params, grads, copies);
+}
+
+void ReplicatedAdamW::gather_masters(ModelParameters&) {
+  LOCKSTEP_CHECK(false, "ReplicatedAdamW::gather_masters: this optimizer holds no masters (the "
+                 "model's own are whole)");
 }
 
 std::unique_ptr<DataParallelOptimizer> make_data_parallel_optimizer(const ModelParameters& params,

@@ -5,9 +5,10 @@
 //
 //   ReplicatedAdamW   (optim.shard_state = false; as PyTorch's DDP) every rank holds the whole
 //                     AdamW state; the gradients are all-reduced and every rank takes the same step.
-//   ShardedAdamW      (optim.shard_state = true; train/sharded_optimizer.h; as ZeRO-2) each rank
-//                     holds the moments of its own rows only; reduce-scatter, a step on its rows,
-//                     all-gather of the updated masters.
+//   ShardedAdamW      (optim.shard_state = true; train/sharded_optimizer.h; ZeRO-2 and the
+//                     masters) each rank holds the masters and moments of its own rows only;
+//                     reduce-scatter, a step on its rows, all-gather of the updated weight copies
+//                     (the model releases the masters it does not read: holds_masters()).
 //
 // With one rank both are train/optimizer.h's AdamW.
 #pragma once
@@ -32,10 +33,15 @@ class DataParallelOptimizer {
   virtual OptimizerStep step(ModelParameters& params, ModelParameters& grads,
                              const AdamW::CopiesOf& copies) = 0;
   virtual int64_t steps() const = 0;
+  // Whether the optimizer holds the fp32 masters (its rows of them), so that the model can
+  // release its own (Transformer::release_masters) and gather_masters() makes them whole.
+  virtual bool holds_masters() const = 0;
+  // `full` (every tensor of the masters' shapes, f32, on their device) gets the whole masters, on
+  // every rank: a collective. Only for an optimizer that holds_masters().
+  virtual void gather_masters(ModelParameters& full) = 0;
   // The whole moments (as AdamW::first_moment / second_moment), of the tensors of `params`, on
-  // every rank: a collective, for a checkpoint. (ShardedAdamW all-gathers them, so every rank
-  // holds the whole moments until the checkpoint is written; a gather to rank 0 alone, or shard
-  // files, would spare the others that memory.)
+  // every rank: a collective, for a whole checkpoint (rl/checkpoint.h) or a test. (ShardedAdamW
+  // all-gathers them; a sharded run writes its shards instead, rl/sharded_checkpoint.h.)
   struct Moments {
     ModelParameters m, v;
   };
@@ -51,6 +57,8 @@ class ReplicatedAdamW final : public DataParallelOptimizer {
   OptimizerStep step(ModelParameters& params, ModelParameters& grads,
                      const AdamW::CopiesOf& copies) override;
   int64_t steps() const override { return adamw_.steps(); }
+  bool holds_masters() const override { return false; }
+  void gather_masters(ModelParameters&) override;
   Moments full_moments(const ModelParameters&) override { return {adamw_.first_moment(), adamw_.second_moment()}; }
   void load_state(const ModelParameters& m, const ModelParameters& v, int64_t steps) override {
     adamw_.load_state(m, v, steps);

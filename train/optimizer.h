@@ -45,6 +45,9 @@ struct OptimizerStep {
   double grad_norm = 0;        // ‖g‖ before clipping; non-finite when skipped
   float clip_scale = 1;        // the factor the gradients were multiplied by
   std::string nonfinite_grad;  // the first tensor with a non-finite gradient, when skipped
+  // The weight hand-over's share of the step: a sharded optimizer's all-gathers of the updated
+  // weights (train/sharded_optimizer.h); 0 where the update pass writes the copies in place.
+  double handover_seconds = 0;
 };
 
 // The rules of one optimizer step, from the per-tensor sums of squared gradients Σg² (`names[i]`

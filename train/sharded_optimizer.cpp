@@ -2,8 +2,10 @@
 #include "train/sharded_optimizer.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
+#include "core/device.h"
 #include "core/error.h"
 #include "ops/adamw.h"
 #include "ops/elementwise.h"
@@ -34,6 +36,66 @@ Device device_of(const ModelParameters& params) {
   return d;
 }
 
+// Some elements of a tensor (a 1-D view: `dst`) and where they sit in their owner's flat shard;
+// on the owner, `src` is what it sends for them (undefined: dst itself, which then stays as it is).
+struct FlatPiece {
+  Tensor dst, src;
+  int64_t offset;
+};
+
+// Every rank's pieces to every rank: rank r's are pieces[r], packed into a flat shard of
+// `shard_size` elements of `dtype`; bucket by bucket of at most `bucket` elements per rank, so the
+// buffers stay small.
+void all_gather_pieces(Communicator& comm, const std::vector<std::vector<FlatPiece>>& pieces,
+                       int64_t shard_size, DType dtype, Device device, int64_t bucket) {
+  const int ranks = comm.size(), me = comm.rank();
+  // The part of each piece of `rank` inside [lo, hi), with its position in the bucket.
+  const auto in_bucket = [&](int rank, int64_t lo, int64_t hi, const auto& fn) {
+    for (const FlatPiece& p : pieces[size_t(rank)]) {
+      const int64_t b = std::max(lo, p.offset), e = std::min(hi, p.offset + p.dst.numel());
+      if (b < e) fn(p, b - p.offset, e - p.offset, b - lo);
+    }
+  };
+  for (int64_t lo = 0; lo < shard_size; lo += bucket) {
+    const int64_t hi = std::min(shard_size, lo + bucket), n = hi - lo;
+    Tensor send = Tensor::zeros({n}, dtype, device);
+    in_bucket(me, lo, hi, [&](const FlatPiece& p, int64_t b, int64_t e, int64_t at) {
+      send.rows(at, at + e - b).copy_from((p.src.defined() ? p.src : p.dst).rows(b, e));
+    });
+    Tensor recv = Tensor::empty({ranks * n}, dtype, device);
+    comm.all_gather(send, recv);
+    for (int r = 0; r < ranks; ++r)
+      in_bucket(r, lo, hi, [&](const FlatPiece& p, int64_t b, int64_t e, int64_t at) {
+        if (r == me && !p.src.defined()) return;  // already in place
+        Tensor dst = p.dst.rows(b, e);
+        dst.copy_from(recv.rows(r * n + at, r * n + at + e - b));
+      });
+  }
+}
+
+// Rows [b, e) of t as bytes (an e4m3 view: the collectives move any dtype).
+Tensor row_bytes(const Tensor& t, int64_t b, int64_t e) {
+  const Tensor rows = t.rows(b, e);
+  return Tensor::view_of(rows.data(), {int64_t(rows.nbytes())}, DType::e4m3, t.device());
+}
+
+// The fp8 blocks of rows [b, e) of W (b a multiple of 128) from their f32 masters `rows`: W's
+// bytes and scales in place in `fp8`, the same as quantize_weight of the whole W writes there.
+// quantize_weight also writes Wᵀ, into a scratch of at most kChunk rows (Wᵀ is remade whole after
+// the gather).
+void quantize_rows_of(Fp8Weight& fp8, const Tensor& rows, int64_t b, int64_t e, ScaleFormat format) {
+  constexpr int64_t kChunk = 8 * kShardRowBlock;
+  const int64_t k = rows.dim(1);
+  for (int64_t r0 = b; r0 < e; r0 += kChunk) {
+    const int64_t r1 = std::min(e, r0 + kChunk), blocks = (r1 - r0 + kShardRowBlock - 1) / kShardRowBlock;
+    Fp8Weight part;
+    part.w.data = fp8.w.data.rows(r0, r1);
+    part.w.scales = fp8.w.scales.rows(r0 / kShardRowBlock, r0 / kShardRowBlock + blocks);
+    part.wt = Fp8Blocks::empty(k, r1 - r0, rows.device());
+    quantize_weight(part, rows.rows(r0 - b, r1 - b), format);
+  }
+}
+
 }  // namespace
 
 ShardedAdamW::ShardedAdamW(const ModelParameters& params, const OptimizerConfig& config,
@@ -51,24 +113,35 @@ ShardedAdamW::ShardedAdamW(const ModelParameters& params, const OptimizerConfig&
                  kShardPieceAlign, ": the views of a bucket stay 16-byte aligned)");
   // Padding past a rank's own elements stays zero: zero gradient, zero moments.
   const int64_t n = std::max<int64_t>(plan_.shard_numel, 1);
+  master_ = Tensor::zeros({n}, DType::f32, device_);
+  ModelParameters copy = params;  // shares storage; for_each needs a non-const structure
+  const std::vector<Tensor*> p = checked(copy, "params");
+  for (const Span& s : spans(p, comm_.rank(), 0, plan_.shard_numel))
+    master_.rows(s.shard_begin, s.shard_begin + s.tensor_elems.numel()).copy_from(s.tensor_elems);
   m_ = Tensor::zeros({n}, DType::f32, device_);
   v_ = Tensor::zeros({n}, DType::f32, device_);
   grad_ = Tensor::zeros({n}, DType::f32, device_);
 }
 
-std::vector<Tensor*> ShardedAdamW::checked(ModelParameters& p, const char* what) const {
+std::vector<Tensor*> ShardedAdamW::checked(ModelParameters& p, const char* what, bool allow_missing) const {
   std::vector<Tensor*> out;
   p.for_each([&](const std::string& name, Tensor& t) {
     const size_t i = out.size();
-    LOCKSTEP_CHECK(i < plan_.tensors.size() && plan_.tensors[i].name == name &&
-                       plan_.tensors[i].shape == t.shape() && t.dtype() == DType::f32 &&
+    // A tensor the model released is absent: skip the plan's tensors up to this one's name.
+    size_t at = i;
+    if (allow_missing)
+      while (at < plan_.tensors.size() && plan_.tensors[at].name != name) ++at;
+    LOCKSTEP_CHECK(at < plan_.tensors.size() && plan_.tensors[at].name == name &&
+                       plan_.tensors[at].shape == t.shape() && t.dtype() == DType::f32 &&
                        t.device() == device_,
                    "ShardedAdamW: ", what, " tensor ", i, " is ", name, " ", t.describe(),
                    ", expected ",
                    i < plan_.tensors.size() ? plan_.tensors[i].name + " f32" + shape_string(plan_.tensors[i].shape)
                                             : std::string("no more tensors"));
+    out.resize(at, nullptr);
     out.push_back(&t);
   });
+  if (allow_missing) out.resize(plan_.tensors.size(), nullptr);
   LOCKSTEP_CHECK(out.size() == plan_.tensors.size(), "ShardedAdamW: ", what, " has ", out.size(),
                  " tensors, the optimizer was built for ", plan_.tensors.size());
   return out;
@@ -80,7 +153,7 @@ std::vector<ShardedAdamW::Span> ShardedAdamW::spans(const std::vector<Tensor*>& 
   for (const ShardPiece& p : plan_.pieces[size_t(rank)]) {
     const int64_t row = plan_.row_numel(p.tensor), n = (p.row_end - p.row_begin) * row;
     const int64_t b = std::max(lo, p.offset), e = std::min(hi, p.offset + n);
-    if (b >= e) continue;
+    if (b >= e || !tensors[size_t(p.tensor)]) continue;
     const Tensor& t = *tensors[size_t(p.tensor)];
     const Tensor elems = t.reshape({t.numel()}).rows(p.row_begin * row + (b - p.offset),
                                                      p.row_begin * row + (e - p.offset));
@@ -91,12 +164,14 @@ std::vector<ShardedAdamW::Span> ShardedAdamW::spans(const std::vector<Tensor*>& 
 
 OptimizerStep ShardedAdamW::step(ModelParameters& params, ModelParameters& grads,
                                  const AdamW::CopiesOf& copies) {
-  const std::vector<Tensor*> p = checked(params, "params"), g = checked(grads, "grads");
+  const std::vector<Tensor*> p = checked(params, "params", /*allow_missing=*/true),
+                             g = checked(grads, "grads");
   const int ranks = plan_.ranks, me = comm_.rank();
   const int64_t shard = plan_.shard_numel;
 
-  // 1. grad_ = this rank's rows of Σ over the ranks of the gradients, bucket by bucket.
-  for (int64_t lo = 0; lo < shard; lo += bucket_numel_) {
+  // 1. grad_ = this rank's rows of Σ over the ranks of the gradients, bucket by bucket (unless
+  // the backward has reduce-scattered them already).
+  for (int64_t lo = 0; lo < (reduced_now_ ? 0 : shard); lo += bucket_numel_) {
     const int64_t hi = std::min(shard, lo + bucket_numel_), n = hi - lo;
     Tensor send = Tensor::zeros({ranks * n}, DType::f32, device_);
     for (int r = 0; r < ranks; ++r)
@@ -126,62 +201,167 @@ OptimizerStep ShardedAdamW::step(ModelParameters& params, ModelParameters& grads
       config_, steps_, std::span<const double>(sums.data_as<double>(), plan_.tensors.size()), names);
   if (!out.nonfinite_grad.empty()) {
     grads.zero();
+    discard_gradients();
     return out;
   }
   const AdamWHyper hyper = adamw_hyper(config_, out.lr);
 
-  // 3. The update of this rank's rows, in place in the masters.
-  for (const Span& s : spans(p, me, 0, shard)) {
-    Tensor master = s.tensor_elems;
-    const int64_t b = s.shard_begin, e = b + master.numel();
-    Tensor m = m_.rows(b, e), v = v_.rows(b, e);
+  // 3. The update of this rank's rows of the masters.
+  for (const Span& s : own) {
+    const int64_t b = s.shard_begin, e = b + s.tensor_elems.numel();
+    Tensor master = master_.rows(b, e), m = m_.rows(b, e), v = v_.rows(b, e);
     adamw_step(master, m, v, grad_.rows(b, e), hyper, out.step, out.clip_scale);
   }
 
-  // 4. Every rank's updated rows to every rank, then the copies.
-  gather_into(nullptr, p);
-  if (copies)
-    for (size_t i = 0; i < p.size(); ++i) {
-      const WeightCopies c = copies(plan_.tensors[i].name);
-      if (c.bf16) convert(*c.bf16, *p[i]);
-      if (c.fp8) quantize_weight(*c.fp8, *p[i], c.fp8_format);
-    }
+  // 4. The hand-over: the held tensors get every rank's updated rows, then their copies; the
+  // released ones' copies are written by their owners and gathered.
+  const auto t0 = std::chrono::steady_clock::now();
+  gather_into(master_, p);
+  std::vector<bool> released(p.size());
+  for (size_t i = 0; i < p.size(); ++i) {
+    released[i] = p[i] == nullptr;
+    if (released[i] || !copies) continue;
+    const WeightCopies c = copies(plan_.tensors[i].name);
+    if (c.bf16) convert(*c.bf16, *p[i]);
+    if (c.fp8) quantize_weight(*c.fp8, *p[i], c.fp8_format);
+  }
+  hand_over_copies(released, copies);
+  out.handover_seconds = device_seconds_since(t0);
   steps_ = out.step;
   out.applied = true;
   grads.zero();
+  discard_gradients();
   return out;
 }
 
-void ShardedAdamW::gather_into(const Tensor* shard, const std::vector<Tensor*>& full) {
+void ShardedAdamW::reduce_scatter_now(ModelParameters& grads, const std::vector<std::string>& names) {
+  const std::vector<Tensor*> all = checked(grads, "grads");
+  std::vector<Tensor*> g(all.size(), nullptr);
+  for (const std::string& name : names) {
+    size_t i = 0;
+    while (i < plan_.tensors.size() && plan_.tensors[i].name != name) ++i;
+    LOCKSTEP_CHECK(i < plan_.tensors.size(), "ShardedAdamW::reduce_scatter_now: no tensor ", name);
+    g[i] = all[i];
+  }
+  // Their pieces, packed per rank, bucket by bucket.
   const int ranks = plan_.ranks, me = comm_.rank();
-  const int64_t total = plan_.shard_numel;
-  for (int64_t lo = 0; lo < total; lo += bucket_numel_) {
-    const int64_t hi = std::min(total, lo + bucket_numel_), n = hi - lo;
-    Tensor send;
-    if (shard) {
-      send = shard->rows(lo, hi);
-    } else {  // this rank's rows of `full` itself
-      send = Tensor::zeros({n}, DType::f32, device_);
-      for (const Span& s : spans(full, me, lo, hi))
-        send.rows(s.shard_begin - lo, s.shard_begin - lo + s.tensor_elems.numel()).copy_from(s.tensor_elems);
+  const PackedSpans packed = packed_spans(g);
+  for (int64_t lo = 0; lo < packed.size; lo += bucket_numel_) {
+    const int64_t hi = std::min(packed.size, lo + bucket_numel_), n = hi - lo;
+    // The part of each of rank r's spans inside [lo, hi): its elements [b, e) and where they go.
+    const auto each = [&](int r, const auto& fn) {
+      for (const auto& [s, at] : packed.of_rank[size_t(r)]) {
+        const int64_t b = std::max(lo, at) - at, e = std::min(hi, at + s.tensor_elems.numel()) - at;
+        if (b < e) fn(s, b, e, at + b - lo);
+      }
+    };
+    Tensor send = Tensor::zeros({ranks * n}, DType::f32, device_);
+    for (int r = 0; r < ranks; ++r)
+      each(r, [&](const Span& s, int64_t b, int64_t e, int64_t at) {
+        send.rows(r * n + at, r * n + at + e - b).copy_from(s.tensor_elems.rows(b, e));
+      });
+    Tensor recv = Tensor::empty({n}, DType::f32, device_);
+    comm_.reduce_scatter_sum(send, recv);
+    each(me, [&](const Span& s, int64_t b, int64_t e, int64_t at) {
+      Tensor dst = grad_.rows(s.shard_begin + b, s.shard_begin + e);
+      add_into(dst, recv.rows(at, at + e - b));
+    });
+  }
+  for (Tensor* t : g)
+    if (t) t->fill_bytes(0);
+  reduced_now_ = true;
+}
+
+void ShardedAdamW::discard_gradients() {
+  if (reduced_now_) grad_.fill_bytes(0);
+  reduced_now_ = false;
+}
+
+ShardedAdamW::PackedSpans ShardedAdamW::packed_spans(const std::vector<Tensor*>& tensors) const {
+  PackedSpans out;
+  out.of_rank.resize(size_t(plan_.ranks));
+  for (int r = 0; r < plan_.ranks; ++r) {
+    int64_t offset = 0;
+    for (const Span& s : spans(tensors, r, 0, plan_.shard_numel)) {
+      out.of_rank[size_t(r)].emplace_back(s, offset);
+      offset = round_up(offset + s.tensor_elems.numel(), kShardPieceAlign);
     }
-    Tensor recv = Tensor::empty({ranks * n}, DType::f32, device_);
-    comm_.all_gather(send, recv);
-    for (int r = 0; r < ranks; ++r) {
-      if (r == me && !shard) continue;  // already in place
-      for (Span& s : spans(full, r, lo, hi)) {
-        const int64_t at = r * n + (s.shard_begin - lo);
-        s.tensor_elems.copy_from(recv.rows(at, at + s.tensor_elems.numel()));
+    out.size = std::max(out.size, offset);
+  }
+  return out;
+}
+
+void ShardedAdamW::gather_into(const Tensor& shard, const std::vector<Tensor*>& full) {
+  // Only the tensors `full` holds, packed.
+  const PackedSpans packed = packed_spans(full);
+  std::vector<std::vector<FlatPiece>> pieces(size_t(plan_.ranks));
+  for (int r = 0; r < plan_.ranks; ++r)
+    for (const auto& [s, offset] : packed.of_rank[size_t(r)]) {
+      const int64_t n = s.tensor_elems.numel();
+      const Tensor src = r == comm_.rank() ? shard.rows(s.shard_begin, s.shard_begin + n) : Tensor();
+      pieces[size_t(r)].push_back({s.tensor_elems, src, offset});
+    }
+  all_gather_pieces(comm_, pieces, packed.size, DType::f32, device_, bucket_numel_);
+}
+
+void ShardedAdamW::hand_over_copies(const std::vector<bool>& released, const AdamW::CopiesOf& copies) {
+  if (std::none_of(released.begin(), released.end(), [](bool r) { return r; })) return;
+  std::vector<WeightCopies> c(released.size());
+  for (size_t i = 0; i < released.size(); ++i) {
+    if (!released[i]) continue;
+    LOCKSTEP_CHECK(copies, "ShardedAdamW: the model released the master of ", plan_.tensors[i].name,
+                   " and the step was given no copies to write");
+    c[i] = copies(plan_.tensors[i].name);
+    LOCKSTEP_CHECK(c[i].bf16 || c[i].fp8, "ShardedAdamW: the model released the master of ",
+                   plan_.tensors[i].name, " but has no copy of it to write");
+  }
+  // Each rank's rows of the copies as bytes, packed into its flat byte shard (16-byte aligned).
+  std::vector<std::vector<FlatPiece>> pieces(size_t(plan_.ranks));
+  int64_t shard_bytes = 0;
+  for (int r = 0; r < plan_.ranks; ++r) {
+    int64_t offset = 0;
+    const auto add = [&](const Tensor& bytes) {
+      pieces[size_t(r)].push_back({bytes, Tensor(), offset});
+      offset = round_up(offset + bytes.numel(), 16);
+    };
+    for (const ShardPiece& p : plan_.pieces[size_t(r)]) {
+      if (!released[size_t(p.tensor)]) continue;
+      const WeightCopies& w = c[size_t(p.tensor)];
+      if (w.bf16) add(row_bytes(*w.bf16, p.row_begin, p.row_end));
+      if (w.fp8) {
+        add(row_bytes(w.fp8->w.data, p.row_begin, p.row_end));
+        add(row_bytes(w.fp8->w.scales, p.row_begin / kShardRowBlock,
+                      (p.row_end + kShardRowBlock - 1) / kShardRowBlock));
       }
     }
+    shard_bytes = std::max(shard_bytes, offset);
   }
+  // This rank's rows of the copies, from its rows of the masters.
+  for (const ShardPiece& p : plan_.pieces[size_t(comm_.rank())]) {
+    if (!released[size_t(p.tensor)]) continue;
+    const WeightCopies& w = c[size_t(p.tensor)];
+    const int64_t row = plan_.row_numel(p.tensor), rows = p.row_end - p.row_begin;
+    const Tensor master = master_.rows(p.offset, p.offset + rows * row).reshape({rows, row});
+    if (w.bf16) {
+      Tensor dst = w.bf16->rows(p.row_begin, p.row_end).reshape({rows, row});
+      convert(dst, master);
+    }
+    if (w.fp8) quantize_rows_of(*w.fp8, master, p.row_begin, p.row_end, w.fp8_format);
+  }
+  all_gather_pieces(comm_, pieces, shard_bytes, DType::e4m3, device_, int64_t(bucket_numel_) * 4);
+  for (const WeightCopies& w : c)
+    if (w.fp8) transpose_weight_blocks(*w.fp8);
+}
+
+void ShardedAdamW::gather_masters(ModelParameters& full) {
+  gather_into(master_, checked(full, "gather_masters: full"));
 }
 
 DataParallelOptimizer::Moments ShardedAdamW::full_moments(const ModelParameters& params) {
   Moments out{params, params};
   for (auto [dst, shard] : {std::pair{&out.m, &m_}, std::pair{&out.v, &v_}}) {
     dst->for_each([&](const std::string&, Tensor& t) { t = Tensor::zeros(t.shape(), DType::f32, device_); });
-    gather_into(shard, checked(*dst, "moments"));
+    gather_into(*shard, checked(*dst, "moments"));
   }
   return out;
 }
@@ -205,6 +385,22 @@ void ShardedAdamW::load_state(const ModelParameters& m, const ModelParameters& v
     dst->fill_bytes(0);
     for (const Span& s : spans(tensors, me, 0, plan_.shard_numel))
       dst->rows(s.shard_begin, s.shard_begin + s.tensor_elems.numel()).copy_from(s.tensor_elems);
+  }
+  steps_ = steps;
+}
+
+void ShardedAdamW::load_moment_rows(const MomentRows& read, int64_t steps) {
+  LOCKSTEP_CHECK(steps >= 0, "ShardedAdamW::load_moment_rows: negative step count ", steps);
+  for (auto [kind, dst] : {std::pair{"m", &m_}, std::pair{"v", &v_}}) {
+    dst->fill_bytes(0);
+    for (const ShardPiece& p : plan_.pieces[size_t(comm_.rank())]) {
+      const int64_t row = plan_.row_numel(p.tensor), rows = p.row_end - p.row_begin;
+      Shape shape = plan_.tensors[size_t(p.tensor)].shape;
+      if (shape.empty()) shape = {1};
+      shape[0] = rows;
+      Tensor piece = dst->rows(p.offset, p.offset + rows * row).reshape(shape);
+      read(kind, p.tensor, p.row_begin, p.row_end, piece);
+    }
   }
   steps_ = steps;
 }

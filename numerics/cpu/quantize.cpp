@@ -100,6 +100,24 @@ void quantize_weight(Fp8Weight& out, const Tensor& w, bool pow2) {
   }
 }
 
+void transpose_weight_blocks(Fp8Weight& w) {
+  const int64_t n = w.w.rows(), k = w.wt.rows(), kp = w.w.cols(), np = w.wt.cols();
+  const int64_t nb = (n + kQuantGroup - 1) / kQuantGroup, kb = (k + kQuantGroup - 1) / kQuantGroup;
+  const int64_t ld = w.w.scales.dim(1), ld_t = w.wt.scales.dim(1);
+  const uint8_t* q = static_cast<const uint8_t*>(w.w.data.data());
+  uint8_t* qt = static_cast<uint8_t*>(w.wt.data.data());
+  const float* s = w.w.scales.data_as<float>();
+  float* st = w.wt.scales.data_as<float>();
+  w.wt.scales.fill_bytes(0);
+  for (int64_t bi = 0; bi < nb; ++bi)
+    for (int64_t bj = 0; bj < kb; ++bj) st[bj * ld_t + bi] = s[bi * ld + bj];
+#pragma omp parallel for schedule(static)
+  for (int64_t j = 0; j < k; ++j)
+    for (int64_t i = 0; i < np; ++i)
+      qt[j * np + i] = i < n ? q[i * kp + j]
+                             : quantize_value(0.0f, inverse_scale(s[(i / kQuantGroup) * ld + j / kQuantGroup]));
+}
+
 // out [rows, cols]: cols the stored width or the unpadded one (the padding is not read).
 void dequantize_rows(Tensor& out, const Fp8Rows& q) {
   const int64_t rows = q.rows(), stored = q.cols(), cols = out.dim(1);

@@ -121,6 +121,35 @@ __global__ void dequantize_blocks_kernel(const uint8_t* q, int64_t ld_q, const f
   out[i] = e4m3_to_float(e4m3{q[r * ld_q + c]}) * s[(r / kTile) * ld_s + c / kTile];
 }
 
+// Wᵀ's bytes from W's through a 32×32 tile in shared memory (both reads and writes coalesced):
+// block (x, y) writes qt[j0 .. j0+32, i0 .. i0+32), i along N, j along K; the padding columns of
+// Wᵀ (i >= N) are quantized zeros of their block's scale.
+constexpr int kTransposeTile = 32, kTransposeRows = 8;
+__global__ void transpose_weight_blocks_kernel(const uint8_t* __restrict__ q, int64_t kp, const float* __restrict__ s,
+                                               int64_t ld, int64_t n, int64_t k, uint8_t* __restrict__ qt, int64_t np) {
+  __shared__ uint8_t tile[kTransposeTile][kTransposeTile + 1];
+  const int64_t i0 = int64_t(blockIdx.x) * kTransposeTile, j0 = int64_t(blockIdx.y) * kTransposeTile;
+  for (int r = threadIdx.y; r < kTransposeTile; r += kTransposeRows) {
+    const int64_t i = i0 + r, j = j0 + threadIdx.x;
+    if (i < n && j < k) tile[r][threadIdx.x] = q[i * kp + j];
+  }
+  __syncthreads();
+  for (int r = threadIdx.y; r < kTransposeTile; r += kTransposeRows) {
+    const int64_t j = j0 + r, i = i0 + threadIdx.x;
+    if (j >= k || i >= np) continue;
+    qt[j * np + i] = i < n ? tile[threadIdx.x][r] : quantize_value(0.0f, inverse_scale(s[(i / kTile) * ld + j / kTile]));
+  }
+}
+
+// st [kb_rows, ld_t] from s [nb, ld]: block (bj, bi) of Wᵀ is block (bi, bj) of W; the rest 0.
+__global__ void transpose_block_scales_kernel(const float* s, int64_t ld, int64_t nb, int64_t kb, float* st,
+                                              int64_t ld_t) {
+  const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= kb * ld_t) return;
+  const int64_t bj = t / ld_t, bi = t % ld_t;
+  st[t] = bi < nb ? s[bi * ld + bj] : 0.0f;
+}
+
 __global__ void first_nonfinite_kernel(const float* s, int64_t n, unsigned long long* first) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n && abs_bits(s[i]) >= kInfBits) atomicMin(first, (unsigned long long)i);
@@ -204,6 +233,22 @@ void quantize_weight(Fp8Weight& out, const Tensor& w, bool pow2) {
     if (partial) launch_weight<uint16_t, true>(w, out, pow2);
     else launch_weight<uint16_t, false>(w, out, pow2);
   }
+}
+
+void transpose_weight_blocks(Fp8Weight& w) {
+  const int64_t n = w.w.rows(), k = w.wt.rows(), kp = w.w.cols(), np = w.wt.cols();
+  const int64_t nb = (n + kTile - 1) / kTile, kb = (k + kTile - 1) / kTile;
+  const int64_t ld = w.w.scales.dim(1), ld_t = w.wt.scales.dim(1);
+  if (n == 0 || k == 0) return;
+  const auto* q = static_cast<const uint8_t*>(w.w.data.data());
+  const float* s = w.w.scales.data_as<float>();
+  transpose_weight_blocks_kernel<<<dim3(unsigned(np / kTransposeTile), unsigned((k + kTransposeTile - 1) / kTransposeTile)),
+                                   dim3(kTransposeTile, kTransposeRows), 0, current_stream()>>>(
+      q, kp, s, ld, n, k, static_cast<uint8_t*>(w.wt.data.data()), np);
+  LOCKSTEP_CUDA_CHECK_LAUNCH();
+  transpose_block_scales_kernel<<<blocks_for(kb * ld_t, 256), 256, 0, current_stream()>>>(
+      s, ld, nb, kb, w.wt.scales.data_as<float>(), ld_t);
+  LOCKSTEP_CUDA_CHECK_LAUNCH();
 }
 
 void dequantize_rows(Tensor& out, const Fp8Rows& q) {

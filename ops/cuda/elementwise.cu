@@ -46,6 +46,11 @@ __global__ void add_into_kernel(uint16_t* __restrict__ y, const uint16_t* __rest
   }
 }
 
+__global__ void add_into_f32_kernel(float* __restrict__ y, const float* __restrict__ x, int64_t n) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = __fadd_rn(y[i], x[i]);
+}
+
 __global__ void add_bias_kernel(uint16_t* __restrict__ y, const float* __restrict__ b, int64_t T,
                                 int64_t N) {
   const int64_t c = (int64_t(blockIdx.x) * kRowThreads + threadIdx.x) * kVec;
@@ -174,6 +179,14 @@ void add_into(Tensor& y, const Tensor& x) {
   const int64_t n = y.numel();
   if (n == 0) return;
   add_into_kernel<<<flat_blocks(n), kFlatThreads, 0, current_stream()>>>(bf16_data(y), bf16_data(x), n);
+  LOCKSTEP_CUDA_CHECK_LAUNCH();
+}
+
+void add_into_f32(Tensor& y, const Tensor& x) {
+  const int64_t n = y.numel();
+  if (n == 0) return;
+  add_into_f32_kernel<<<unsigned((n + kFlatThreads - 1) / kFlatThreads), kFlatThreads, 0, current_stream()>>>(
+      y.data_as<float>(), x.data_as<float>(), n);
   LOCKSTEP_CUDA_CHECK_LAUNCH();
 }
 

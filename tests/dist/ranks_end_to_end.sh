@@ -69,10 +69,20 @@ lines=$(wc -l <"$work/two/metrics.jsonl" 2>/dev/null || echo 0)
 [[ $lines == 2 && -f $work/two/checkpoint/state.json && -f $work/two/metrics.png ]] &&
   echo "ok: metrics (2 steps), checkpoint and plot written" ||
   { echo "FAIL: metrics lines $lines, or no checkpoint / plot in $work/two"; failures=$((failures + 1)); }
+# The 2 ranks' checkpoint is sharded (each rank wrote its rows); export puts the masters together
+# into one ordinary Hugging Face folder.
+[[ -f $work/two/checkpoint/shards/rank-1-of-2.safetensors && ! -f $work/two/checkpoint/model/model.safetensors ]] &&
+  echo "ok: each rank wrote its own shard of the checkpoint" ||
+  { echo "FAIL: no sharded checkpoint in $work/two/checkpoint"; failures=$((failures + 1)); }
+check 0 60 "wrote $work/two_export: bf16 weights, config.json and the tokenizer" -- \
+  "$bin" export "${tiny[@]}" --run.out_dir="$work/two" --export.format=bf16 --export.out="$work/two_export"
+[[ -f $work/two_export/model.safetensors && -f $work/two_export/tokenizer.json ]] &&
+  echo "ok: the export is one folder" ||
+  { echo "FAIL: no model.safetensors or tokenizer.json in $work/two_export"; failures=$((failures + 1)); }
 # --gpus before the config file, as any option.
 printf '[rollout]\nprompts_per_step = 4\n' >"$work/two.toml"
 check 0 20 "prompts_per_step = 4" -- "$bin" train --gpus 2 "$work/two.toml" --check
-# Every rank holds the whole state: the 2-rank run resumes on one rank.
+# The 2-rank run resumes on one rank (the whole masters and moments put together from the shards).
 check 0 120 "resuming from its checkpoint: SFT step 2 of 2, GRPO step 2 of 3" -- \
   "$bin" train "${tiny[@]}" --run.steps=3 --run.resume=true --run.out_dir="$work/two"
 lines=$(wc -l <"$work/two/metrics.jsonl" 2>/dev/null || echo 0)

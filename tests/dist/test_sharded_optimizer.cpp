@@ -225,6 +225,45 @@ INSTANTIATE_TEST_SUITE_P(Cases, ShardedAdamWCase,
                                            Case{0.05f, 1.0f, 776, "clipping_small_buckets"}),
                          [](const auto& info) { return std::string(info.param.name); });
 
+// The model keeps its norms only (Transformer::release_masters): the optimizer holds its rows of
+// the matrices' masters and hands over their copies (bf16 rows, fp8 W blocks + scales, Wᵀ remade
+// on every rank). The copies, the kept norms and the gathered masters are the replicated
+// optimizer's bits on every rank, with buckets of any size.
+TEST(ShardedAdamW, ReleasedMastersHandOverTheCopiesBitForBit) {
+  Communicator& comm = world();
+  for (int64_t bucket : {ShardedAdamW::kDefaultBucketNumel, int64_t(776), int64_t(100)}) {
+    Model sharded_model, replicated_model;
+    ShardedAdamW sharded(sharded_model.params, config(0.05f), comm, bucket);
+    ReplicatedAdamW replicated(replicated_model.params, config(0.05f), comm);
+    sharded_model.params.for_each([](const std::string&, Tensor& t) {
+      if (t.rank() == 2) t = Tensor();  // released: every matrix has a copy
+    });
+    ASSERT_TRUE(sharded.holds_masters());
+    for (int64_t s = 0; s < 3; ++s) {
+      ModelParameters g = gradient_of(comm.rank(), s, 1.0f), g2 = gradient_of(comm.rank(), s, 1.0f);
+      const OptimizerStep a = sharded.step(sharded_model.params, g, sharded_model.copies());
+      const OptimizerStep b = replicated.step(replicated_model.params, g2, replicated_model.copies());
+      ASSERT_TRUE(a.applied && b.applied);
+      EXPECT_EQ(a.clip_scale, b.clip_scale) << "step " << s + 1;
+      EXPECT_GE(a.handover_seconds, 0.0);
+    }
+    ModelParameters kept = replicated_model.params;
+    kept.for_each([](const std::string&, Tensor& t) {
+      if (t.rank() == 2) t = Tensor();
+    });
+    Model expected_copies = replicated_model;
+    expected_copies.params = kept;
+    const std::vector<unsigned char> bytes = bytes_of(sharded_model);
+    EXPECT_EQ(first_difference(bytes, bytes_of(expected_copies)), "") << "bucket " << bucket;
+    ModelParameters full = model_shapes();
+    full.for_each([](const std::string&, Tensor& t) { t.fill_bytes(0xff); });
+    sharded.gather_masters(full);
+    EXPECT_EQ(first_difference(bytes_of(full), bytes_of(replicated_model.params)), "") << "bucket " << bucket;
+    EXPECT_NE(first_difference(bytes_of(full), bytes_of(filled(7, 0.5f))), "") << "nothing was updated";
+    expect_identical_on_every_rank(comm, bytes);
+  }
+}
+
 TEST(ShardedAdamW, EqualsOneRankAdamWOnTheSummedGradient) {
   // One rank's AdamW fed the rank-order f32 sum of every rank's gradients: the run that the N
   // ranks split.
@@ -239,6 +278,44 @@ TEST(ShardedAdamW, EqualsOneRankAdamWOnTheSummedGradient) {
     one.step(one_model.params, sum, one_model.copies());
   }
   EXPECT_EQ(first_difference(bytes_of(sharded_model), bytes_of(one_model)), "");
+}
+
+TEST(ShardedAdamW, GradientsReducedGroupByGroupSumInTheShard) {
+  // Two micro-batches a step, each reduce-scattered in three groups of tensors as a backward
+  // reports them (reduce_scatter_now, small buckets): the shard holds (Σ_r g1_r) + (Σ_r g2_r), so
+  // one AdamW fed that sum, in that order, ends with the same bits; each group's gradients are
+  // zeroed once reduced.
+  Communicator& comm = world();
+  const int n = comm.size();
+  Model sharded_model, one_model;
+  ShardedAdamW sharded(sharded_model.params, config(0), comm, 776);
+  AdamW one(one_model.params, config(0));
+  ModelParameters zeros = model_shapes();
+  zeros.zero();
+  std::vector<std::vector<std::string>> groups(3);
+  size_t k = 0;
+  model_shapes().for_each([&](const std::string& name, const Tensor&) { groups[k++ % 3].push_back(name); });
+  for (int64_t s = 0; s < 3; ++s) {
+    for (int64_t micro = 0; micro < 2; ++micro) {
+      ModelParameters g = gradient_of(comm.rank(), 2 * s + micro, 0.01f);
+      for (const std::vector<std::string>& group : groups) sharded.reduce_scatter_now(g, group);
+      EXPECT_EQ(first_difference(bytes_of(g), bytes_of(zeros)), "")
+          << "the reduced gradients are zeroed";
+    }
+    ModelParameters none = zeros.copy_to(Device::cpu);
+    ASSERT_TRUE(sharded.step(sharded_model.params, none, sharded_model.copies()).applied);
+    ModelParameters sum = summed_gradient(n, 2 * s, 0.01f), second = summed_gradient(n, 2 * s + 1, 0.01f);
+    std::vector<Tensor*> seconds;
+    second.for_each([&](const std::string&, Tensor& t) { seconds.push_back(&t); });
+    size_t i = 0;
+    sum.for_each([&](const std::string&, Tensor& t) {
+      for (int64_t e = 0; e < t.numel(); ++e) t.data_as<float>()[e] += seconds[i]->data_as<float>()[e];
+      ++i;
+    });
+    one.step(one_model.params, sum, one_model.copies());
+  }
+  EXPECT_EQ(first_difference(bytes_of(sharded_model), bytes_of(one_model)), "");
+  EXPECT_NE(first_difference(bytes_of(sharded_model.params), bytes_of(filled(7, 0.5f))), "");
 }
 
 TEST(ShardedAdamW, MomentsContinueAcrossRankCounts) {

@@ -498,6 +498,12 @@ TEST_P(ElementwiseGpu, AddIntoAddBiasAndConvertGiveTheCpuBits) {
   add_into(y_cpu, x);
   add_into(y_gpu, x.to(Device::cuda));
   EXPECT_TRUE(same_bytes(y_gpu, y_cpu)) << "add_into";
+  // f32 (a sharded optimizer's gradient accumulation).
+  Tensor f_cpu = random_tensor({T, N}, DType::f32, 53), f_gpu = f_cpu.to(Device::cuda);
+  const Tensor fx = random_tensor({T, N}, DType::f32, 54);
+  add_into(f_cpu, fx);
+  add_into(f_gpu, fx.to(Device::cuda));
+  EXPECT_TRUE(same_bytes(f_gpu, f_cpu)) << "add_into, f32";
 
   if (N % 8 == 0) {
     add_bias(y_cpu, b);

@@ -146,5 +146,25 @@ INSTANTIATE_TEST_SUITE_P(ManyTiles, WeightQuantGpu,
                                             ::testing::Values(ScaleFormat::fp32),
                                             ::testing::Values(int64_t(2048)), ::testing::Values(int64_t(4096))));
 
+// Wᵀ remade on the GPU from W's blocks alone (a sharded optimizer's all-gather hands over W only)
+// has the CPU quantize_weight's bytes, padding included; a NaN in the last block row.
+TEST(WeightTransposeGpu, SameBytesAsQuantizeWeight) {
+  LOCKSTEP_REQUIRE_GPU();
+  for (auto [N, K] : {std::pair<int64_t, int64_t>{960, 576}, {576, 1536}, {2048, 4096}, {192, 320}}) {
+    Tensor w = random_tensor({N, K}, DType::f32, 98, true);
+    w.data_as<float>()[(N - 1) * K + 7] = NAN;
+    Fp8Weight cpu = Fp8Weight::empty(N, K, Device::cpu);
+    quantize_weight(cpu, w);
+    Fp8Weight gpu = Fp8Weight::empty(N, K, Device::cuda);
+    gpu.w.data.copy_from(cpu.w.data.to(Device::cuda));
+    gpu.w.scales.copy_from(cpu.w.scales.to(Device::cuda));
+    gpu.wt.data.fill_bytes(kPoison);
+    gpu.wt.scales.fill_bytes(kPoison);
+    transpose_weight_blocks(gpu);
+    EXPECT_TRUE(same_bytes(gpu.wt.data, cpu.wt.data)) << N << " x " << K;
+    EXPECT_TRUE(same_bytes(gpu.wt.scales, cpu.wt.scales)) << N << " x " << K;
+  }
+}
+
 }  // namespace
 }  // namespace lockstep

@@ -272,6 +272,29 @@ INSTANTIATE_TEST_SUITE_P(Shapes, PartialBlocksTest,
                                             ::testing::Values<int64_t>(576, 320),
                                             ::testing::Values(ScaleFormat::fp32, ScaleFormat::pow2)));
 
+// Wᵀ remade from W's blocks alone (what every rank of a sharded optimizer does after gathering W)
+// has quantize_weight's bytes: partial blocks in N and K, and a block holding a NaN, whose Wᵀ
+// padding is the NaN code (quantize_weight's own Wᵀ is checked against brute force above).
+TEST_P(PartialBlocksTest, TransposeFromWAloneEqualsQuantizeWeight) {
+  const auto [N, K, format] = GetParam();
+  Tensor w = random_tensor({N, K}, DType::f32, 13);
+  w.data_as<float>()[(N - 1) * K + 5] = NAN;  // the last block row (partial when N % 128 != 0)
+  Fp8Weight full = Fp8Weight::empty(N, K, Device::cpu);
+  quantize_weight(full, w, format);
+  Fp8Weight remade = Fp8Weight::empty(N, K, Device::cpu);
+  remade.w.data.copy_from(full.w.data);
+  remade.w.scales.copy_from(full.w.scales);
+  remade.wt.data.fill_bytes(0xa5);
+  remade.wt.scales.fill_bytes(0xa5);
+  transpose_weight_blocks(remade);
+  EXPECT_TRUE(testing::same_bytes(remade.wt.data, full.wt.data));
+  EXPECT_TRUE(testing::same_bytes(remade.wt.scales, full.wt.scales));
+  if (N % 128) {
+    EXPECT_EQ(static_cast<const uint8_t*>(remade.wt.data.data())[5 * remade.wt.cols() + N] & 0x7f, 0x7f)
+        << "Wᵀ padding of the block holding the NaN";
+  }
+}
+
 TEST(QuantizePartial, WholeBlockShapesKeepTheirLayout) {
   Fp8Weight q = Fp8Weight::empty(256, 640, Device::cpu);
   EXPECT_EQ(q.w.data.shape(), (Shape{256, 640}));
