@@ -59,6 +59,16 @@ TEST(Jinja, FailsWhereJinja2Fails) {
   EXPECT_GE(checked, 7);
 }
 
+// A template that is not UTF-8 is read one code point per byte, so 0x85 and 0xa0 are U+0085 and
+// U+00A0, Python whitespace, which `-` strips. Stripping counted each such byte as its two-byte
+// UTF-8 encoding and stepped past the end of the source (heap-buffer-overflow found by
+// tests/fuzz/fuzz_jinja.cpp).
+TEST(Jinja, WhitespaceControlOnTextThatIsNotUtf8) {
+  EXPECT_EQ(render("a\x85\xa0{#- c -#}\x85\x85\x85\x85" "b\xff"), "ab\xff");
+  EXPECT_EQ(render("{%- if true -%}\x85\x85\x85{%- endif -%}\x85\x85\x85"), "");
+  EXPECT_EQ(render("x\xff \n  {% if true %}y{% endif %}"), "x\xff \ny");
+}
+
 TEST(Jinja, UnsupportedConstructsNameThemselvesAndTheirLine) {
   using testing::expect_error;
   expect_error([] { render("line one\n{% include 'other.jinja' %}"); },
