@@ -69,6 +69,20 @@ TEST(Jinja, WhitespaceControlOnTextThatIsNotUtf8) {
   EXPECT_EQ(render("x\xff \n  {% if true %}y{% endif %}"), "x\xff \ny");
 }
 
+// Integers are 64-bit (Python's are unbounded): a result that does not fit is an error, not signed
+// overflow (undefined behaviour found by tests/fuzz/fuzz_jinja.cpp: `2 ** 78`); `**` takes log2 of
+// the exponent's steps, so a huge exponent ends at once.
+TEST(Jinja, IntegerOverflowIsAnError) {
+  using testing::expect_error;
+  EXPECT_EQ(render("{{ 2 ** 62 }} {{ 3 ** 3 }} {{ (-2) ** 3 }} {{ 7 // -1 }} {{ -7 // 2 }} {{ -7 % 2 }} {{ 5 % -1 }}"),
+            "4611686018427387904 27 -8 -7 -4 1 0");
+  expect_error([] { render("{{ 2 ** 78 }}"); }, {"test.jinja:1:", "integer overflow"});
+  expect_error([] { render("{{ 2 ** 1000000000000000000 }}"); }, {"integer overflow"});
+  expect_error([] { render("{{ 9223372036854775807 + 1 }}"); }, {"integer overflow"});
+  expect_error([] { render("{{ -9223372036854775807 - 2 }}"); }, {"integer overflow"});
+  expect_error([] { render("{{ 4294967296 * 4294967296 }}"); }, {"integer overflow"});
+}
+
 TEST(Jinja, UnsupportedConstructsNameThemselvesAndTheirLine) {
   using testing::expect_error;
   expect_error([] { render("line one\n{% include 'other.jinja' %}"); },

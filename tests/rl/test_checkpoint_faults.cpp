@@ -102,7 +102,8 @@ int64_t expect_whole_checkpoint(const fs::path& dir) {
     return -1;
   }
   const ModelConfig config = load_model_config(saved->model.string());
-  EXPECT_EQ(bytes_of(load_hf_parameters(config, saved->model.string())), reference_weights().at(saved->state.step))
+  // (EXPECT_TRUE, not EXPECT_EQ: a failure would print every weight's bytes.)
+  EXPECT_TRUE(bytes_of(load_hf_parameters(config, saved->model.string())) == reference_weights().at(saved->state.step))
       << "the checkpoint of step " << saved->state.step << " does not hold that step's weights";
   const SafetensorsFile optimizer((dir / "checkpoint" / "optimizer.safetensors").string());
   EXPECT_GT(optimizer.size(), 0u);
@@ -189,14 +190,18 @@ TEST(CheckpointFaults, KilledWhileWritingLeavesAWholeCheckpointAndAnExactResume)
     ::waitpid(pid, &status, 0);
     ::close(fds[0]);
     half_written_left += fs::exists(dir / "checkpoint.tmp");
+    // Step 1: killed before the exchange; 2: after it; 3: after the child's last step (the kill
+    // came late). Each checkpoint must hold the reference run's weights of its step.
     const int64_t step = expect_whole_checkpoint(dir);
-    EXPECT_TRUE(step == 1 || step == 2) << "kill point " << k << ": step " << step;
+    EXPECT_TRUE(step >= 1 && step <= 3) << "kill point " << k << ": step " << step;
     (step == 1 ? old_found : new_found)++;
-    EXPECT_EQ(resume_to_the_end(c), expected_end) << "kill point " << k << ": the resumed run differs";
-    EXPECT_EQ(expect_whole_checkpoint(dir), 3);
+    if (step < 3) {
+      EXPECT_TRUE(resume_to_the_end(c) == expected_end) << "kill point " << k << ": the resumed run differs";
+      EXPECT_EQ(expect_whole_checkpoint(dir), 3);
+    }
   }
   std::printf("%d kill points over %.1f ms of checkpoint writing: %d found the previous checkpoint, "
-              "%d the new one; %d left a checkpoint.tmp behind (half written, or the old one being "
+              "%d a newer one; %d left a checkpoint.tmp behind (half written, or the old one being "
               "removed)\n",
               kill_points, save_seconds * 1e3, old_found, new_found, half_written_left);
 }
@@ -215,7 +220,7 @@ TEST(CheckpointFaults, AnInterruptedFolderSwapIsRecovered) {
   EXPECT_EQ(expect_whole_checkpoint(dir), 1);
   EXPECT_TRUE(fs::exists(dir / "checkpoint" / "state.json"));
   EXPECT_FALSE(fs::exists(dir / "checkpoint.old"));
-  EXPECT_EQ(resume_to_the_end(c), reference_weights().at(3));
+  EXPECT_TRUE(resume_to_the_end(c) == reference_weights().at(3));
 }
 
 // Every file under `dir` with its bytes.
@@ -265,12 +270,12 @@ TEST(CheckpointFaults, AFullDiskIsOneClearErrorAndKeepsThePreviousCheckpoint) {
   expect_error([&] { run_train(resumed); },
                {"cannot save the checkpoint", (disk.dir / "run" / "checkpoint.tmp").string(),
                 "No space left on device"});
-  EXPECT_EQ(files_under(disk.dir / "run" / "checkpoint"), before);
+  EXPECT_TRUE(files_under(disk.dir / "run" / "checkpoint") == before) << "the previous checkpoint changed";
   EXPECT_FALSE(fs::exists(disk.dir / "run" / "checkpoint.tmp")) << "a half-written checkpoint was left";
   EXPECT_EQ(expect_whole_checkpoint(disk.dir / "run"), 1);
   // With room again the run resumes from that checkpoint and ends as the uninterrupted run.
   ASSERT_TRUE(disk.resize(64 << 20)) << std::strerror(errno);
-  EXPECT_EQ(resume_to_the_end(c), reference_weights().at(3));
+  EXPECT_TRUE(resume_to_the_end(c) == reference_weights().at(3));
 }
 
 }  // namespace
