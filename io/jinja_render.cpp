@@ -75,6 +75,7 @@ class Renderer {
   BuiltinContext ctx_;
   std::shared_ptr<Scope> root_;
   std::vector<Scope*> scopes_;  // innermost last
+  int macro_depth_ = 0;         // macro calls under way (a recursion without end must stop)
   int line_ = 0;                // of the statement or expression being evaluated, for errors
 
   // ---- statements
@@ -238,10 +239,17 @@ class Renderer {
         LOCKSTEP_CHECK(known || k == "caller", "macro '", macro->text, "' takes no keyword argument '", k, "'");
         if (k == "caller") frame[k] = v;
       }
+      // A macro calling itself without end overflowed the stack (found by tests/fuzz/fuzz_jinja.cpp);
+      // jinja2 stops at Python's recursion limit. Chat templates nest macros a level or two.
+      constexpr int kMaxMacroDepth = 100;
+      LOCKSTEP_CHECK(macro_depth_ < kMaxMacroDepth, "macro '", macro->text, "': more than ",
+                     kMaxMacroDepth, " macro calls deep (a recursion without end?)");
       std::vector<Scope*> saved = scopes_;
       scopes_ = {root_.get(), &frame};
       std::string text;
-      exec_body(macro->body, text);
+      ++macro_depth_;
+      exec_body(macro->body, text);  // an error ends the whole render, so no restore is needed then
+      --macro_depth_;
       scopes_ = saved;
       return Value(text);
     });

@@ -83,6 +83,15 @@ TEST(Jinja, IntegerOverflowIsAnError) {
   expect_error([] { render("{{ 4294967296 * 4294967296 }}"); }, {"integer overflow"});
 }
 
+// A macro that calls itself without end is an error, not a stack overflow (found by
+// tests/fuzz/fuzz_jinja.cpp); recursion that ends works.
+TEST(Jinja, EndlessMacroRecursionIsAnError) {
+  testing::expect_error([] { render("{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}"); },
+                        {"macro 'f': more than 100 macro calls deep"});
+  EXPECT_EQ(render("{% macro count(n) %}{% if n > 0 %}{{ n }}{{ count(n - 1) }}{% endif %}{% endmacro %}{{ count(5) }}"),
+            "54321");
+}
+
 TEST(Jinja, UnsupportedConstructsNameThemselvesAndTheirLine) {
   using testing::expect_error;
   expect_error([] { render("line one\n{% include 'other.jinja' %}"); },
