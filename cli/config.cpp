@@ -515,9 +515,68 @@ void set_key(Config& config, std::string_view name, const toml::node& node,
   }
 }
 
+// toml++ 3.3 (Debian 12's) reaches __builtin_unreachable, undefined behaviour, when it asks whether
+// a character of U+00A1–U+0499, U+2D6E–U+3167 or U+FB16–U+FEFE is whitespace (its
+// is_non_ascii_horizontal_whitespace; found by tests/fuzz/fuzz_cli_config.cpp). It asks that of a
+// character outside a string or comment, and of the first one after a line-ending backslash in a
+// """ string. TOML allows non-ASCII characters only inside strings and comments, so this refuses
+// any outside them, and the rare one right after a line-ending backslash, before toml++ sees the
+// text. `where` names the text ("file.toml", "option --key").
+void check_non_ascii_placement(std::string_view text, const std::string& where) {
+  size_t line = 1, line_start = 0;
+  const auto refuse = [&](size_t i, const char* what) {
+    fail(concat(where, ":", line, ":", i - line_start + 1, ": TOML syntax error: a non-ASCII character ",
+                what));
+  };
+  const auto newline = [&](size_t i) {
+    ++line;
+    line_start = i + 1;
+  };
+  for (size_t i = 0; i < text.size();) {
+    const char c = text[i];
+    if (c == '\n') {
+      newline(i++);
+    } else if (c == '#') {
+      while (i < text.size() && text[i] != '\n') ++i;
+    } else if (c == '"' || c == '\'') {
+      const bool basic = c == '"';
+      const bool multi_line = text.substr(i, 3) == std::string(3, c);
+      i += multi_line ? 3 : 1;
+      while (i < text.size()) {
+        if (text[i] == c && (!multi_line || text.substr(i, 3) == std::string(3, c))) {
+          i += multi_line ? 3 : 1;
+          // A """ string may end in one or two quotes of its own: """a""""" is 'a""'.
+          for (int extra = 0; multi_line && extra < 2 && i < text.size() && text[i] == c; ++extra) ++i;
+          break;
+        }
+        if (text[i] == '\n') {
+          if (!multi_line) break;  // an unterminated string: toml++ says so
+          newline(i);
+        } else if (basic && text[i] == '\\') {
+          size_t j = i + 1;
+          while (j < text.size() && (text[j] == ' ' || text[j] == '\t' || text[j] == '\r' || text[j] == '\n')) {
+            if (text[j] == '\n') newline(j);
+            ++j;
+          }
+          if (multi_line && j > i + 1 && j < text.size() && static_cast<unsigned char>(text[j]) >= 0x80)
+            refuse(j, "right after a line-ending backslash is not supported here (toml++ 3.3)");
+          i = j > i + 1 ? j : i + 2;  // an escape: the escaped character cannot end the string
+          continue;
+        }
+        ++i;
+      }
+    } else if (static_cast<unsigned char>(c) >= 0x80) {
+      refuse(i, "outside a string or comment (TOML allows them only there)");
+    } else {
+      ++i;
+    }
+  }
+}
+
 void apply_file(Config& config, const std::filesystem::path& file) {
   const std::string path = file.string();
   const std::string text = read_file(path, "config");
+  check_non_ascii_placement(text, path);
   toml::table root;
   try {
     root = toml::parse(text, std::string_view(path));
@@ -562,9 +621,11 @@ void apply_overrides(Config& config, std::span<const std::string> args) {
       value = args[++i];
     }
     const bool bare = key->is_string && !value.starts_with('"') && !value.starts_with('\'');
+    const std::string line = "v = " + (bare ? toml_string(value) : value);
+    check_non_ascii_placement(line, where);
     toml::table parsed;
     try {
-      parsed = toml::parse("v = " + (bare ? toml_string(value) : value), std::string_view(where));
+      parsed = toml::parse(line, std::string_view(where));
     } catch (const toml::parse_error& e) {
       fail(concat(where, ": ", name, " expects ", key->type, ", got '", value,
                   "', which is not a TOML value (", e.description(), ")"));

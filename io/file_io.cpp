@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <vector>
@@ -67,6 +68,65 @@ void write_file_atomically(const std::string& path, std::string_view contents) {
   AtomicFile file(path);
   file.write(contents);
   file.commit();
+}
+
+namespace {
+
+// fsync of one file or folder (a folder's fsync makes the names in it durable).
+void sync_path(const std::filesystem::path& path, bool folder) {
+  const int fd = ::open(path.c_str(), (folder ? O_DIRECTORY : 0) | O_RDONLY | O_CLOEXEC);
+  LOCKSTEP_CHECK(fd >= 0, "cannot open ", path.string(), " to flush it: ", errno_text());
+  const bool ok = ::fsync(fd) == 0;
+  const std::string error = errno_text();
+  ::close(fd);
+  LOCKSTEP_CHECK(ok, "cannot flush ", path.string(), " to disk: ", error);
+}
+
+// Every file and folder under `root`, and `root`: a rename of `root` that reaches the disk then
+// finds all of them there (files copied in, not only those written by AtomicFile).
+void sync_tree(const std::filesystem::path& root) {
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(root)) {
+    if (entry.is_directory()) sync_path(entry.path(), true);
+    else if (entry.is_regular_file()) sync_path(entry.path(), false);
+  }
+  sync_path(root, true);
+}
+
+}  // namespace
+
+void replace_folder(const std::string& source, const std::string& target) {
+  namespace fs = std::filesystem;
+  const fs::path parent = fs::absolute(fs::path(target)).parent_path();
+  try {
+    sync_tree(source);
+    bool exchanged = false;
+    if (fs::exists(target)) {
+      exchanged = ::renameat2(AT_FDCWD, source.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) == 0;
+      // EINVAL / ENOSYS: a file system without the exchange; anything else is a real failure.
+      LOCKSTEP_CHECK(exchanged || errno == EINVAL || errno == ENOSYS, "cannot replace ", target,
+                     " by ", source, ": ", errno_text());
+    }
+    if (exchanged) {
+      fs::remove_all(source);  // the old folder
+    } else {
+      const std::string old = target + ".old";
+      fs::remove_all(old);
+      if (fs::exists(target)) fs::rename(target, old);
+      fs::rename(source, target);
+      fs::remove_all(old);
+    }
+    sync_path(parent, true);
+  } catch (const fs::filesystem_error& e) {
+    fail(detail::concat("cannot replace ", target, " by ", source, ": ", e.what()));
+  }
+}
+
+bool recover_replaced_folder(const std::string& target) {
+  namespace fs = std::filesystem;
+  const std::string old = target + ".old";
+  if (fs::exists(target) || !fs::is_directory(old)) return false;
+  fs::rename(old, target);
+  return true;
 }
 
 std::string read_file(const std::string& path, std::string_view what) {

@@ -35,6 +35,19 @@ class AtomicFile {
 // The whole of `contents` as the file `path`, atomically.
 void write_file_atomically(const std::string& path, std::string_view contents);
 
+// Puts the complete folder `source` in the place of folder `target` (both in the same folder) so
+// that, even if the process is killed at any point, `target` names either the old folder or the
+// new one, whole: everything under `source` is flushed to disk first, then the two are exchanged
+// in one atomic rename (renameat2 RENAME_EXCHANGE) and the old one, now at `source`, is removed.
+// Without a `target` yet, or on a file system that cannot exchange, `target` is first renamed to
+// "<target>.old" (which recover_replaced_folder puts back if a crash left no `target`). Throws
+// lockstep::Error naming the folders.
+void replace_folder(const std::string& source, const std::string& target);
+
+// After a crash inside replace_folder's fallback (between its two renames): when `target` is
+// missing and "<target>.old" exists, renames it back. Returns whether it did.
+bool recover_replaced_folder(const std::string& target);
+
 // The whole file as bytes; `what` names it in the error ("config", "index").
 std::string read_file(const std::string& path, std::string_view what);
 

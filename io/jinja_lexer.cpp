@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "io/jinja_syntax.h"
+#include "io/tokenizer_unicode.h"
 
 namespace lockstep::jinja {
 namespace {
@@ -18,18 +19,26 @@ namespace {
 }
 
 // Python's str.rstrip() / the `\s*` of jinja2's regexes, on UTF-8 text.
+// The bytes of `text` that the first `count` code points of utf8_to_u32(text) came from. Text that
+// is not UTF-8 is read one code point per byte (utf8_to_u32), and re-encoding those would count
+// the bytes 0x80-0xff twice (U+0085 and U+00A0 are Python whitespace).
+size_t bytes_of_code_points(std::string_view text, std::u32string_view cps, size_t count) {
+  if (unicode::find_invalid_utf8(text) != std::string_view::npos) return count;
+  return u32_to_utf8(cps.substr(0, count)).size();
+}
+
 size_t rstrip_end(std::string_view text) {
-  std::u32string cps = utf8_to_u32(text);
+  const std::u32string cps = utf8_to_u32(text);
   size_t keep = cps.size();
   while (keep > 0 && is_python_space(cps[keep - 1])) --keep;
-  return u32_to_utf8(std::u32string_view(cps).substr(0, keep)).size();
+  return bytes_of_code_points(text, cps, keep);
 }
 
 size_t lstrip_begin(std::string_view text, size_t pos) {
-  std::u32string cps = utf8_to_u32(text.substr(pos));
+  const std::u32string cps = utf8_to_u32(text.substr(pos));
   size_t skip = 0;
   while (skip < cps.size() && is_python_space(cps[skip])) ++skip;
-  return pos + u32_to_utf8(std::u32string_view(cps).substr(0, skip)).size();
+  return pos + bytes_of_code_points(text.substr(pos), cps, skip);
 }
 
 int count_lines(std::string_view text) { return int(std::count(text.begin(), text.end(), '\n')); }

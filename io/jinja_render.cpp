@@ -75,6 +75,7 @@ class Renderer {
   BuiltinContext ctx_;
   std::shared_ptr<Scope> root_;
   std::vector<Scope*> scopes_;  // innermost last
+  int macro_depth_ = 0;         // macro calls under way (a recursion without end must stop)
   int line_ = 0;                // of the statement or expression being evaluated, for errors
 
   // ---- statements
@@ -238,10 +239,17 @@ class Renderer {
         LOCKSTEP_CHECK(known || k == "caller", "macro '", macro->text, "' takes no keyword argument '", k, "'");
         if (k == "caller") frame[k] = v;
       }
+      // A macro calling itself without end overflowed the stack (found by tests/fuzz/fuzz_jinja.cpp);
+      // jinja2 stops at Python's recursion limit. Chat templates nest macros a level or two.
+      constexpr int kMaxMacroDepth = 100;
+      LOCKSTEP_CHECK(macro_depth_ < kMaxMacroDepth, "macro '", macro->text, "': more than ",
+                     kMaxMacroDepth, " macro calls deep (a recursion without end?)");
       std::vector<Scope*> saved = scopes_;
       scopes_ = {root_.get(), &frame};
       std::string text;
-      exec_body(macro->body, text);
+      ++macro_depth_;
+      exec_body(macro->body, text);  // an error ends the whole render, so no restore is needed then
+      --macro_depth_;
       scopes_ = saved;
       return Value(text);
     });
@@ -415,6 +423,7 @@ class Renderer {
         if (e.text == "not") return Value(!v.truthy());
         if (v.kind() == Value::Kind::integer || v.kind() == Value::Kind::boolean) {
           const int64_t i = v.kind() == Value::Kind::boolean ? int64_t(v.as_bool()) : v.as_int();
+          LOCKSTEP_CHECK(e.text != "-" || i != INT64_MIN, "integer overflow: -(", i, ") does not fit in 64 bits");
           return Value(e.text == "-" ? -i : i);
         }
         if (v.kind() == Value::Kind::floating) return Value(e.text == "-" ? -v.as_double() : v.as_double());
@@ -520,25 +529,38 @@ class Renderer {
     const auto as_i = [](const Value& v) { return v.kind() == Value::Kind::boolean ? int64_t(v.as_bool()) : v.as_int(); };
     const auto as_d = [](const Value& v) { return v.kind() == Value::Kind::boolean ? double(v.as_bool()) : v.as_double(); };
     if (ints) {
+      // Python's integers have no bound; these are 64-bit, and a result that does not fit is an
+      // error (signed overflow found by tests/fuzz/fuzz_jinja.cpp: `2 ** 78`).
       const int64_t x = as_i(a), y = as_i(b);
-      if (op == "+") return Value(x + y);
-      if (op == "-") return Value(x - y);
-      if (op == "*") return Value(x * y);
+      int64_t r = 0;
+      const auto checked = [&](bool overflowed) {
+        LOCKSTEP_CHECK(!overflowed, "integer overflow: ", x, " ", op, " ", y, " does not fit in 64 bits");
+        return Value(r);
+      };
+      if (op == "+") return checked(__builtin_add_overflow(x, y, &r));
+      if (op == "-") return checked(__builtin_sub_overflow(x, y, &r));
+      if (op == "*") return checked(__builtin_mul_overflow(x, y, &r));
       if (op == "/") {
         LOCKSTEP_CHECK(y != 0, "division by zero");
         return Value(double(x) / double(y));
       }
       if (op == "//" || op == "%") {
         LOCKSTEP_CHECK(y != 0, "integer division or modulo by zero");
-        int64_t q = x / y, r = x % y;
-        if (r != 0 && ((r < 0) != (y < 0))) q -= 1, r += y;  // Python floors
-        return Value(op == "//" ? q : r);
+        if (y == -1) return op == "//" ? checked(__builtin_sub_overflow(int64_t(0), x, &r)) : Value(int64_t(0));
+        int64_t q = x / y, m = x % y;
+        if (m != 0 && ((m < 0) != (y < 0))) q -= 1, m += y;  // Python floors
+        return Value(op == "//" ? q : m);
       }
       if (op == "**") {
         if (y < 0) return Value(std::pow(double(x), double(y)));
-        int64_t r = 1;
-        for (int64_t i = 0; i < y; ++i) r *= x;
-        return Value(r);
+        // By squaring: log2(y) steps, so `2 ** 10**18` ends (in an overflow error) at once.
+        r = 1;
+        bool overflowed = false;
+        for (int64_t base = x, e = y; e > 0 && !overflowed; e >>= 1) {
+          if (e & 1) overflowed = __builtin_mul_overflow(r, base, &r);
+          if (e > 1 && !overflowed) overflowed = __builtin_mul_overflow(base, base, &base);
+        }
+        return checked(overflowed);
       }
     } else {
       const double x = as_d(a), y = as_d(b);

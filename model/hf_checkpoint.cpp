@@ -9,6 +9,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "io/file_io.h"
 #include "io/safetensors.h"
 #include "numerics/quantize.h"
 #include "ops/elementwise.h"
@@ -164,22 +165,20 @@ ModelParameters host_copy(const ModelParameters& params) {
   return cpu;
 }
 
-// Runs `fill` on a temporary folder beside `folder`, then renames it into place (replacing an
-// existing folder of that name), so a reader never sees a half-written checkpoint.
+// Runs `fill` on a temporary folder beside `folder`, then puts it in place (replace_folder: an
+// existing folder of that name is exchanged atomically), so a reader never sees a half-written
+// checkpoint, even after a crash.
 void write_folder_atomically(const std::string& folder, const char* what,
                              const std::function<void(const fs::path&)>& fill) {
   const fs::path target = fs::absolute(fs::path(folder).lexically_normal());
   LOCKSTEP_CHECK(target.has_filename() && target.filename() != "..", what, ": '", folder,
                  "' is not a usable folder name");
-  const std::string suffix = "." + std::to_string(getpid());
-  const fs::path temp = target.string() + ".tmp" + suffix, old = target.string() + ".old" + suffix;
+  const fs::path temp = target.string() + ".tmp." + std::to_string(getpid());
   try {
     fs::remove_all(temp);
     fs::create_directories(temp);
     fill(temp);
-    if (fs::exists(target)) fs::rename(target, old);
-    fs::rename(temp, target);
-    fs::remove_all(old);
+    replace_folder(temp.string(), target.string());
   } catch (const fs::filesystem_error& e) {
     std::error_code ignored;
     fs::remove_all(temp, ignored);

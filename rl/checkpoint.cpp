@@ -1,6 +1,8 @@
 // rl/checkpoint.cpp
 #include "rl/checkpoint.h"
 
+#include <cstdio>
+
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -23,35 +25,48 @@ void save_checkpoint(const fs::path& out_dir, const ModelConfig& config,
                      const RunState& state,
                      const fs::path& tokenizer_dir) {
   const fs::path final_dir = folder(out_dir), tmp = out_dir / "checkpoint.tmp";
-  fs::remove_all(tmp);
-  fs::create_directories(tmp);
-  save_hf_checkpoint((tmp / "model").string(), config, params, DType::f32);
-  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja"})
-    if (fs::exists(tokenizer_dir / name)) fs::copy_file(tokenizer_dir / name, tmp / "model" / name);
+  try {
+    // A crash in an earlier save may have left the previous checkpoint aside (replace_folder's
+    // fallback); it goes back before anything else is touched.
+    recover_replaced_folder(final_dir.string());
+    fs::remove_all(tmp);  // what a crash in an earlier save left half-written
+    fs::create_directories(tmp);
+    save_hf_checkpoint((tmp / "model").string(), config, params, DType::f32);
+    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja"})
+      if (fs::exists(tokenizer_dir / name)) fs::copy_file(tokenizer_dir / name, tmp / "model" / name);
 
-  NamedTensors tensors;
-  for (auto [prefix, m] : {std::pair{"m.", &moments.m}, std::pair{"v.", &moments.v}})
-    m->for_each([&](const std::string& name, const Tensor& t) {
-      tensors.emplace_back(prefix + name, t.device() == Device::cpu ? t : t.to(Device::cpu));
-    });
-  write_safetensors((tmp / "optimizer.safetensors").string(), tensors);
+    NamedTensors tensors;
+    // (Pairs, not structured bindings, which clang 14's lambdas cannot capture.)
+    for (const auto& moment : {std::pair{"m.", &moments.m}, std::pair{"v.", &moments.v}})
+      moment.second->for_each([&](const std::string& name, const Tensor& t) {
+        tensors.emplace_back(moment.first + name, t.device() == Device::cpu ? t : t.to(Device::cpu));
+      });
+    write_safetensors((tmp / "optimizer.safetensors").string(), tensors);
 
-  const nlohmann::json j = {{"sft_step", state.sft_step},
-                            {"step", state.step},
-                            {"optimizer_steps", state.optimizer_steps},
-                            {"consecutive_skips", state.consecutive_skips}};
-  write_file_atomically((tmp / "state.json").string(), j.dump(2) + "\n");
+    const nlohmann::json j = {{"sft_step", state.sft_step},
+                              {"step", state.step},
+                              {"optimizer_steps", state.optimizer_steps},
+                              {"consecutive_skips", state.consecutive_skips}};
+    write_file_atomically((tmp / "state.json").string(), j.dump(2) + "\n");
 
-  // Swap in: the old checkpoint goes aside first, so one complete checkpoint exists at any time.
-  const fs::path old = out_dir / "checkpoint.old";
-  fs::remove_all(old);
-  if (fs::exists(final_dir)) fs::rename(final_dir, old);
-  fs::rename(tmp, final_dir);
-  fs::remove_all(old);
+    // One complete checkpoint exists at every moment: the old one until the atomic exchange, the
+    // new one after it.
+    replace_folder(tmp.string(), final_dir.string());
+  } catch (const std::exception& e) {
+    // A full disk or another failure: the half-written folder goes (it would only hold space; a
+    // resume never reads it), the previous checkpoint stays as it was.
+    std::error_code ignored;
+    fs::remove_all(tmp, ignored);
+    fail(detail::concat("cannot save the checkpoint ", final_dir.string(), " (the previous one, if any, is unchanged): ",
+                        e.what()));
+  }
 }
 
 std::optional<SavedRun> find_checkpoint(const fs::path& out_dir) {
   const fs::path dir = folder(out_dir), state_path = dir / "state.json";
+  if (recover_replaced_folder(dir.string()))
+    std::fprintf(stderr, "lockstep: %s was missing after an interrupted save; restored it from %s.old\n",
+                 dir.c_str(), dir.c_str());
   if (!fs::exists(state_path)) return std::nullopt;
   const auto j = nlohmann::json::parse(read_file(state_path.string(), "checkpoint state"), nullptr,
                                        false);
@@ -70,10 +85,11 @@ void load_optimizer(const fs::path& out_dir, const ModelParameters& params,
                     DataParallelOptimizer& optimizer, int64_t steps) {
   const SafetensorsFile file((folder(out_dir) / "optimizer.safetensors").string());
   ModelParameters m = params, v = params;  // the names and shapes; every tensor is replaced
-  for (auto [prefix, p] : {std::pair{"m.", &m}, std::pair{"v.", &v}})
-    p->for_each([&](const std::string& name, Tensor& t) {
-      LOCKSTEP_CHECK(file.contains(prefix + name), file.path(), ": no tensor ", prefix, name);
-      t = file.tensor(prefix + name);
+  for (const auto& moment : {std::pair{"m.", &m}, std::pair{"v.", &v}})
+    moment.second->for_each([&](const std::string& name, Tensor& t) {
+      const std::string saved = moment.first + name;
+      LOCKSTEP_CHECK(file.contains(saved), file.path(), ": no tensor ", saved);
+      t = file.tensor(saved);
     });
   optimizer.load_state(m, v, steps);
 }

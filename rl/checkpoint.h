@@ -13,8 +13,11 @@
 //   OUT_DIR/checkpoint/state.json        where the run stands (RunState)
 //
 // The run's randomness is counter-based (problems, sampling seeds: functions of the run seed and
-// the step), so no RNG state beyond the step is needed. The checkpoint is written into a temporary
-// folder which then replaces the previous one: a crash leaves the old checkpoint or the new one.
+// the step), so no RNG state beyond the step is needed. The checkpoint is written into
+// OUT_DIR/checkpoint.tmp, flushed to disk, and exchanged with the previous one in one atomic rename
+// (io/file_io.h, replace_folder): a process killed at any point leaves the old checkpoint or the new
+// one, whole, and a failed save (a full disk) throws one error naming the file and leaves the old
+// one as it was. Checked by killing a writer at random points (tests/rl/test_checkpoint_faults.cpp).
 #pragma once
 
 #include <cstdint>

@@ -7,7 +7,8 @@
 set -euo pipefail
 
 packages=(cmake ninja-build g++ pkg-config libgtest-dev libomp-dev nlohmann-json3-dev libpcre2-dev libutf8proc-dev
-  libtomlplusplus-dev zlib1g-dev libopenmpi-dev openmpi-bin)
+  libtomlplusplus-dev zlib1g-dev libopenmpi-dev openmpi-bin
+  clang libclang-rt-14-dev)  # the sanitized build and the libFuzzer harnesses (scripts/test.sh)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -369,7 +369,8 @@ DataParallelOptimizer::Moments ShardedAdamW::full_moments(const ModelParameters&
 void ShardedAdamW::load_state(const ModelParameters& m, const ModelParameters& v, int64_t steps) {
   LOCKSTEP_CHECK(steps >= 0, "ShardedAdamW::load_state: negative step count ", steps);
   const int me = comm_.rank();
-  for (auto [src, dst, what] : {std::tuple{&m, &m_, "first moment"}, std::tuple{&v, &v_, "second moment"}}) {
+  for (auto [src, dst, moment] : {std::tuple{&m, &m_, "first moment"}, std::tuple{&v, &v_, "second moment"}}) {
+    const char* what = moment;  // a lambda below names it (clang 14 cannot capture a structured binding)
     ModelParameters copy = *src;  // shares storage; for_each needs a non-const structure
     std::vector<Tensor*> tensors;
     copy.for_each([&](const std::string& name, Tensor& t) {

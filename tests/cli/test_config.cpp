@@ -171,6 +171,25 @@ TEST(RunConfig, SyntaxErrorsAndBadFiles) {
                {"cannot read config /nonexistent/lockstep/run.toml"});
 }
 
+// Non-ASCII characters where TOML has no place for them. toml++ 3.3 reached undefined behaviour on
+// some of them (é, U+FEBF; found by tests/fuzz/fuzz_cli_config.cpp): they are refused with their
+// line and column before it parses. In strings and comments they are ordinary text.
+TEST(RunConfig, NonAsciiOutsideStringsIsASyntaxError) {
+  expect_error([] { load_text("[model]\npath = \xc3\xa9\n"); },
+               {"run.toml:2:8: TOML syntax error: a non-ASCII character outside a string or comment"});
+  expect_error([] { load_text("[rollout]\nmax_new_tokens = \xef\xba\xbf\n"); }, {"run.toml:2:18:", "outside a string"});
+  expect_error([] { load_text("[mod\xc3\xa9l]\n"); }, {"run.toml:1:5:", "outside a string"});
+  expect_error([] { load_text("[model]\npath = \"\"\"a\\\n  \xc3\xa9\"\"\"\n"); },
+               {"run.toml:3:3:", "right after a line-ending backslash"});
+  expect_error([] { load({"--run.steps=\xc3\xa9"}); }, {"option --run.steps:1:", "outside a string"});
+  const Config c = load_text("# caf\xc3\xa9 \xef\xba\xbf\n[model]\npath = \"caf\xc3\xa9\"  # \xc3\xa9\n"
+                             "[run]\nout_dir = '''\xc3\xa9\n\xef\xba\xbf'''\n",
+                             {"--data.train=d\xc3\xa9.jsonl"});
+  EXPECT_EQ(c.model.path, "caf\xc3\xa9");
+  EXPECT_EQ(c.run.out_dir, "\xc3\xa9\n\xef\xba\xbf");
+  EXPECT_EQ(c.data.train, "d\xc3\xa9.jsonl");
+}
+
 TEST(RunConfig, BadCommandLines) {
   expect_error([] { load({"train"}); }, {"unexpected argument 'train'", "--section.key=value"});
   expect_error([] { load({"--"}); }, {"unexpected argument '--'"});

@@ -59,6 +59,39 @@ TEST(Jinja, FailsWhereJinja2Fails) {
   EXPECT_GE(checked, 7);
 }
 
+// A template that is not UTF-8 is read one code point per byte, so 0x85 and 0xa0 are U+0085 and
+// U+00A0, Python whitespace, which `-` strips. Stripping counted each such byte as its two-byte
+// UTF-8 encoding and stepped past the end of the source (heap-buffer-overflow found by
+// tests/fuzz/fuzz_jinja.cpp).
+TEST(Jinja, WhitespaceControlOnTextThatIsNotUtf8) {
+  EXPECT_EQ(render("a\x85\xa0{#- c -#}\x85\x85\x85\x85" "b\xff"), "ab\xff");
+  EXPECT_EQ(render("{%- if true -%}\x85\x85\x85{%- endif -%}\x85\x85\x85"), "");
+  EXPECT_EQ(render("x\xff \n  {% if true %}y{% endif %}"), "x\xff \ny");
+}
+
+// Integers are 64-bit (Python's are unbounded): a result that does not fit is an error, not signed
+// overflow (undefined behaviour found by tests/fuzz/fuzz_jinja.cpp: `2 ** 78`); `**` takes log2 of
+// the exponent's steps, so a huge exponent ends at once.
+TEST(Jinja, IntegerOverflowIsAnError) {
+  using testing::expect_error;
+  EXPECT_EQ(render("{{ 2 ** 62 }} {{ 3 ** 3 }} {{ (-2) ** 3 }} {{ 7 // -1 }} {{ -7 // 2 }} {{ -7 % 2 }} {{ 5 % -1 }}"),
+            "4611686018427387904 27 -8 -7 -4 1 0");
+  expect_error([] { render("{{ 2 ** 78 }}"); }, {"test.jinja:1:", "integer overflow"});
+  expect_error([] { render("{{ 2 ** 1000000000000000000 }}"); }, {"integer overflow"});
+  expect_error([] { render("{{ 9223372036854775807 + 1 }}"); }, {"integer overflow"});
+  expect_error([] { render("{{ -9223372036854775807 - 2 }}"); }, {"integer overflow"});
+  expect_error([] { render("{{ 4294967296 * 4294967296 }}"); }, {"integer overflow"});
+}
+
+// A macro that calls itself without end is an error, not a stack overflow (found by
+// tests/fuzz/fuzz_jinja.cpp); recursion that ends works.
+TEST(Jinja, EndlessMacroRecursionIsAnError) {
+  testing::expect_error([] { render("{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}"); },
+                        {"macro 'f': more than 100 macro calls deep"});
+  EXPECT_EQ(render("{% macro count(n) %}{% if n > 0 %}{{ n }}{{ count(n - 1) }}{% endif %}{% endmacro %}{{ count(5) }}"),
+            "54321");
+}
+
 TEST(Jinja, UnsupportedConstructsNameThemselvesAndTheirLine) {
   using testing::expect_error;
   expect_error([] { render("line one\n{% include 'other.jinja' %}"); },

@@ -1,0 +1,32 @@
+// tests/fuzz/fuzz_tokenizer_load.cpp — tokenizer.json of arbitrary bytes (io/tokenizer.h). A
+// tokenizer that loads then encodes a fixed text and decodes it, and decodes every id up to 300 and
+// a few outside the vocab.
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "core/error.h"
+#include "io/tokenizer.h"
+#include "tests/fuzz/fuzz_input.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  static lockstep::fuzz::InputFile input;
+  const std::string& path = input.path({reinterpret_cast<const char*>(data), size});
+  std::optional<lockstep::Tokenizer> tokenizer;
+  try {
+    tokenizer.emplace(lockstep::Tokenizer::from_files(path));
+  } catch (const lockstep::Error&) {
+    return 0;
+  }
+  const std::vector<int32_t> ids = tokenizer->encode("Hello, world! 12 345 <|im_start|> \xc3\xa9t\xc3\xa9 \n\n  x");
+  for (int32_t id : ids)
+    if (id < 0 || id >= tokenizer->vocab_size()) lockstep::fuzz::property_failed("an id outside the vocab");
+  (void)tokenizer->decode(ids);
+  (void)tokenizer->decode(ids, /*skip_special_tokens=*/true);
+  std::vector<int32_t> every;
+  for (int32_t id = 0; id < std::min(tokenizer->vocab_size(), 300); ++id) every.push_back(id);
+  for (int32_t id : {-1, tokenizer->vocab_size(), INT32_MAX, INT32_MIN}) every.push_back(id);
+  (void)tokenizer->decode(every);
+  for (int32_t id : every) (void)tokenizer->id_to_token(id);
+  return 0;
+}
