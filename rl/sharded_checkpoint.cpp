@@ -111,6 +111,7 @@ void save_sharded_checkpoint(const fs::path& out_dir, const ModelConfig& config,
   const ShardPlan& plan = optimizer.plan();
   on_every_rank(comm, "sharded checkpoint: preparing checkpoint.tmp", [&] {
     if (!comm.is_main()) return;
+    recover_replaced_folder(final_dir.string());  // as rl/checkpoint.cpp's save_checkpoint
     fs::remove_all(tmp);
     fs::create_directories(tmp / "shards");
     fs::create_directories(tmp / "model");
@@ -142,12 +143,8 @@ void save_sharded_checkpoint(const fs::path& out_dir, const ModelConfig& config,
                               {"consecutive_skips", state.consecutive_skips},
                               {"shards", comm.size()}};
     write_file_atomically((tmp / "state.json").string(), j.dump(2) + "\n");
-    // The swap of rl/checkpoint.cpp: the old checkpoint goes aside first.
-    const fs::path old = out_dir / "checkpoint.old";
-    fs::remove_all(old);
-    if (fs::exists(final_dir)) fs::rename(final_dir, old);
-    fs::rename(tmp, final_dir);
-    fs::remove_all(old);
+    // One complete checkpoint at every moment (io/file_io.h), as rl/checkpoint.cpp's.
+    replace_folder(tmp.string(), final_dir.string());
   });
 }
 
