@@ -38,7 +38,9 @@ TEST(Dither, StaysWithinEachBf16RoundingAndMovesTheWeights) {
     const bool kept = name.ends_with("norm") || name.ends_with("bias");
     for (int64_t i = 0; i < t.numel(); ++i) {
       ASSERT_EQ(round_to_bf16(b[i]), a[i]) << name << "[" << i << "]";
-      if (kept) ASSERT_EQ(b[i], a[i]) << name << "[" << i << "]";
+      if (kept) {
+        ASSERT_EQ(b[i], a[i]) << name << "[" << i << "]";
+      }
       if (!kept && a[i] != 0) {
         ++weights;
         moved += b[i] != a[i];
