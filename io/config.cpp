@@ -229,10 +229,16 @@ std::optional<Fp8Quantization> parse_quantization(const Fields& f, const std::st
 // false, router_aux_loss_coef 0.001, output_router_logits false).
 MoeConfig parse_moe(const Fields& f, int64_t layers) {
   MoeConfig m;
-  m.num_experts = f.positive_int("num_experts");
+  // The Qwen3-MoE checkpoints say num_experts; transformers 5 writes it as num_local_experts
+  // (seen with 5.17.0's Qwen3MoeConfig.save_pretrained). Either, not both.
+  const char* experts = f.find("num_experts") || !f.find("num_local_experts") ? "num_experts"
+                                                                                : "num_local_experts";
+  if (f.find("num_experts") && f.find("num_local_experts"))
+    f.fail_field("num_local_experts", "given with num_experts: one of the two names, not both");
+  m.num_experts = f.positive_int(experts);
   m.num_experts_per_tok = f.positive_int("num_experts_per_tok");
   if (m.num_experts_per_tok > m.num_experts)
-    f.fail_field("num_experts_per_tok", concat("(", m.num_experts_per_tok, ") exceeds num_experts (",
+    f.fail_field("num_experts_per_tok", concat("(", m.num_experts_per_tok, ") exceeds ", experts, " (",
                                                m.num_experts, ")"));
   m.moe_intermediate_size = f.positive_int("moe_intermediate_size");
   m.decoder_sparse_step = f.positive_int("decoder_sparse_step", 1);

@@ -88,6 +88,15 @@ TEST(MoeConfig, DefaultsAsTransformers) {
   for (int64_t i = 0; i < 4; ++i) EXPECT_TRUE(c.is_moe_layer(i));
 }
 
+// transformers 5 saves Qwen3MoeConfig's expert count as num_local_experts (5.17.0 on the GPU
+// machine, 2026-11-28); the Hub's Qwen3-MoE checkpoints say num_experts.
+TEST(MoeConfig, ReadsTheExpertCountUnderEitherName) {
+  std::string json = kMoeJson;
+  const std::string from = R"("num_experts": 8)";
+  json.replace(json.find(from), from.size(), R"("num_local_experts": 8)");
+  EXPECT_EQ(parse_model_config(json, "c.json").moe->num_experts, 8);
+}
+
 TEST(MoeConfig, BadFieldsNameTheField) {
   auto with = [](const std::string& from, const std::string& to) {
     std::string json = kMoeJson;
@@ -98,6 +107,8 @@ TEST(MoeConfig, BadFieldsNameTheField) {
                {"c.json", "'num_experts' is missing"});
   expect_error([&] { parse_model_config(with(R"("num_experts_per_tok": 2)", R"("num_experts_per_tok": 9)"), "c.json"); },
                {"'num_experts_per_tok'", "exceeds num_experts (8)"});
+  expect_error([&] { parse_model_config(with(R"("num_experts": 8, )", R"("num_experts": 8, "num_local_experts": 8, )"), "c.json"); },
+               {"'num_local_experts'", "not both"});
   expect_error([&] { parse_model_config(with("[3]", "[4]"), "c.json"); },
                {"'mlp_only_layers'", "layer 4", "4 layers"});
   expect_error([&] { parse_model_config(with("[3]", "[-1]"), "c.json"); }, {"'mlp_only_layers'", "non-negative"});
