@@ -29,6 +29,7 @@
 #include "model/hf_checkpoint.h"
 #include "rl/checkpoint.h"
 #include "rl/train.h"
+#include "tests/rl/rl_test_util.h"
 #include "tests/test_util.h"
 
 namespace lockstep {
@@ -45,18 +46,8 @@ fs::path fresh_dir(const std::string& name) {
 
 // Three GRPO steps of the builtin model, a checkpoint after each.
 Config tiny_run(const fs::path& dir) {
-  Config c;
-  c.model.device = "cpu";
-  c.model.builtin_layers = 1;
-  c.sft.steps = 0;
-  c.run.steps = 3;
-  c.run.eval_every = 0;
-  c.run.eval_problems = 4;
+  Config c = testing::tiny_grpo_run(dir);
   c.run.checkpoint_every = 1;
-  c.run.out_dir = dir.string();
-  c.rollout.prompts_per_step = 2;
-  c.rollout.samples_per_prompt = 2;
-  c.rollout.max_new_tokens = 3;
   return c;
 }
 

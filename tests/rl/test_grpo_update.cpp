@@ -20,6 +20,7 @@
 #include "rl/grpo_update.h"
 #include "rl/train.h"
 #include "tests/model/model_test_util.h"
+#include "tests/rl/rl_test_util.h"
 #include "tests/test_util.h"
 
 namespace lockstep {
@@ -476,18 +477,7 @@ namespace fs = std::filesystem;
 Config tiny_run(const std::string& name) {
   const fs::path dir = fs::temp_directory_path() / ("lockstep_test_grpo_update_" + name);
   fs::remove_all(dir);
-  Config c;
-  c.model.device = "cpu";
-  c.model.builtin_layers = 1;
-  c.sft.steps = 0;
-  c.run.steps = 3;
-  c.run.eval_every = 0;
-  c.run.eval_problems = 4;
-  c.run.out_dir = dir.string();
-  c.rollout.prompts_per_step = 2;
-  c.rollout.samples_per_prompt = 2;
-  c.rollout.max_new_tokens = 3;
-  return c;
+  return testing::tiny_grpo_run(dir);
 }
 
 TEST(TrainLoop, MaxSkippedStepsStopsTheRun) {
