@@ -20,6 +20,20 @@ fs::path folder(const fs::path& out_dir) { return out_dir / "checkpoint"; }
 
 }  // namespace
 
+void copy_tokenizer_files(const fs::path& tokenizer_dir, const fs::path& model_dir) {
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja"})
+    if (fs::exists(tokenizer_dir / name)) fs::copy_file(tokenizer_dir / name, model_dir / name);
+}
+
+void write_run_state(const fs::path& dir, const RunState& state, int shards) {
+  nlohmann::json j = {{"sft_step", state.sft_step},
+                      {"step", state.step},
+                      {"optimizer_steps", state.optimizer_steps},
+                      {"consecutive_skips", state.consecutive_skips}};
+  if (shards > 0) j["shards"] = shards;
+  write_file_atomically((dir / "state.json").string(), j.dump(2) + "\n");
+}
+
 void save_checkpoint(const fs::path& out_dir, const ModelConfig& config,
                      const ModelParameters& params, const DataParallelOptimizer::Moments& moments,
                      const RunState& state,
@@ -32,8 +46,7 @@ void save_checkpoint(const fs::path& out_dir, const ModelConfig& config,
     fs::remove_all(tmp);  // what a crash in an earlier save left half-written
     fs::create_directories(tmp);
     save_hf_checkpoint((tmp / "model").string(), config, params, DType::f32);
-    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja"})
-      if (fs::exists(tokenizer_dir / name)) fs::copy_file(tokenizer_dir / name, tmp / "model" / name);
+    copy_tokenizer_files(tokenizer_dir, tmp / "model");
 
     NamedTensors tensors;
     // (Pairs, not structured bindings, which clang 14's lambdas cannot capture.)
@@ -43,11 +56,7 @@ void save_checkpoint(const fs::path& out_dir, const ModelConfig& config,
       });
     write_safetensors((tmp / "optimizer.safetensors").string(), tensors);
 
-    const nlohmann::json j = {{"sft_step", state.sft_step},
-                              {"step", state.step},
-                              {"optimizer_steps", state.optimizer_steps},
-                              {"consecutive_skips", state.consecutive_skips}};
-    write_file_atomically((tmp / "state.json").string(), j.dump(2) + "\n");
+    write_run_state(tmp, state);
 
     // One complete checkpoint exists at every moment: the old one until the atomic exchange, the
     // new one after it.

@@ -37,6 +37,13 @@ struct RunState {
   int64_t consecutive_skips = 0;
 };
 
+// The parts every checkpoint writer writes alike (rl/sharded_checkpoint.cpp too): the tokenizer's
+// files copied into the checkpoint's model folder, and `state.json` in `dir` (with "shards": N
+// when N > 0).
+void copy_tokenizer_files(const std::filesystem::path& tokenizer_dir,
+                          const std::filesystem::path& model_dir);
+void write_run_state(const std::filesystem::path& dir, const RunState& state, int shards = 0);
+
 void save_checkpoint(const std::filesystem::path& out_dir, const ModelConfig& config,
                      const ModelParameters& params, const DataParallelOptimizer::Moments& moments,
                      const RunState& state,

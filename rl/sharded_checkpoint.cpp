@@ -135,14 +135,8 @@ void save_sharded_checkpoint(const fs::path& out_dir, const ModelConfig& config,
   on_every_rank(comm, "sharded checkpoint: swapping it in", [&] {
     if (!comm.is_main()) return;
     save_model_config(config, (tmp / "model" / "config.json").string());
-    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja"})
-      if (fs::exists(tokenizer_dir / name)) fs::copy_file(tokenizer_dir / name, tmp / "model" / name);
-    const nlohmann::json j = {{"sft_step", state.sft_step},
-                              {"step", state.step},
-                              {"optimizer_steps", state.optimizer_steps},
-                              {"consecutive_skips", state.consecutive_skips},
-                              {"shards", comm.size()}};
-    write_file_atomically((tmp / "state.json").string(), j.dump(2) + "\n");
+    copy_tokenizer_files(tokenizer_dir, tmp / "model");
+    write_run_state(tmp, state, comm.size());
     // One complete checkpoint at every moment (io/file_io.h), as rl/checkpoint.cpp's.
     replace_folder(tmp.string(), final_dir.string());
   });
