@@ -392,6 +392,13 @@ const std::vector<Section>& schema() {
             "own rows only (gradients reduce-scattered layer by layer in the backward, the updated "
             "bf16/fp8 weight copies all-gathered, sharded checkpoints); false: every rank keeps "
             "the whole state"),
+      field("reduce_per_layer", &O::reduce_per_layer,
+            "with optim.shard_state and several ranks: each micro-batch's backward reduce-scatters "
+            "each layer's gradients as soon as it has them (one layer's f32 gradients held, the "
+            "whole gradient sent once per micro-batch, beside the backward); false: the whole "
+            "local f32 gradient is summed over a mini-batch's micro-batches and reduce-scattered "
+            "once per optimizer step (4 more bytes per parameter, 1/k of the traffic with k "
+            "micro-batches)"),
     }),
     section<F>("sft", "supervised fine-tuning", {"train", "sft"}, &Config::sft, {
       field("steps", &F::steps, "SFT optimizer steps (`train` runs them before RL; 0: none)", at_least(0)),

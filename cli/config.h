@@ -109,6 +109,7 @@ struct OptimOptions {
   int64_t micro_batch_tokens = 4096;
   // With several ranks: each keeps the AdamW moments of its own rows only (train/data_parallel.h).
   bool shard_state = true;
+  bool reduce_per_layer = true;
   bool operator==(const OptimOptions&) const = default;
 };
 

@@ -59,6 +59,24 @@ CurrentStream::CurrentStream(const SideStream& stream) : previous_(current_strea
 
 CurrentStream::~CurrentStream() { set_current_stream(as_stream(previous_)); }
 
+namespace {
+void queue_wait(cudaStream_t waiter, cudaStream_t signaler) {
+  cudaEvent_t e = nullptr;
+  LOCKSTEP_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  LOCKSTEP_CUDA_CHECK(cudaEventRecord(e, signaler));
+  LOCKSTEP_CUDA_CHECK(cudaStreamWaitEvent(waiter, e, 0));
+  cudaEventDestroy(e);  // released once the wait has used it
+}
+}  // namespace
+
+void side_stream_waits_for_current(const SideStream& later) {
+  queue_wait(as_stream(later.handle()), current_stream());
+}
+
+void current_stream_waits_for(const SideStream& earlier) {
+  queue_wait(current_stream(), as_stream(earlier.handle()));
+}
+
 CudaGraph CudaGraph::capture(const SideStream& stream, const std::function<void()>& work) {
   const CurrentStream on(stream);
   const cudaStream_t s = as_stream(stream.handle());
@@ -116,6 +134,8 @@ SideStream::~SideStream() = default;
 void SideStream::synchronize() const {}
 CurrentStream::CurrentStream(const SideStream&) : previous_(nullptr) {}
 CurrentStream::~CurrentStream() = default;
+void side_stream_waits_for_current(const SideStream&) { no_cuda(); }
+void current_stream_waits_for(const SideStream&) { no_cuda(); }
 CudaGraph CudaGraph::capture(const SideStream&, const std::function<void()>&) { no_cuda(); }
 void CudaGraph::launch() const { no_cuda(); }
 CudaGraph::Summary CudaGraph::summary() const { no_cuda(); }

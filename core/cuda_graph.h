@@ -5,7 +5,8 @@
 // default stream, and while a blocking stream is being captured nothing may touch the legacy one.
 // Its work is not ordered with any other stream's: synchronize around it. A CurrentStream scope
 // makes it the stream every op of this thread launches and allocates on (core/cuda_stream.h), and
-// restores the previous one when it ends.
+// restores the previous one when it ends; side_stream_waits_for_current / current_stream_waits_for
+// order it with the current stream.
 //
 // CudaGraph::capture(stream, work) runs `work` with `stream` current, under capture in thread-local
 // mode, and instantiates what it queued. Nothing runs on the device meanwhile, and a call of this
@@ -52,6 +53,11 @@ class CurrentStream {
  private:
   void* previous_;
 };
+
+// Orders two streams' work without the host waiting (a CUDA event between them): what `later`
+// queues from now on runs after what the current stream has queued so far, or the other way round.
+void side_stream_waits_for_current(const SideStream& later);
+void current_stream_waits_for(const SideStream& earlier);
 
 class CudaGraph {
  public:

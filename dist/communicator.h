@@ -52,6 +52,10 @@ class Communicator {
   virtual void broadcast(Tensor& t, int root, CommStream stream = {}) = 0;
   // Returns when every rank has called it.
   virtual void barrier() = 0;
+  // Seconds this rank has spent in collectives so far: the GPU time of those on CUDA tensors
+  // (between CUDA events around each, counted once finished: after a device synchronization, all),
+  // the wall time of those on CPU tensors. Waiting for the other ranks counts. 0 on one rank.
+  virtual double collective_seconds() { return 0; }
   // Ends every rank's process with `exit_code` (after this rank's error was printed); the launcher
   // reports which rank did it. One rank: exits this process.
   [[noreturn]] virtual void abort(int exit_code) = 0;

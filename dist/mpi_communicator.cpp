@@ -115,6 +115,23 @@ struct MpiCommunicator::Watchdog {
   std::thread thread_;
 };
 
+namespace {
+
+// Adds the wall time of its scope to `total`.
+class HostTimer {
+ public:
+  explicit HostTimer(double& total) : total_(total), t0_(std::chrono::steady_clock::now()) {}
+  ~HostTimer() {
+    total_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+  }
+
+ private:
+  double& total_;
+  std::chrono::steady_clock::time_point t0_;
+};
+
+}  // namespace
+
 // The path of CUDA tensors.
 struct MpiCommunicator::Device {
 #if LOCKSTEP_HAS_NCCL
@@ -156,6 +173,7 @@ void MpiCommunicator::host_all_reduce(Tensor& t) {
   std::vector<char> parts(size_t(size_) * std::min(piece, n) * element);
   char* data = static_cast<char*>(t.data());
   Watchdog::Wait wait(*watchdog_, "all_reduce_sum");
+  const HostTimer timer(host_seconds_);
   for (size_t first = 0; first < n; first += piece) {
     const size_t count = std::min(piece, n - first);
     check_mpi(MPI_Allgather(data + first * element, int(count * element), MPI_BYTE, parts.data(),
@@ -172,6 +190,7 @@ void MpiCommunicator::host_all_gather(const Tensor& shard, Tensor& full) {
   const char* src = static_cast<const char*>(shard.data());
   char* dst = static_cast<char*>(full.data());
   Watchdog::Wait wait(*watchdog_, "all_gather");
+  const HostTimer timer(host_seconds_);
   for (size_t first = 0; first < bytes; first += piece) {
     const size_t count = std::min(piece, bytes - first);
     check_mpi(MPI_Allgather(src + first, int(count), MPI_BYTE, parts.data(), int(count), MPI_BYTE,
@@ -189,6 +208,7 @@ void MpiCommunicator::host_reduce_scatter(const Tensor& full, Tensor& shard) {
   const char* src = static_cast<const char*>(full.data());
   char* dst = static_cast<char*>(shard.data());
   Watchdog::Wait wait(*watchdog_, "reduce_scatter_sum");
+  const HostTimer timer(host_seconds_);
   for (size_t first = 0; first < n; first += piece) {
     const size_t count = std::min(piece, n - first);
     // Rank j gets this piece of shard j from every rank.
@@ -206,6 +226,7 @@ void MpiCommunicator::host_broadcast(Tensor& t, int root) {
   const size_t bytes = t.nbytes();
   char* data = static_cast<char*>(t.data());
   Watchdog::Wait wait(*watchdog_, "broadcast");
+  const HostTimer timer(host_seconds_);
   for (size_t first = 0; first < bytes; first += kPieceBytes) {
     const size_t count = std::min(kPieceBytes, bytes - first);
     check_mpi(MPI_Bcast(data + first, int(count), MPI_BYTE, root, MPI_COMM_WORLD), rank_, "MPI_Bcast");
@@ -294,6 +315,13 @@ void MpiCommunicator::broadcast(Tensor& t, int root, CommStream stream) {
 void MpiCommunicator::barrier() {
   Watchdog::Wait wait(*watchdog_, "barrier");
   check_mpi(MPI_Barrier(MPI_COMM_WORLD), rank_, "MPI_Barrier");
+}
+
+double MpiCommunicator::collective_seconds() {
+#if LOCKSTEP_HAS_NCCL
+  if (device_->nccl) return host_seconds_ + device_->nccl->finished_seconds();
+#endif
+  return host_seconds_;
 }
 
 void MpiCommunicator::abort(int exit_code) {

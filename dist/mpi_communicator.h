@@ -35,6 +35,7 @@ class MpiCommunicator final : public Communicator {
   void reduce_scatter_sum(const Tensor& full, Tensor& shard, CommStream stream = {}) override;
   void broadcast(Tensor& t, int root, CommStream stream = {}) override;
   void barrier() override;
+  double collective_seconds() override;
   [[noreturn]] void abort(int exit_code) override;
 
   static constexpr size_t kPieceBytes = size_t(64) << 20;
@@ -51,6 +52,7 @@ class MpiCommunicator final : public Communicator {
 
   int rank_ = 0, size_ = 1, local_rank_ = 0;
   double timeout_seconds_ = 0;
+  double host_seconds_ = 0;  // in collectives on CPU tensors
   std::unique_ptr<Watchdog> watchdog_;
   std::unique_ptr<Device> device_;
 };

@@ -41,15 +41,17 @@ struct NcclGroup::State {
   int rank = 0, device = 0;
   double timeout = 0;
 
-  // The collectives queued and not yet seen finished, oldest first.
+  // The collectives queued and not yet seen finished, oldest first, between two events on their
+  // stream (`start` recorded before the collective, `done` after).
   struct Pending {
-    cudaEvent_t done;
+    cudaEvent_t start, done;
     const char* what;
     Clock::time_point queued;
   };
   std::mutex mutex;
   std::condition_variable wake;
   std::deque<Pending> pending;
+  double finished_seconds = 0;  // the GPU time of the collectives retired so far
   bool stop = false;
   std::thread watchdog;
 
@@ -79,22 +81,36 @@ struct NcclGroup::State {
     LOCKSTEP_CHECK(r == ncclSuccess, "rank ", rank, ": NCCL ", what, " failed: ", nccl_error(r));
   }
 
-  void track(const char* what, cudaStream_t stream) {
-    Pending p{nullptr, what, Clock::now()};
-    LOCKSTEP_CUDA_CHECK(cudaEventCreateWithFlags(&p.done, cudaEventDisableTiming));
+  // Queues `enqueue` (an NCCL call on `stream`) between two events, and follows it.
+  template <class Enqueue>
+  void run(const char* what, cudaStream_t stream, Enqueue enqueue) {
+    Pending p{nullptr, nullptr, what, Clock::now()};
+    LOCKSTEP_CUDA_CHECK(cudaEventCreate(&p.start));
+    LOCKSTEP_CUDA_CHECK(cudaEventCreate(&p.done));
+    LOCKSTEP_CUDA_CHECK(cudaEventRecord(p.start, stream));
+    settle(enqueue(), what);
     LOCKSTEP_CUDA_CHECK(cudaEventRecord(p.done, stream));
     std::lock_guard<std::mutex> lock(mutex);
     pending.push_back(p);
+  }
+
+  // Drops the collectives that have finished, adding their GPU time (with `mutex` held).
+  void retire_finished() {
+    while (!pending.empty() && cudaEventQuery(pending.front().done) == cudaSuccess) {
+      float ms = 0;
+      if (cudaEventElapsedTime(&ms, pending.front().start, pending.front().done) == cudaSuccess)
+        finished_seconds += double(ms) * 1e-3;
+      cudaEventDestroy(pending.front().start);
+      cudaEventDestroy(pending.front().done);
+      pending.pop_front();
+    }
   }
 
   void watch() {
     cudaSetDevice(device);
     std::unique_lock<std::mutex> lock(mutex);
     while (!wake.wait_for(lock, std::chrono::milliseconds(100), [this] { return stop; })) {
-      while (!pending.empty() && cudaEventQuery(pending.front().done) == cudaSuccess) {
-        cudaEventDestroy(pending.front().done);
-        pending.pop_front();
-      }
+      retire_finished();
       ncclResult_t async = ncclSuccess;
       ncclCommGetAsyncError(comm, &async);
       if (async != ncclSuccess && async != ncclInProgress)
@@ -140,6 +156,7 @@ NcclGroup::~NcclGroup() {
   s.watchdog.join();
   for (const State::Pending& p : s.pending) {
     cudaEventSynchronize(p.done);
+    cudaEventDestroy(p.start);
     cudaEventDestroy(p.done);
   }
   ncclCommDestroy(s.comm);
@@ -147,30 +164,37 @@ NcclGroup::~NcclGroup() {
 
 void NcclGroup::all_reduce_sum(Tensor& t, void* stream) {
   const cudaStream_t st = stream_or_current(stream);
-  state_->settle(ncclAllReduce(t.data(), t.data(), size_t(t.numel()), sum_type(t), ncclSum,
-                               state_->comm, st), "all_reduce_sum");
-  state_->track("all_reduce_sum", st);
+  state_->run("all_reduce_sum", st, [&] {
+    return ncclAllReduce(t.data(), t.data(), size_t(t.numel()), sum_type(t), ncclSum, state_->comm, st);
+  });
 }
 
 void NcclGroup::all_gather(const Tensor& shard, Tensor& full, void* stream) {
   const cudaStream_t st = stream_or_current(stream);
-  state_->settle(ncclAllGather(shard.data(), full.data(), shard.nbytes(), ncclUint8, state_->comm, st),
-                 "all_gather");
-  state_->track("all_gather", st);
+  state_->run("all_gather", st, [&] {
+    return ncclAllGather(shard.data(), full.data(), shard.nbytes(), ncclUint8, state_->comm, st);
+  });
 }
 
 void NcclGroup::reduce_scatter_sum(const Tensor& full, Tensor& shard, void* stream) {
   const cudaStream_t st = stream_or_current(stream);
-  state_->settle(ncclReduceScatter(full.data(), shard.data(), size_t(shard.numel()), sum_type(full),
-                                   ncclSum, state_->comm, st), "reduce_scatter_sum");
-  state_->track("reduce_scatter_sum", st);
+  state_->run("reduce_scatter_sum", st, [&] {
+    return ncclReduceScatter(full.data(), shard.data(), size_t(shard.numel()), sum_type(full),
+                             ncclSum, state_->comm, st);
+  });
 }
 
 void NcclGroup::broadcast(Tensor& t, int root, void* stream) {
   const cudaStream_t st = stream_or_current(stream);
-  state_->settle(ncclBroadcast(t.data(), t.data(), t.nbytes(), ncclUint8, root, state_->comm, st),
-                 "broadcast");
-  state_->track("broadcast", st);
+  state_->run("broadcast", st, [&] {
+    return ncclBroadcast(t.data(), t.data(), t.nbytes(), ncclUint8, root, state_->comm, st);
+  });
+}
+
+double NcclGroup::finished_seconds() {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  state_->retire_finished();
+  return state_->finished_seconds;
 }
 
 }  // namespace lockstep

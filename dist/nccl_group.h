@@ -38,6 +38,9 @@ class NcclGroup {
   void all_gather(const Tensor& shard, Tensor& full, void* stream);
   void reduce_scatter_sum(const Tensor& full, Tensor& shard, void* stream);
   void broadcast(Tensor& t, int root, void* stream);
+  // The GPU time of the collectives finished so far (between CUDA events recorded around each on
+  // its stream: the time the stream spent in them, waiting for the other ranks included).
+  double finished_seconds();
 
  private:
   struct State;

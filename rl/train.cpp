@@ -193,7 +193,8 @@ void start_optimizer(Run& run, const OptimizerConfig& config, bool resume) {
   else if (resume)
     load_optimizer(run.out_dir, masters, *run.optimizer, run.state.optimizer_steps);
   if (run.optimizer->holds_masters()) run.policy->release_masters();
-  if (auto* sharded = dynamic_cast<ShardedAdamW*>(run.optimizer.get()); sharded && run.comm->size() > 1)
+  if (auto* sharded = dynamic_cast<ShardedAdamW*>(run.optimizer.get());
+      sharded && run.comm->size() > 1 && run.setup.config.optim.reduce_per_layer)
     run.layerwise = std::make_unique<LayerwiseReduce>(run.policy->trainer(), *sharded);
 }
 
@@ -483,6 +484,15 @@ bool already_complete(const Run& run, TrainSummary& summary) {
   return true;
 }
 
+// The GPU memory of the step, the largest over the ranks (GB): the tensors' high-water mark
+// (model, optimizer state, KV cache, activations) and what the device has in use at the end (the
+// pool's cached blocks, CUDA graphs' arenas, library workspaces and NCCL's buffers too).
+void add_gpu_memory(Communicator& comm, Metrics& m) {
+  const DeviceMemoryStats stats = device_memory_stats();
+  m.emplace_back("gpu_memory_peak_gb", max_over_ranks(comm, double(stats.peak) * 1e-9));
+  m.emplace_back("gpu_memory_used_gb", max_over_ranks(comm, double(stats.total - stats.free) * 1e-9));
+}
+
 }  // namespace
 
 void check_data_parallel(const Config& config, int ranks) {
@@ -528,6 +538,8 @@ TrainSummary run_train(const Config& config, const TrainHooks& hooks, Communicat
   }
   while (run.state.step < c.run.steps) {
     const auto t0 = Clock::now();
+    const double collectives0 = comm.collective_seconds();
+    reset_peak_device_memory();
     StepTimes times;
     std::string skipped;
     MetricSeries series;
@@ -541,13 +553,15 @@ TrainSummary run_train(const Config& config, const TrainHooks& hooks, Communicat
     times.recompute = max_over_ranks(comm, times.recompute);
     times.update = max_over_ranks(comm, times.update);
     times.handover = max_over_ranks(comm, times.handover);
+    const double collectives = max_over_ranks(comm, comm.collective_seconds() - collectives0);
     for (auto [name, value] : std::initializer_list<std::pair<const char*, double>>{
              {"time_rollout", times.rollout}, {"time_scoring", times.scoring},
              {"time_recompute", times.recompute}, {"time_update", times.update},
-             {"time_handover", times.handover},
+             {"time_handover", times.handover}, {"time_collectives", collectives},
              {"time_step", total},
              {"tokens_per_s", metric(m, "response_length") * double(c.rollout.prompts_per_step * c.rollout.samples_per_prompt) * metric(m, "rollout_batches") / total}})
       m.emplace_back(name, value);
+    if (run.setup.device == Device::cuda) add_gpu_memory(comm, m);
     run.state.consecutive_skips = skipped.empty() ? 0 : run.state.consecutive_skips + 1;
     m.emplace_back("skipped", skipped.empty() ? 0.0 : 1.0);
     const bool last = run.state.step == c.run.steps;

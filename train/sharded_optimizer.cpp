@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <memory>
+#include <optional>
 
 #include "core/device.h"
 #include "core/error.h"
@@ -168,6 +170,7 @@ OptimizerStep ShardedAdamW::step(ModelParameters& params, ModelParameters& grads
                              g = checked(grads, "grads");
   const int ranks = plan_.ranks, me = comm_.rank();
   const int64_t shard = plan_.shard_numel;
+  grad_ready();
 
   // 1. grad_ = this rank's rows of Σ over the ranks of the gradients, bucket by bucket (unless
   // the backward has reduce-scattered them already).
@@ -243,9 +246,14 @@ void ShardedAdamW::reduce_scatter_now(ModelParameters& grads, const std::vector<
     LOCKSTEP_CHECK(i < plan_.tensors.size(), "ShardedAdamW::reduce_scatter_now: no tensor ", name);
     g[i] = all[i];
   }
-  // Their pieces, packed per rank, bucket by bucket.
+  // Their pieces, packed per rank, bucket by bucket: packed on the current stream (the gradient
+  // buffers are the backward's to reuse), reduced and summed into grad_ on reduce_stream_.
   const int ranks = plan_.ranks, me = comm_.rank();
   const PackedSpans packed = packed_spans(g);
+  if (device_ == Device::cuda) {
+    if (!reduce_stream_) reduce_stream_ = std::make_unique<SideStream>();
+    current_stream_waits_for(*reduce_stream_);  // the previous group's buffers are free again
+  }
   for (int64_t lo = 0; lo < packed.size; lo += bucket_numel_) {
     const int64_t hi = std::min(packed.size, lo + bucket_numel_), n = hi - lo;
     // The part of each of rank r's spans inside [lo, hi): its elements [b, e) and where they go.
@@ -255,13 +263,19 @@ void ShardedAdamW::reduce_scatter_now(ModelParameters& grads, const std::vector<
         if (b < e) fn(s, b, e, at + b - lo);
       }
     };
-    Tensor send = Tensor::zeros({ranks * n}, DType::f32, device_);
+    auto send = std::make_unique<Tensor>(Tensor::zeros({ranks * n}, DType::f32, device_));
     for (int r = 0; r < ranks; ++r)
       each(r, [&](const Span& s, int64_t b, int64_t e, int64_t at) {
-        send.rows(r * n + at, r * n + at + e - b).copy_from(s.tensor_elems.rows(b, e));
+        send->rows(r * n + at, r * n + at + e - b).copy_from(s.tensor_elems.rows(b, e));
       });
+    std::optional<CurrentStream> beside;
+    if (reduce_stream_) {
+      side_stream_waits_for_current(*reduce_stream_);
+      beside.emplace(*reduce_stream_);
+    }
     Tensor recv = Tensor::empty({n}, DType::f32, device_);
-    comm_.reduce_scatter_sum(send, recv);
+    comm_.reduce_scatter_sum(*send, recv);
+    send.reset();  // freed in the order of the stream that read it
     each(me, [&](const Span& s, int64_t b, int64_t e, int64_t at) {
       Tensor dst = grad_.rows(s.shard_begin + b, s.shard_begin + e);
       add_into(dst, recv.rows(at, at + e - b));
@@ -272,7 +286,12 @@ void ShardedAdamW::reduce_scatter_now(ModelParameters& grads, const std::vector<
   reduced_now_ = true;
 }
 
+void ShardedAdamW::grad_ready() {
+  if (reduce_stream_) current_stream_waits_for(*reduce_stream_);
+}
+
 void ShardedAdamW::discard_gradients() {
+  grad_ready();
   if (reduced_now_) grad_.fill_bytes(0);
   reduced_now_ = false;
 }

@@ -45,9 +45,11 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "core/cuda_graph.h"
 #include "dist/communicator.h"
 #include "model/parameters.h"
 #include "train/data_parallel.h"
@@ -79,6 +81,9 @@ class ShardedAdamW final : public DataParallelOptimizer {
   // the same names in the same order. Once it has been called, the next step() (or
   // discard_gradients()) takes the shard as these calls left it and reduce-scatters nothing: every
   // tensor must reach the shard this way (a rank with nothing to backpropagate reduces zeros).
+  // On the GPU the collectives and the sums into the shard run on a stream of their own, beside the
+  // backward of the next layer; each call first waits for the previous call's (so at most two
+  // groups' send buffers are alive).
   void reduce_scatter_now(ModelParameters& grads, const std::vector<std::string>& names);
   // Drops what reduce_scatter_now summed so far (a mini-batch skipped for a non-finite loss).
   void discard_gradients();
@@ -130,6 +135,10 @@ class ShardedAdamW final : public DataParallelOptimizer {
   Device device_;
   Tensor master_, m_, v_, grad_;  // [shard_numel]: this rank's masters, moments, summed gradient
   bool reduced_now_ = false;      // reduce_scatter_now has filled grad_ since the last step
+  // On the GPU, reduce_scatter_now's collectives and sums into grad_ run here, beside the backward
+  // (made at its first call); grad_ is read elsewhere only after waiting for it (grad_ready()).
+  std::unique_ptr<SideStream> reduce_stream_;
+  void grad_ready();
   int64_t steps_ = 0;
 };
 

@@ -189,6 +189,28 @@ INSTANTIATE_TEST_SUITE_P(Losses, DataParallelExact,
                            return name;
                          });
 
+TEST(DataParallel, ShardedStateReducedOncePerStepEqualsOneRankBitForBit) {
+  // optim.reduce_per_layer = false: each rank sums its micro-batches' gradients whole, in the order
+  // one rank does, and reduce-scatters the sum once per optimizer step; with one rank's share per
+  // mini-batch (as above) the other ranks add exact zeros, so even several micro-batches a
+  // mini-batch give one rank's bits.
+  Communicator& comm = world();
+  Config c = tiny_run("per_step_sharded_" + std::to_string(comm.size()));
+  c.optim.mini_batches = comm.size();
+  c.optim.shard_state = true;
+  c.optim.reduce_per_layer = false;  // (tiny_run's micro-batches: several a mini-batch)
+  const Recorded n = record(c, comm, "_ranks");
+  expect_identical_on_every_rank(comm, n.hashes);
+  ASSERT_EQ(n.hashes.size(), 3u);
+  if (comm.is_main()) {
+    const Recorded one = record(c, single_rank(), "_one");
+    EXPECT_EQ(n.hashes, one.hashes);
+    expect_same_metrics(n.metrics, one.metrics, comm.size() == 1);
+    EXPECT_NE(n.hashes.front(), n.hashes.back()) << "the weights never changed: nothing was tested";
+  }
+  comm.barrier();
+}
+
 TEST(DataParallel, SftAndGrpoAcrossRanksEqualOneRankWithinRounding) {
   // One mini-batch a step, and SFT before (its batch of 5 split unevenly): every optimizer step
   // sums gradients of every rank, in another order than one rank's running sum over its
