@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <initializer_list>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -15,9 +17,6 @@
 #include "ops/act_check.h"
 #include "ops/attention_backends.h"
 #if LOCKSTEP_HAS_CUDNN
-#include <cstdlib>
-#include <string_view>
-
 #include "ops/cuda/attention_cudnn.h"
 #endif
 
@@ -105,6 +104,23 @@ int64_t check_caches(const std::string& op, const PagedKv& cache, const HeadLayo
                    ": CUDA cache tensors must be 16-byte aligned (a view that starts mid-row?)");
 }
 
+}  // namespace
+
+namespace {
+// LOCKSTEP_DECODE_ATTENTION=prefill: on CUDA the paged path's one-row (decode) sequences take the
+// prefill kernel, the training forward's own kernel, instead of the split-context decode kernel,
+// so that each row sums its keys in the training forward's order (with LOCKSTEP_ATTENTION=own:
+// cuDNN's order is its own). An experiment towards rollout = training on the GPU; default "split".
+[[maybe_unused]] bool decode_as_prefill() {
+  static const bool on = [] {
+    const char* env = std::getenv("LOCKSTEP_DECODE_ATTENTION");
+    const std::string_view v = env ? env : "split";
+    LOCKSTEP_CHECK(v == "split" || v == "prefill", "LOCKSTEP_DECODE_ATTENTION: expected split or "
+                   "prefill, got '", v, "'");
+    return v == "prefill";
+  }();
+  return on;
+}
 }  // namespace
 
 #if LOCKSTEP_HAS_CUDNN
@@ -258,7 +274,7 @@ void attention_paged(Tensor& out, const Tensor& qkv, const PagedKv& cache, const
 #if LOCKSTEP_HAS_CUDA
     check_paged_cuda(op, cache, layout, {{"out", &out}, {"qkv", &qkv}});
     return cuda::attention_paged(out, qkv, cache, block_tables, cu_seqlens_q, context_lens,
-                                 layout, one_row_each);
+                                 layout, one_row_each, decode_as_prefill());
 #else
     LOCKSTEP_NO_CUDA_OP("attention_paged");
 #endif
@@ -299,7 +315,7 @@ void attention_paged_fp8(Fp8Rows& out, const Tensor& qkv, const PagedKv& cache, 
                                 one_row_each);
   check_fp8_rows(out, "attention_paged_fp8: out", T, layout.q_width(), qkv.device());
 #if LOCKSTEP_HAS_CUDA
-  if (qkv.device() == Device::cuda && one_row_each &&
+  if (qkv.device() == Device::cuda && one_row_each && !decode_as_prefill() &&
       cuda::decode_quantizes_output(T, layout, block_tables.dim(1) * cache.k.dim(1))) {
     check_paged_cuda(op, cache, layout, {{"qkv", &qkv}});
     return cuda::attention_paged_fp8(out, qkv, cache, block_tables, cu_seqlens_q, context_lens,

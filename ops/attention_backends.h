@@ -27,7 +27,7 @@ void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, con
 void kv_cache_write(const PagedKv& cache, const Tensor& qkv, const Tensor& slots, const HeadLayout& layout);
 void attention_paged(Tensor& out, const Tensor& qkv, const PagedKv& cache, const Tensor& block_tables,
                      const Tensor& cu_seqlens_q, const Tensor& context_lens, const HeadLayout& layout,
-                     bool one_row_each);
+                     bool one_row_each, bool decode_as_prefill);
 // Whether attention_paged_fp8's decode kernel quantizes its output itself (decode steps, one_row_each)
 // at this shape: group · head_dim a multiple of 256 and a grid that fits on the GPU at once
 // (otherwise attention_paged then quantize_rows is as fast or faster).

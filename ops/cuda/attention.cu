@@ -363,6 +363,8 @@ struct FwdArgs {
   const int32_t* context_lens;  // [S]
   int max_blocks, block_size, num_blocks;
   int64_t kv_width;
+  int min_rows;  // the fewest rows of a sequence this kernel takes (paged: 2, or 1 in place of
+                 // decode_kernel); the others are decode_kernel's
 };
 
 // Keys 0 .. count−1 of one kv head; offset(p) is the element offset of key p's row (the same for
@@ -443,7 +445,7 @@ __global__ void __launch_bounds__(kThreads) fwd_kernel(const FwdArgs a, const Ca
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
   for (int item = blockIdx.x;; item += gridDim.x) {
-    const TileSpot spot = locate_tile<kTileRows, true>(a.cu, a.S, a.T, item / a.q_heads, kPaged ? 2 : 1);
+    const TileSpot spot = locate_tile<kTileRows, true>(a.cu, a.S, a.T, item / a.q_heads, a.min_rows);
     if (!spot.valid) {
       nan_rows(a.out, a.out_width, 0, a.out_width, a.T);
       if (a.lse) nan_rows(a.lse, a.q_heads, 0, a.q_heads, a.T);
@@ -1358,6 +1360,7 @@ FwdArgs fwd_args(uint16_t* out, const Tensor& qkv, const Tensor& cu, const HeadL
   a.qkv_width = layout.qkv_width();
   a.out_width = layout.q_width();
   a.scale_log2 = float(1.0 / std::sqrt(double(layout.head_dim))) * kLog2e;
+  a.min_rows = 1;
   return a;
 }
 
@@ -1456,11 +1459,14 @@ int decode_parts(int64_t S, int64_t kv_heads, int64_t max_keys) {
 }
 
 // attention_paged with its output in bf16 (out), or quantized (quantized: decode steps only).
+// decode_as_prefill: one-row sequences go through fwd_kernel too (no decode_kernel): each row then
+// sums its keys in the order the training forward's fwd_kernel does.
 void paged(uint16_t* out, const QuantizedOut* quantized, const Tensor& qkv, const PagedKv& cache,
            const Tensor& block_tables, const Tensor& cu_seqlens_q, const Tensor& context_lens,
-           const HeadLayout& layout, bool one_row_each) {
+           const HeadLayout& layout, bool one_row_each, bool decode_as_prefill = false) {
   if (qkv.dim(0) == 0) return;
   FwdArgs a = fwd_args(out, qkv, cu_seqlens_q, layout);
+  a.min_rows = decode_as_prefill ? 1 : 2;
   a.k_cache = data<const uint16_t>(cache.k);  // e4m3 bytes in an fp8 cache: the kernels cast
   a.v_cache = data<const uint16_t>(cache.v);
   const CacheScales scales =
@@ -1503,7 +1509,7 @@ void paged(uint16_t* out, const QuantizedOut* quantized, const Tensor& qkv, cons
     constexpr bool kFp8Cache = decltype(fp8_cache)::value;
     // One-row sequences first: fwd_kernel, which takes the multi-row ones, also overwrites every
     // row with NaN when cu_seqlens_q is malformed, and must come last for that.
-    if (a.S > 0) {
+    if (a.S > 0 && !decode_as_prefill) {
       // A grid of at most one CTA an SM requests both ring tiles early (bf16 cache only): at batch 64
       // both in flight was slower (H200, 2026-11-21).
       const bool small_grid = int64_t(d.max_parts) * a.kv_heads * a.S <= device_sm_count();
@@ -1523,7 +1529,8 @@ void paged(uint16_t* out, const QuantizedOut* quantized, const Tensor& qkv, cons
       else if (small_grid) launch(std::true_type());
       else launch(std::false_type());
     }
-    if (one_row_each) return;  // no multi-row sequence; decode_kernel NaNs misplaced rows itself
+    if (one_row_each && !decode_as_prefill) return;  // no multi-row sequence; decode_kernel NaNs
+                                                     // misplaced rows itself
     // Persistent CTAs: how many rows belong to multi-row sequences is known only on the device.
     constexpr auto fwd = fwd_kernel<D, true, kFp8Cache>;
     const int resident = resident_blocks<fwd>(kThreads, kFwdSmem<D>);
@@ -1540,9 +1547,9 @@ void paged(uint16_t* out, const QuantizedOut* quantized, const Tensor& qkv, cons
 
 void attention_paged(Tensor& out, const Tensor& qkv, const PagedKv& cache, const Tensor& block_tables,
                      const Tensor& cu_seqlens_q, const Tensor& context_lens, const HeadLayout& layout,
-                     bool one_row_each) {
+                     bool one_row_each, bool decode_as_prefill) {
   paged(data<uint16_t>(out), nullptr, qkv, cache, block_tables, cu_seqlens_q, context_lens, layout,
-        one_row_each);
+        one_row_each, decode_as_prefill);
 }
 
 // The quantized output spares the quantize launch after the attention (1.1 µs a layer at batch 1:
