@@ -1,5 +1,6 @@
 // Routing that stays on-policy in the GRPO update (rl/grpo_update.h) of a sparse model: the
-// routing-disagreement metric and routing replay, on rollouts of the engine (rollout/engine.h)
+// routing-disagreement metric and routing replay (and the router z-loss's place in the loss), on
+// rollouts of the engine (rollout/engine.h)
 // from a tiny Qwen3-MoE on the CPU (sparse layers 0 and 2), where rollout and training compute the
 // same function. The metric's expected values are counted here from separate training forwards;
 // replay's expected gradient is one forward and backward with the rollout's experts replayed and
@@ -120,8 +121,10 @@ std::vector<double> flatten(ModelParameters& p) {
   return out;
 }
 
-// The gradient of −Σ_s A_s/N · Σ_response lp under `model` with the rollout's experts replayed.
-std::vector<double> expected_replay_gradient(Transformer& model, const std::vector<ScoredGroup>& groups) {
+// The gradient of −Σ_s A_s/N · Σ_response lp + z_weight · router_z_loss under `model`, with the
+// rollout's experts replayed or not, from one forward over the whole batch.
+std::vector<double> expected_gradient(Transformer& model, const std::vector<ScoredGroup>& groups, bool replay,
+                                      double z_weight = 0, double* z = nullptr) {
   const Packed p = packed(groups);
   std::vector<float> d;
   double n = 0;
@@ -138,12 +141,13 @@ std::vector<double> expected_replay_gradient(Transformer& model, const std::vect
     }
   for (float& x : d) x = float(x / n);
   TrainBatch batch = pack(p.seqs);
-  batch.replay_experts = p.replay;
+  if (replay) batch.replay_experts = p.replay;
   model.grads().zero();
   TrainForward f = model.forward(batch, 1.0f);
+  if (z) *z = router_z_loss(f.routing);
   Tensor dlogprob = Tensor::empty({int64_t(d.size())}, DType::f32);
   std::copy(d.begin(), d.end(), dlogprob.data_as<float>());
-  model.backward(f, dlogprob, Tensor());
+  model.backward(f, dlogprob, Tensor(), 0, z_weight);
   std::vector<double> g = flatten(model.grads());
   model.grads().zero();
   return g;
@@ -154,8 +158,10 @@ struct Update {
   std::vector<double> gradient;  // the one optimizer step's, the weights left as they were
 };
 
-Update update(Transformer& model, const std::vector<ScoredGroup>& groups, bool replay, bool reuse = false) {
+Update update(Transformer& model, const std::vector<ScoredGroup>& groups, bool replay, bool reuse = false,
+              double z_coef = 0) {
   Config c;
+  c.loss.router_z_coef = z_coef;
   c.rollout.max_new_tokens = 5;
   c.optim.micro_batch_tokens = 16;  // several micro-batches
   c.model.routing_replay = replay;
@@ -214,10 +220,25 @@ TEST(RoutingOnPolicy, PlantedRouterDifferenceIsMeasuredAndReplayTrainsOnTheRollo
     EXPECT_EQ(metric(u.metrics, "routing_disagreement_layers"), pairs) << "replay " << replay;
     std::printf("replay %d: routing_disagreement %.3f, by layer %.3f, mismatch_abs %.3g\n", int(replay), tokens,
                 pairs, metric(u.metrics, "mismatch_abs"));
-    const std::vector<double> want = expected_replay_gradient(trainer, groups);
+    const std::vector<double> want = expected_gradient(trainer, groups, /*replay=*/true);
     if (replay) EXPECT_LE(rel_error(u.gradient, want), kTol);
     else EXPECT_GT(rel_error(u.gradient, want), 1e-3);  // the test tells the two apart
   }
+}
+
+// loss.router_z_coef adds coef · the batch's router z-loss to the loss (each micro-batch's z weighted
+// by its share of the rows: the whole batch's z), and logs it; without it no router_z_loss metric.
+TEST(RoutingOnPolicy, RouterZLossJoinsTheLossAndTheMetrics) {
+  Transformer model(moe_config(), random_parameters(moe_config(), 25), Recipe::fp32);
+  const std::vector<ScoredGroup> groups = roll_out(model);
+  double z = 0;
+  const std::vector<double> want = expected_gradient(model, groups, false, 0.5, &z);
+  const Update u = update(model, groups, false, false, 0.5);
+  EXPECT_LE(rel_error(u.gradient, want), kTol);
+  EXPECT_GT(rel_error(u.gradient, expected_gradient(model, groups, false)), 1e-3);  // z does move it
+  EXPECT_NEAR(metric(u.metrics, "router_z_loss"), z, 1e-12 * z);  // sums in another order
+  const Metrics off = update(model, groups, false).metrics;
+  EXPECT_TRUE(std::none_of(off.begin(), off.end(), [](const auto& m) { return m.first == "router_z_loss"; }));
 }
 
 TEST(RoutingOnPolicy, ReplayWithoutRecordedRoutingIsAnError) {
