@@ -316,12 +316,14 @@ std::vector<std::vector<GeneratedSample>> Engine::generate(
     const int32_t* token = drawn.tokens.data();
     const float* logprob = drawn.logprobs.data();
 
+    // A forked sample was copied before the step ran its prompt's last chunk: its routing is the
+    // sequence's that ran it (taken before that one can finish and hand its routing over).
+    if (options_.record_routing)
+      for (const Draw& d : draws)
+        if (const int64_t ran = plan.chunks[size_t(d.row)].seq; ran != d.seq)
+          seqs[size_t(d.seq)].expert_ids = seqs[size_t(ran)].expert_ids;
     for (size_t i = 0; i < draws.size(); ++i) {
       Sequence& s = seqs[size_t(draws[i].seq)];
-      // A forked sample was copied before the step ran its prompt's last chunk: its routing is the
-      // sequence's that ran it.
-      if (const int64_t ran = plan.chunks[size_t(draws[i].row)].seq; ran != draws[i].seq)
-        s.expert_ids = seqs[size_t(ran)].expert_ids;
       LOCKSTEP_CHECK(token[i] >= 0, "engine: request ", s.request, ", sample ", s.sample,
                      ": the logits at position ", s.tokens.size(), " hold a NaN or have no ",
                      "finite maximum (a diverged model?)");

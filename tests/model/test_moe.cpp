@@ -757,18 +757,19 @@ TEST(MoeModel, RouterZLossGradientMatchesFiniteDifferences) {
 }
 
 // The engine records each token's routing as the training forward of the same sequence computes
-// it, prompt shared by the samples or not.
+// it, prompt shared by the samples or not, with responses of one token (the prompt's routing only,
+// the samples finishing in the step that forks them) or several.
 TEST(MoeRollout, RecordsTheRoutingTheTrainingForwardComputes) {
   const ModelConfig config = tiny_moe(kThreeLayersFp8);
   for (Recipe recipe : {Recipe::fp32, Recipe::fp8}) {
     Transformer model(config, random_parameters(config, 89), recipe);
-    for (bool share : {true, false}) {
+    for (auto [share, max_new_tokens] : {std::pair{true, 5}, {false, 5}, {true, 1}, {false, 1}}) {
       Engine engine(model, {.num_blocks = 64, .block_size = 4, .share_prompts = share, .record_routing = true});
       GenerationRequest request;
       request.prompt = {3, 1, 4, 1, 5, 9};
       request.sampling.n = 3;
       request.sampling.temperature = 1.0f;
-      request.sampling.max_new_tokens = 5;
+      request.sampling.max_new_tokens = max_new_tokens;
       request.sampling.seed = 7;
       const auto samples = engine.generate({request});
       for (const GeneratedSample& s : samples[0]) {
@@ -782,7 +783,8 @@ TEST(MoeRollout, RecordsTheRoutingTheTrainingForwardComputes) {
             for (int64_t j = 0; j < k; ++j)
               ASSERT_EQ(s.expert_ids[size_t((t * layers + l) * k + j)],
                         f.routing[size_t(l)].expert_ids.data_as<int32_t>()[t * k + j])
-                  << recipe_name(recipe) << " share " << share << " token " << t << " layer " << l;
+                  << recipe_name(recipe) << " share " << share << " max_new_tokens " << max_new_tokens
+                  << " token " << t << " layer " << l;
       }
     }
   }
