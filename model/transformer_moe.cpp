@@ -28,16 +28,19 @@ std::vector<double> column_sums(const Tensor& probs) {
 }
 
 // The replayed experts where a row has them, the router's own (`own`, host [T, k]) where its first
-// id is -1.
+// id is -1. Checked here, on the host, for every device: k distinct experts of [0, E) a row.
 Tensor replayed_ids(const Tensor& own, const Tensor& replay, int64_t num_experts) {
   Tensor ids = Tensor::empty(own.shape(), DType::i32);
   const int64_t T = own.dim(0), k = own.dim(1);
   for (int64_t t = 0; t < T; ++t) {
     const int32_t* r = replay.data_as<int32_t>() + t * k;
     const int32_t* from = r[0] < 0 ? own.data_as<int32_t>() + t * k : r;
-    for (int64_t j = 0; j < k; ++j)
+    for (int64_t j = 0; j < k; ++j) {
       LOCKSTEP_CHECK(from[j] >= 0 && from[j] < num_experts, "routing replay: row ", t, " choice ", j,
                      " is expert ", from[j], ", outside [0, ", num_experts, ")");
+      LOCKSTEP_CHECK(std::find(from, from + j, from[j]) == from + j, "routing replay: row ", t,
+                     " names expert ", from[j], " twice");
+    }
     std::copy(from, from + k, ids.data_as<int32_t>() + t * k);
   }
   return ids;

@@ -711,6 +711,10 @@ TEST(MoeModel, ReplaySendsTokensToTheReplayedExperts) {
     moved = std::max(moved, std::abs(want[i] - double(own.logprob.data_as<float>()[i])));
   }
   EXPECT_GT(moved, 1e-3);  // other experts do compute something else
+  replay.data_as<int32_t>()[5 * k + 1] = replay.data_as<int32_t>()[5 * k];
+  expect_error([&] { model.forward(batch, 1.0f, false); }, {"routing replay: row 5 names expert", "twice"});
+  replay.data_as<int32_t>()[5 * k + 1] = int32_t(E);
+  expect_error([&] { model.forward(batch, 1.0f, false); }, {"routing replay: row 5 choice 1 is expert 8", "[0, 8)"});
   batch.replay_experts = Tensor::zeros({2, T, k}, DType::i32);
   expect_error([&] { model.forward(batch, 1.0f, false); }, {"replay_experts", "[1, 20, 2]"});
 }
