@@ -1,7 +1,9 @@
-// Qwen3-MoE: the config fields, the router op (ties, weights, its backward), the model's forward
-// against a plain-loop reference in double, its gradients against finite differences (the
-// load-balancing loss's too) and the bf16/fp8 recipes' against fp32, the Hugging Face checkpoint
-// names, and the router statistics. (Rollout = training bit for bit: test_model_generation.cpp's
+// Qwen3-MoE: the config fields, the router op (ties, weights, its backward, logsumexp, the weights
+// of given experts, the z-loss term), the model's forward against a plain-loop reference in double
+// (with replayed experts too), its gradients against finite differences (the load-balancing loss's
+// and the router z-loss's too) and the bf16/fp8 recipes' against fp32, routing replay of the
+// router's own choices (the same bits), the rollout's record of its routing, the Hugging Face
+// checkpoint names, and the router statistics. (Rollout = training bit for bit: test_model_generation.cpp's
 // qwen3_moe cases.)
 #include <gtest/gtest.h>
 
