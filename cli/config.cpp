@@ -265,6 +265,11 @@ const std::vector<Section>& schema() {
       field("dither_masters", &M::dither_masters,
             "move a checkpoint's fp32 masters off the bf16 grid within their bf16 rounding (the bf16 "
             "model is unchanged): small first updates then change bf16 copies and fp8 ties alike"),
+      field("routing_replay", &M::routing_replay,
+            "mixture-of-experts models: the training forward and backward send each token to the "
+            "experts the rollout chose (slime's rollout routing replay), weighted by the training "
+            "router's probabilities of them; metric routing_disagreement then says how often the "
+            "training router would have chosen others"),
       field("builtin_hidden", &M::builtin_hidden, "hidden size of the builtin model", at_least(1)),
       field("builtin_layers", &M::builtin_layers, "layers of the builtin model", at_least(1)),
     }),
@@ -361,6 +366,11 @@ const std::vector<Section>& schema() {
             "(router_aux_loss_coef when output_router_logits is true, else 0); metric "
             "router_aux_loss",
             Rule<double>{[](double x) { return x == -1 || x >= 0; }, "-1 (the model's) or ≥ 0"}),
+      field("router_z_coef", &L::router_z_coef,
+            "mixture-of-experts models: weight of ST-MoE's router z-loss, the mean over every sparse "
+            "layer's tokens of logsumexp(router logits)^2, added to each mini-batch's loss (0: off); "
+            "metric router_z_loss when on",
+            at_least(0)),
     }),
     section<O>("optim", "AdamW and the learning-rate schedule", {"train", "sft"}, &Config::optim, {
       field("lr", &O::lr, "peak learning rate of RL", above(0)),

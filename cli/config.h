@@ -41,6 +41,7 @@ struct ModelOptions {
   std::string kv_cache = "bf16";  // "bf16" | "fp8" (TransformerOptions::fp8_kv_cache)
   bool recompute = false;
   bool dither_masters = false;  // model/parameters.h's dither_within_bf16_rounding on load
+  bool routing_replay = false;  // sparse models: training replays the rollout's experts
   int64_t builtin_hidden = 128;
   int64_t builtin_layers = 2;
   bool operator==(const ModelOptions&) const = default;
@@ -91,6 +92,7 @@ struct LossOptions {
   double overlong_penalty = 1.0;            // ≥ 0
   bool reuse_rollout_logprobs = false;
   double router_aux_loss_coef = -1;         // sparse models; -1: the model's config.json
+  double router_z_coef = 0;                 // sparse models: ST-MoE's router z-loss
   bool operator==(const LossOptions&) const = default;
 };
 

@@ -77,6 +77,15 @@ std::vector<double> load_balancing_gradient(const std::vector<RouterStats>& rout
   return g;
 }
 
+double router_z_loss(const std::vector<RouterStats>& routing) {
+  double sum = 0, tokens = 0;
+  for (const RouterStats& layer : routing) {
+    sum += layer.lse_square_sum;
+    tokens += double(layer.expert_ids.dim(0));
+  }
+  return tokens == 0 ? 0 : sum / tokens;
+}
+
 ExpertLoad expert_load(const RouterStats& stats) {
   ExpertLoad load;
   int64_t total = 0;

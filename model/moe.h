@@ -43,7 +43,8 @@ MoeDispatch plan_moe_dispatch(const Tensor& expert_ids, int64_t num_experts, Ten
 // What the training forward of a sparse MLP keeps for its backward.
 struct MoeActivations {
   Tensor hn;                               // the normed input [T, H] (the router's WGrad input)
-  Tensor probs, expert_ids, weights;       // ops/moe_route.h
+  Tensor probs, expert_ids, weights;       // ops/moe_route.h (expert_ids: the ones used, replayed or not)
+  Tensor lse;                              // f32 [T]: the router logits' logsumexp (router z-loss)
   MoeDispatch dispatch;
   Tensor rows;                             // the experts' outputs [T·k, H], by dispatch row
   std::vector<LinearInput> gate_up_in;     // per expert (empty: no tokens)
@@ -53,9 +54,13 @@ struct MoeActivations {
 
 // What one sparse layer's router did with a batch (host values).
 struct RouterStats {
-  Tensor expert_ids;                   // i32 [T, k] on the host: each token's experts, best first
-  std::vector<int64_t> expert_tokens;  // [E]: tokens routed to each expert
+  // i32 [T, k] on the host: each token's experts as this router ranks them, best first (with routing
+  // replay: what it would have chosen; the tokens went to the replayed experts).
+  Tensor expert_ids;
+  std::vector<int64_t> expert_tokens;  // [E]: tokens sent to each expert
   std::vector<double> prob_sums;       // [E]: Σ_t probs[t, e]
+  double lse_square_sum = 0;           // Σ_t lse_t², lse_t = logsumexp of token t's router logits
+                                       // (a training forward kept for the backward; else 0)
 };
 
 // transformers' load_balancing_loss_func over every sparse layer of a batch (the layers' rows
@@ -67,6 +72,12 @@ struct RouterStats {
 double load_balancing_loss(const std::vector<RouterStats>& routing);
 // d loss / d probs[t, e] of any layer and token: E · C_e / N² (the counts are not differentiable).
 std::vector<double> load_balancing_gradient(const std::vector<RouterStats>& routing);
+
+// ST-MoE's router z-loss over every sparse layer of a batch (the layers' rows concatenated, as
+// load_balancing_loss pools them): with N = Σ_layers T, z = Σ_layers lse_square_sum / N. Its
+// gradient w.r.t. a token's logits is (2 / N) · lse_t · probs[t] (d lse / d logits = softmax). 0
+// without layers.
+double router_z_loss(const std::vector<RouterStats>& routing);
 
 // Tokens per expert of one layer: the most loaded expert's count and the mean (T·k / E).
 struct ExpertLoad {

@@ -240,7 +240,7 @@ void Transformer::share_embedding_copies(const Transformer& other) {
 
 void Transformer::layer_forward(size_t i, Tensor& x, Tensor& residual, const Tensor& positions,
                                 const Attend& attend, LayerActivations* save, const KvWrite* kv,
-                                RouterStats* stats) {
+                                RouterStats* stats, const Tensor* replay) {
   const LayerParameters& p = params_.layers[i];
   const LayerWeights& w = weights_[i];
   const int64_t t = x.dim(0), hidden = config_.hidden_size;
@@ -274,7 +274,7 @@ void Transformer::layer_forward(size_t i, Tensor& x, Tensor& residual, const Ten
     // rows, so the norm writes them in the activation dtype.
     Tensor hn = empty_act(t, hidden);
     rmsnorm_forward(hn, post_rstd, h, x, p.post_norm, eps_);
-    out = moe_forward(i, hn, train ? &save->moe : nullptr, stats);
+    out = moe_forward(i, hn, train ? &save->moe : nullptr, stats, replay);
   } else {
     gate_up_in = normed_input(h, x, p.post_norm, post_rstd, train);
     gate_up = empty_act(t, 2 * config_.intermediate_size);
@@ -372,7 +372,7 @@ void Transformer::recompute_inputs(size_t i, LayerActivations& s) const {
 
 Tensor Transformer::layer_backward(size_t i, LayerActivations& s, const Tensor& dout,
                                    const Tensor& positions, const Tensor& cu_seqlens,
-                                   const Tensor& dprobs) {
+                                   const Tensor& dprobs, float z_scale) {
   const LayerParameters& p = params_.layers[i];
   LayerParameters& g = grads_.layers[i];
   const LayerWeights& w = weights_[i];
@@ -382,7 +382,7 @@ Tensor Transformer::layer_backward(size_t i, LayerActivations& s, const Tensor& 
   // out = h + down(swiglu(gate_up(norm(h)))), or h + moe(norm(h))
   Tensor dhn;
   if (config_.is_moe_layer(int64_t(i))) {
-    dhn = moe_backward(i, s.moe, dout, dprobs);
+    dhn = moe_backward(i, s.moe, dout, dprobs, z_scale);
   } else {
     Tensor da = empty_act(t, config_.intermediate_size);
     linear_backward(da, g.down, g.down_bias, dout, s.down_in, w.down);
@@ -436,12 +436,30 @@ Tensor Transformer::trunk(const TrainBatch& batch, TrainActivations* saved,
     if (save) save->attn = out, save->lse = lse;
     return linear_input(recipe_, out, false);
   };
+  int64_t sparse_layers = 0;
+  for (size_t i = 0; i < params_.layers.size(); ++i) sparse_layers += config_.is_moe_layer(int64_t(i));
+  const Tensor& replay = batch.replay_experts;
+  if (replay.defined()) {
+    LOCKSTEP_CHECK(sparse_layers > 0, "batch replay_experts: the model has no sparse layers to replay");
+    LOCKSTEP_CHECK(replay.device() == Device::cpu && replay.dtype() == DType::i32 && replay.rank() == 3 &&
+                       replay.dim(0) == sparse_layers && replay.dim(1) == t &&
+                       replay.dim(2) == config_.moe->num_experts_per_tok,
+                   "batch replay_experts: expected i32 [", sparse_layers, ", ", t, ", ",
+                   config_.moe->num_experts_per_tok, "] on the host (sparse layers, tokens, k), got ",
+                   replay.describe());
+  }
   if (saved) saved->layers.resize(params_.layers.size());
   Tensor residual;
-  for (size_t i = 0; i < params_.layers.size(); ++i) {
+  for (size_t i = 0, sparse = 0; i < params_.layers.size(); ++i) {
     RouterStats* stats = nullptr;
-    if (routing && config_.is_moe_layer(int64_t(i))) stats = &routing->emplace_back();
-    layer_forward(i, x, residual, positions, attend, saved ? &saved->layers[i] : nullptr, nullptr, stats);
+    Tensor layer_replay;
+    if (config_.is_moe_layer(int64_t(i))) {
+      if (routing) stats = &routing->emplace_back();
+      if (replay.defined()) layer_replay = replay.rows(int64_t(sparse), int64_t(sparse) + 1).reshape({t, replay.dim(2)});
+      ++sparse;
+    }
+    layer_forward(i, x, residual, positions, attend, saved ? &saved->layers[i] : nullptr, nullptr, stats,
+                  layer_replay.defined() ? &layer_replay : nullptr);
   }
 
   // The final norm adds the last layer's residual into x (kept as x_final).
@@ -484,7 +502,7 @@ TrainForward Transformer::forward(const TrainBatch& batch, float temperature, bo
 Tensor Transformer::hidden_states(const TrainBatch& batch) { return trunk(batch, nullptr, nullptr); }
 
 void Transformer::backward(TrainForward& forward, const Tensor& dlogprob, const Tensor& dentropy,
-                           double load_balancing_weight) {
+                           double load_balancing_weight, double router_z_weight) {
   LOCKSTEP_CHECK(trainable_, "backward: this model is inference-only ",
                  "(TransformerOptions::trainable = false): it has no gradients");
   LOCKSTEP_CHECK(forward.saved, "backward: the forward was run without for_backward, or its ",
@@ -512,13 +530,17 @@ void Transformer::backward(TrainForward& forward, const Tensor& dlogprob, const 
         host.data_as<float>()[r * E + e] = float(load_balancing_weight * g[size_t(e)]);
     dprobs = device() == Device::cpu ? host : host.to(device());
   }
+  // The router z-loss's: (2 · weight / N) · lse_t · probs[t] for every sparse layer's token t.
+  float z_scale = 0;
+  if (router_z_weight != 0 && !forward.routing.empty())
+    z_scale = float(2 * router_z_weight / double(t * int64_t(forward.routing.size())));
   std::vector<std::vector<std::string>> groups;
   if (gradients_ready_) {
     groups = gradient_groups();
     gradients_ready_(groups.front());
   }
   for (size_t i = params_.layers.size(); i-- > 0;) {
-    dx = layer_backward(i, s->layers[i], dx, s->positions, s->cu_seqlens, dprobs);
+    dx = layer_backward(i, s->layers[i], dx, s->positions, s->cu_seqlens, dprobs, z_scale);
     s->layers[i] = LayerActivations();  // free as we go
     if (gradients_ready_) gradients_ready_(groups[params_.layers.size() - i]);
   }
@@ -526,7 +548,8 @@ void Transformer::backward(TrainForward& forward, const Tensor& dlogprob, const 
   if (gradients_ready_) gradients_ready_(groups.back());
 }
 
-Tensor Transformer::forward_infer(const InferBatch& batch, KvCache& cache) {
+Tensor Transformer::forward_infer(const InferBatch& batch, KvCache& cache,
+                                  std::vector<Tensor>* expert_ids) {
   check_i32_vector(batch.tokens, "infer batch tokens");
   check_i32_vector(batch.cu_seqlens_q, "infer batch cu_seqlens_q");
   check_i32_vector(batch.last_rows, "infer batch last_rows");
@@ -568,8 +591,12 @@ Tensor Transformer::forward_infer(const InferBatch& batch, KvCache& cache) {
   };
   const KvWrite kv{cache, batch.slots};
   Tensor residual;
-  for (size_t i = 0; i < params_.layers.size(); ++i)
-    layer_forward(i, x, residual, batch.positions, attend, nullptr, &kv);
+  for (size_t i = 0; i < params_.layers.size(); ++i) {
+    RouterStats stats;
+    const bool report = expert_ids && config_.is_moe_layer(int64_t(i));
+    layer_forward(i, x, residual, batch.positions, attend, nullptr, &kv, report ? &stats : nullptr);
+    if (report) expert_ids->push_back(std::move(stats.expert_ids));
+  }
 
   Tensor h = empty_act(sequences, config_.hidden_size);
   Tensor rstd = Tensor::empty({sequences}, DType::f32, device());

@@ -43,6 +43,12 @@ struct TrainBatch {
   Tensor tokens;      // i32 [T]
   Tensor targets;     // i32 [T]
   Tensor cu_seqlens;  // i32 [S + 1]
+  // Routing replay (sparse models; undefined: none): i32 [sparse layers, T, k] on the host, the
+  // experts each sparse layer sends each row's token to instead of its router's top k (the
+  // rollout's choices); a row whose first id is -1 keeps the router's own. The weights are the
+  // router's probabilities of the replayed experts (ops/moe_route.h's moe_route_weights), so
+  // the gradient still reaches the router; the backward uses the same experts.
+  Tensor replay_experts = {};
 };
 
 // New tokens of S sequences whose earlier tokens are already in the KV cache (ops/attention.h,
@@ -152,9 +158,10 @@ class Transformer {
   // dlogprob, dentropy: f32 [T] (either may be undefined: zero). Adds into grads(); consumes the
   // saved activations. A sparse model also adds `load_balancing_weight` times the gradient of the
   // batch's load-balancing loss (model/moe.h, load_balancing_loss of forward.routing) w.r.t. the
-  // router probabilities; 0 leaves it out.
+  // router probabilities, and `router_z_weight` times the gradient of its router z-loss
+  // (router_z_loss) w.r.t. the router logits; 0 leaves either out.
   void backward(TrainForward& forward, const Tensor& dlogprob, const Tensor& dentropy,
-                double load_balancing_weight = 0);
+                double load_balancing_weight = 0, double router_z_weight = 0);
 
   // The final-normed hidden state of every row, [T, H] (nothing kept): logits() of it gives the
   // full logits, for checks against other implementations.
@@ -164,8 +171,10 @@ class Transformer {
   // sequence's last row, [S, H] in the activation dtype. On the GPU a dense model reads nothing
   // back (it can be captured into a CUDA graph; a sparse one reads each layer's routing back, for
   // its expert GEMMs' sizes): index values are checked only on the CPU, and on CUDA a bad one
-  // gives NaN rows (ops/attention.h, ops/embedding.h).
-  Tensor forward_infer(const InferBatch& batch, KvCache& cache);
+  // gives NaN rows (ops/attention.h, ops/embedding.h). `expert_ids` (sparse models; null: not
+  // wanted) gets each sparse layer's choices for every row, i32 [T, k] on the host, in layer order.
+  Tensor forward_infer(const InferBatch& batch, KvCache& cache,
+                       std::vector<Tensor>* expert_ids = nullptr);
   // f32 [rows, V] logits of hidden states (not divided by a temperature).
   Tensor logits(const Tensor& hidden) const;
 
@@ -194,18 +203,23 @@ class Transformer {
   // The layer's input is x + residual: the previous layer's output with its residual add still
   // pending (residual undefined: none), done in place into x by the input norm. Returns the same
   // way: x + residual is the layer's output, the add left to the next norm.
+  // `replay`: a sparse layer's replayed experts, host i32 [T, k] (TrainBatch::replay_experts).
   void layer_forward(size_t i, Tensor& x, Tensor& residual, const Tensor& positions,
                      const Attend& attend, LayerActivations* save, const KvWrite* kv = nullptr,
-                     RouterStats* stats = nullptr);
+                     RouterStats* stats = nullptr, const Tensor* replay = nullptr);
   // dprobs: the load-balancing loss's gradient w.r.t. a sparse layer's router probabilities
-  // (undefined: none).
+  // (undefined: none); z_scale: the router z-loss's, 2 · weight / N (moe_route_backward's).
   Tensor layer_backward(size_t i, LayerActivations& saved, const Tensor& dout,
-                        const Tensor& positions, const Tensor& cu_seqlens, const Tensor& dprobs);
+                        const Tensor& positions, const Tensor& cu_seqlens, const Tensor& dprobs,
+                        float z_scale);
   void recompute_inputs(size_t i, LayerActivations& saved) const;
   // The sparse MLP of layer i (model/transformer_moe.cpp): out [T, H] from the normed hn [T, H];
-  // fills `save` and `stats` when given. The backward returns dhn and adds into grads().
-  Tensor moe_forward(size_t i, const Tensor& hn, MoeActivations* save, RouterStats* stats) const;
-  Tensor moe_backward(size_t i, MoeActivations& saved, const Tensor& dout, const Tensor& dprobs);
+  // fills `save` and `stats` when given; `replay` as layer_forward's. The backward returns dhn and
+  // adds into grads().
+  Tensor moe_forward(size_t i, const Tensor& hn, MoeActivations* save, RouterStats* stats,
+                     const Tensor* replay) const;
+  Tensor moe_backward(size_t i, MoeActivations& saved, const Tensor& dout, const Tensor& dprobs,
+                      float z_scale);
   // The input of the linear layer after an RMSNorm (of x += residual, when residual is defined), or
   // after the SwiGLU, in the recipe's form.
   LinearInput normed_input(Tensor& x, const Tensor& residual, const Tensor& w, Tensor& rstd,

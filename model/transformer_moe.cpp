@@ -3,6 +3,8 @@
 // The experts run one after another, each a pair of the recipe's ordinary GEMMs on its rows of the
 // gathered tensor; experts without tokens are skipped. (A grouped GEMM over all experts at once is
 // the faster path for the GPU; this loop is its reference.)
+#include <algorithm>
+
 #include "core/error.h"
 #include "model/transformer.h"
 #include "ops/elementwise.h"
@@ -25,9 +27,29 @@ std::vector<double> column_sums(const Tensor& probs) {
   return sums;
 }
 
+// The replayed experts where a row has them, the router's own (`own`, host [T, k]) where its first
+// id is -1. Checked here, on the host, for every device: k distinct experts of [0, E) a row.
+Tensor replayed_ids(const Tensor& own, const Tensor& replay, int64_t num_experts) {
+  Tensor ids = Tensor::empty(own.shape(), DType::i32);
+  const int64_t T = own.dim(0), k = own.dim(1);
+  for (int64_t t = 0; t < T; ++t) {
+    const int32_t* r = replay.data_as<int32_t>() + t * k;
+    const int32_t* from = r[0] < 0 ? own.data_as<int32_t>() + t * k : r;
+    for (int64_t j = 0; j < k; ++j) {
+      LOCKSTEP_CHECK(from[j] >= 0 && from[j] < num_experts, "routing replay: row ", t, " choice ", j,
+                     " is expert ", from[j], ", outside [0, ", num_experts, ")");
+      LOCKSTEP_CHECK(std::find(from, from + j, from[j]) == from + j, "routing replay: row ", t,
+                     " names expert ", from[j], " twice");
+    }
+    std::copy(from, from + k, ids.data_as<int32_t>() + t * k);
+  }
+  return ids;
+}
+
 }  // namespace
 
-Tensor Transformer::moe_forward(size_t i, const Tensor& hn, MoeActivations* save, RouterStats* stats) const {
+Tensor Transformer::moe_forward(size_t i, const Tensor& hn, MoeActivations* save, RouterStats* stats,
+                                const Tensor* replay) const {
   const MoeConfig& m = *config_.moe;
   const MoeWeights& w = weights_[i].moe;
   const int64_t t = hn.dim(0), hidden = config_.hidden_size, E = m.num_experts, k = m.num_experts_per_tok;
@@ -38,9 +60,20 @@ Tensor Transformer::moe_forward(size_t i, const Tensor& hn, MoeActivations* save
   Tensor probs = Tensor::empty({t, E}, DType::f32, device());
   Tensor expert_ids = Tensor::empty({t, k}, DType::i32, device());
   Tensor weights = Tensor::empty({t, k}, DType::f32, device());
-  moe_route_forward(probs, expert_ids, weights, logits, m.norm_topk_prob);
+  // A forward kept for the backward also gives each token's logsumexp (the router z-loss's).
+  Tensor lse = train ? Tensor::empty({t}, DType::f32, device()) : Tensor();
+  moe_route_forward(probs, expert_ids, weights, logits, m.norm_topk_prob, train ? &lse : nullptr);
+  Tensor router_ids;  // host: the router's own choices
+  if (replay) {
+    // Routing replay: the tokens go to the replayed experts, weighted by this router's probs.
+    router_ids = expert_ids.is_cuda() ? expert_ids.to(Device::cpu) : expert_ids;
+    const Tensor ids = replayed_ids(router_ids, *replay, E);
+    expert_ids = device() == Device::cpu ? ids : ids.to(device());
+    moe_route_weights(weights, probs, expert_ids, m.norm_topk_prob);
+  }
   Tensor host_ids;
-  MoeDispatch plan = plan_moe_dispatch(expert_ids, E, &host_ids);
+  MoeDispatch plan = plan_moe_dispatch(expert_ids, E, replay ? nullptr : &host_ids);
+  if (!replay) router_ids = host_ids;
 
   // The gather is the embedding lookup with hn as the table.
   Tensor gathered = empty_act(t * k, hidden), rows = empty_act(t * k, hidden);
@@ -71,24 +104,30 @@ Tensor Transformer::moe_forward(size_t i, const Tensor& hn, MoeActivations* save
   moe_combine_forward(out, rows, plan.slots, weights);
 
   if (stats) {
-    stats->expert_ids = host_ids;
+    stats->expert_ids = router_ids;
     stats->expert_tokens.resize(size_t(E));
     for (int64_t e = 0; e < E; ++e)
       stats->expert_tokens[size_t(e)] = plan.offsets[size_t(e + 1)] - plan.offsets[size_t(e)];
     stats->prob_sums = column_sums(probs);
+    if (train) {
+      const Tensor l = lse.is_cuda() ? lse.to(Device::cpu) : lse;
+      for (int64_t r = 0; r < t; ++r) stats->lse_square_sum += double(l.data_as<float>()[r]) * l.data_as<float>()[r];
+    }
   }
   if (train) {
     save->hn = hn;
     save->probs = std::move(probs);
     save->expert_ids = std::move(expert_ids);
     save->weights = std::move(weights);
+    save->lse = std::move(lse);
     save->dispatch = std::move(plan);
     save->rows = std::move(rows);
   }
   return out;
 }
 
-Tensor Transformer::moe_backward(size_t i, MoeActivations& s, const Tensor& dout, const Tensor& dprobs) {
+Tensor Transformer::moe_backward(size_t i, MoeActivations& s, const Tensor& dout, const Tensor& dprobs,
+                                 float z_scale) {
   const MoeConfig& m = *config_.moe;
   const MoeWeights& w = weights_[i].moe;
   LayerParameters& g = grads_.layers[i];
@@ -118,10 +157,11 @@ Tensor Transformer::moe_backward(size_t i, MoeActivations& s, const Tensor& dout
   Tensor dhn = empty_act(t, hidden);
   moe_combine_forward(dhn, dgathered, s.dispatch.slots, Tensor());
 
-  // The router: through the weights (and the load-balancing loss's dprobs) to the logits, then
-  // its linear layer.
+  // The router: through the weights (and the load-balancing loss's dprobs, the z-loss's lse) to
+  // the logits, then its linear layer.
   Tensor dlogits = empty_act(t, E);
-  moe_route_backward(dlogits, dweights, dprobs, s.probs, s.expert_ids, s.weights, m.norm_topk_prob);
+  moe_route_backward(dlogits, dweights, dprobs, s.probs, s.expert_ids, s.weights, m.norm_topk_prob,
+                     z_scale != 0 ? s.lse : Tensor(), z_scale);
   Tensor dhn_router = empty_act(t, hidden);
   linear_backward(dhn_router, g.router, no_bias, dlogits, linear_saved_input(w.router.recipe, s.hn),
                   w.router);

@@ -14,6 +14,7 @@
 #include "train/advantages.h"
 #include "train/policy_loss.h"
 #include "train/rollout_mismatch.h"
+#include "train/routing_disagreement.h"
 
 namespace lockstep {
 
@@ -72,6 +73,15 @@ struct ExpertCounts {
   }
 };
 
+// The rows whose routing the disagreement metric compares: those whose token was generated and
+// run through the model by the rollout (a row predicting response position p ≥ 1 holds the
+// response's token p − 1; the last row's token was never run).
+std::vector<uint8_t> generated_rows(const PackedRows& rows) {
+  std::vector<uint8_t> counted(rows.tokens.size());
+  for (size_t t = 0; t < counted.size(); ++t) counted[t] = rows.response_position[t] >= 1;
+  return counted;
+}
+
 }  // namespace
 
 GrpoUpdate grpo_update(const std::vector<ScoredGroup>& groups, const Config& config,
@@ -104,7 +114,7 @@ GrpoUpdate grpo_update(const std::vector<ScoredGroup>& groups, const Config& con
                    " rewards, expected ", g, " (as every group of the batch)");
     rewards.insert(rewards.end(), group.rewards.begin(), group.rewards.end());
     for (const GeneratedSample& sample : group.samples)
-      rows.add(group.prompt, sample.tokens, sample.logprobs);
+      rows.add(group.prompt, sample.tokens, sample.logprobs, sample.expert_ids);
   }
   const size_t local = rows.sequences();
   size_t lo_seq = 0;
@@ -115,11 +125,21 @@ GrpoUpdate grpo_update(const std::vector<ScoredGroup>& groups, const Config& con
   const std::vector<float> seq_advantage(global_advantage.begin() + ptrdiff_t(lo_seq),
                                          global_advantage.begin() + ptrdiff_t(lo_seq + local));
 
+  // Sparse models: routing replay sends the training forwards' tokens to the rollout's experts;
+  // the rows' own router choices (of the old-logprob recompute, else of the first epoch's update
+  // forwards) go to the routing-disagreement metric when the rollout recorded its routing.
+  const int64_t replay_k = config.model.routing_replay ? model.config().moe->num_experts_per_tok : 0;
+  // (Decided alike on every rank: the metric's sums are collective.)
+  const bool disagreement = model.config().moe && max_over_ranks(comm, double(rows.routing_width)) > 0;
+  std::vector<int32_t> router_experts;
+
   // 4. old-policy (and reference) logprobs
   auto t0 = Clock::now();
   const std::vector<float> old_logprob =
-      lo.reuse_rollout_logprobs ? rows.rollout_logprob
-                                : forward_logprobs(model, rows, budget, temperature);
+      lo.reuse_rollout_logprobs
+          ? rows.rollout_logprob
+          : forward_logprobs(model, rows, budget, temperature, replay_k,
+                             disagreement ? &router_experts : nullptr);
   std::vector<float> ref_logprob;
   if (reference) ref_logprob = forward_logprobs(*reference, rows, budget, temperature);
   out.recompute_seconds = device_seconds_since(t0);
@@ -160,7 +180,8 @@ GrpoUpdate grpo_update(const std::vector<ScoredGroup>& groups, const Config& con
   // mini-batch's rows (so a mini-batch adds coef · its rows' loss, as one forward would); and the
   // expert load of the first epoch (every sequence once).
   const double aux_coef = router_aux_coef(config, model.config());
-  double aux_sum = 0, aux_rows = 0;
+  const double z_coef = model.config().moe ? lo.router_z_coef : 0.0;
+  double aux_sum = 0, aux_rows = 0, z_sum = 0;
   ExpertCounts expert_counts(model.config());
   double grad_norm = NAN, lr = NAN;
   for (int64_t epoch = 0; epoch < oo.ppo_epochs; ++epoch) {
@@ -177,7 +198,7 @@ GrpoUpdate grpo_update(const std::vector<ScoredGroup>& groups, const Config& con
       double mini_loss = 0;
       const auto lengths = std::span<const int64_t>(rows.lengths).subspan(first, last - first);
       const double local_rows = double(std::accumulate(lengths.begin(), lengths.end(), int64_t(0)));
-      const double mini_rows = aux_coef > 0 ? sum_over_ranks(comm, local_rows) : 0;
+      const double mini_rows = aux_coef > 0 || z_coef > 0 ? sum_over_ranks(comm, local_rows) : 0;
       const std::vector<SequenceRange> micro_batches = plan_micro_batches(lengths, budget);
       // The ranks agree on the number of backward passes first (each reduces layer by layer): one
       // with fewer micro-batches makes up for the others' after its own.
@@ -185,8 +206,9 @@ GrpoUpdate grpo_update(const std::vector<ScoredGroup>& groups, const Config& con
       for (const SequenceRange& r : micro_batches) {
         size_t offset = 0;
         const TrainBatch b = slice_batch(rows, first + r.first, first + r.last,
-                                         model.config().vocab_size, model.device(), offset);
+                                         model.config().vocab_size, model.device(), offset, replay_k);
         TrainForward f = model.forward(b, temperature);
+        if (disagreement && lo.reuse_rollout_logprobs && epoch == 0) append_router_experts(router_experts, f.routing);
         const std::vector<float> lp = host_floats(f.logprob), ent = host_floats(f.entropy);
         const size_t len = lp.size();
         std::vector<int32_t> cu;
@@ -206,7 +228,7 @@ GrpoUpdate grpo_update(const std::vector<ScoredGroup>& groups, const Config& con
         in.advantage = std::span<const float>(seq_advantage).subspan(first + r.first, r.last - r.first);
         const PolicyLoss pl = policy_loss(in, cfg);
         mini_loss += pl.loss;
-        double aux_weight = 0;
+        double aux_weight = 0, z_weight = 0;
         if (!f.routing.empty()) {
           const double aux = load_balancing_loss(f.routing);
           aux_sum += aux * double(len);
@@ -216,8 +238,15 @@ GrpoUpdate grpo_update(const std::vector<ScoredGroup>& groups, const Config& con
             aux_weight = aux_coef * double(len) / mini_rows;
             mini_loss += aux_weight * aux;
           }
+          if (z_coef > 0) {
+            const double z = router_z_loss(f.routing);
+            z_sum += z * double(len);
+            z_weight = z_coef * double(len) / mini_rows;
+            mini_loss += z_weight * z;
+          }
         }
-        if (std::isfinite(pl.loss)) model.backward(f, pl.dlogprob.to(model.device()), Tensor(), aux_weight);
+        if (std::isfinite(pl.loss))
+          model.backward(f, pl.dlogprob.to(model.device()), Tensor(), aux_weight, z_weight);
         else if (layerwise) layerwise->without_backward();
         clip += (pl.clip_frac_low + pl.clip_frac_high) * pl.tokens;
         clip_dual += pl.clip_frac_dual * pl.tokens;
@@ -266,8 +295,20 @@ GrpoUpdate grpo_update(const std::vector<ScoredGroup>& groups, const Config& con
   m.insert(m.end(), out.metrics.begin(), out.metrics.end());
   m.emplace_back("tis_clip_frac", sums[3] / c);
   if (model.config().moe) {
-    const std::vector<double> aux = sum_over_ranks(comm, {aux_sum, aux_rows});
+    const std::vector<double> aux = sum_over_ranks(comm, {aux_sum, aux_rows, z_sum});
     m.emplace_back("router_aux_loss", aux[0] / std::max(aux[1], 1.0));
+    if (z_coef > 0) m.emplace_back("router_z_loss", aux[2] / std::max(aux[1], 1.0));
+    if (disagreement) {
+      const int64_t k = model.config().moe->num_experts_per_tok;
+      RoutingDisagreement d;  // none on a rank without rows
+      if (rows.routing_width > 0)
+        d = routing_disagreement(rows.rollout_experts, router_experts, generated_rows(rows),
+                                 rows.routing_width / k, k);
+      const std::vector<double> all = sum_over_ranks(
+          comm, {double(d.tokens), double(d.tokens_differ), double(d.pairs), double(d.pairs_differ)});
+      m.emplace_back("routing_disagreement", all[1] / std::max(all[0], 1.0));
+      m.emplace_back("routing_disagreement_layers", all[3] / std::max(all[2], 1.0));
+    }
     // Per sparse layer: the most loaded expert's tokens and the mean over experts.
     const std::vector<double> counts = sum_over_ranks(comm, expert_counts.tokens);
     std::vector<double> most, mean;

@@ -12,8 +12,13 @@
 //      accumulate gradients, each normalized by the whole mini-batch's count
 //      (train/policy_loss.h). TIS acts in every precision mode when loss.tis_cap > 0: the weight
 //      min(exp(old − rollout), C) is exactly 1 where the two logprobs agree. A sparse model's
-//      mini-batch loss also gets coef · its load-balancing loss (loss.router_aux_loss_coef), each
-//      micro-batch's weighted by its share of the mini-batch's rows.
+//      mini-batch loss also gets coef · its load-balancing loss (loss.router_aux_loss_coef) and
+//      coef · its router z-loss (loss.router_z_coef), each micro-batch's weighted by its share of
+//      the mini-batch's rows.
+//
+// Sparse models whose samples carry the rollout's routing (GeneratedSample::expert_ids): with
+// model.routing_replay every training forward (steps 4 and 5; not the reference's) sends the tokens
+// to the rollout's experts (TrainBatch::replay_experts).
 //
 // A mini-batch whose loss is not finite, or whose gradient is not (OptimizerStep::applied false),
 // changes nothing: its gradients are zeroed and `optimizer_step` is not called for it, so the
@@ -56,7 +61,12 @@ struct GrpoUpdate {
   // when none was); optimizer_steps: the steps applied.
   Metrics metrics;
   // Sparse models also: router_aux_loss (the load-balancing loss, model/moe.h, row-weighted mean
-  // over the update's forwards, whether or not loss.router_aux_loss_coef adds it to the loss).
+  // over the update's forwards, whether or not loss.router_aux_loss_coef adds it to the loss);
+  // router_z_loss (likewise, when loss.router_z_coef > 0); when the samples carry their routing,
+  // routing_disagreement and routing_disagreement_layers (train/routing_disagreement.h: of the
+  // response tokens the rollout ran, the share whose experts differ in any sparse layer, and the
+  // share of (token, layer) pairs, against the router's own choices in the old-logprob recompute,
+  // or with reused rollout logprobs in the first epoch's forwards).
   // mismatch_abs_by_position and mismatch_tokens_by_position (train/rollout_mismatch.h), bins of
   // run.mismatch_bin_tokens response positions; sparse models: expert_tokens_max and
   // expert_tokens_mean, per sparse layer, the most loaded expert's tokens and the mean over the

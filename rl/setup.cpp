@@ -158,6 +158,8 @@ Setup make_setup(const Config& config, bool need_data) {
     s.model_config = load_model_config(config.model.path);
     s.tokenizer_dir = config.model.path;
   }
+  LOCKSTEP_CHECK(!config.model.routing_replay || s.model_config.moe, "model.routing_replay = true, but ",
+                 config.model.path, " is not a mixture-of-experts model (no router to replay)");
   s.tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_dir(s.tokenizer_dir));
   const std::string& chat = config.data.chat_template;
   if (chat == "auto" || chat == "model") {

@@ -102,6 +102,8 @@ EngineOptions engine_options(const Setup& s, int64_t max_prompt, int ranks) {
   const int64_t eval = (s.config.run.eval_problems + ranks - 1) / ranks;
   e.num_blocks = per_sequence * std::max<int64_t>(samples, eval) + 1;
   e.max_step_sequences = std::max<int64_t>(256, samples);
+  // A sparse model's routing goes with the samples (the routing-disagreement metric, routing replay).
+  e.record_routing = s.model_config.moe.has_value();
   return e;
 }
 

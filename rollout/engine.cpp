@@ -26,6 +26,7 @@ struct Sequence {
   std::vector<int32_t> tokens;  // prompt, then generated
   std::vector<float> logprobs;
   std::string text;  // the generated text, kept for stop strings only
+  std::vector<int32_t> expert_ids = {};  // GeneratedSample's, of the tokens computed so far
 };
 
 // A token to draw this step: from logits row `row` for sequence `seq`.
@@ -115,16 +116,34 @@ StepInputs build_step(const StepPlan& plan, const Scheduler& scheduler,
           all};
 }
 
+// Writes each sparse layer's choices for the step's rows (forward_infer's `expert_ids`) into the
+// sequences the rows belong to.
+void record_routing(const StepPlan& plan, const std::vector<Tensor>& layers, std::vector<Sequence>& seqs) {
+  if (layers.empty()) return;
+  const int64_t count = int64_t(layers.size()), k = layers[0].dim(1);
+  int64_t row = 0;
+  for (const ScheduledChunk& c : plan.chunks) {
+    std::vector<int32_t>& ids = seqs[size_t(c.seq)].expert_ids;
+    ids.resize(std::max(ids.size(), size_t(c.end * count * k)));
+    for (int64_t p = c.begin; p < c.end; ++p, ++row)
+      for (int64_t l = 0; l < count; ++l)
+        std::copy_n(layers[size_t(l)].data_as<int32_t>() + row * k, k, ids.begin() + (p * count + l) * k);
+  }
+}
+
 // A step without the decode graph: its inputs built and uploaded in one copy, the forward, the
-// head and the sampler run op by op. Returns the draws in host memory: tokens i32 [D] then
-// logprobs f32 [D] (undefined without draws).
+// head and the sampler run op by op; with `routing`, the rows' routing goes to their sequences.
+// Returns the draws in host memory: tokens i32 [D] then logprobs f32 [D] (undefined without
+// draws).
 Tensor eager_step(Transformer& model, KvCache& cache, const StepPlan& plan,
-                  const Scheduler& scheduler, const std::vector<Sequence>& seqs,
-                  std::span<const int32_t> copies, std::span<const SampleSpec> specs) {
+                  const Scheduler& scheduler, std::vector<Sequence>& seqs,
+                  std::span<const int32_t> copies, std::span<const SampleSpec> specs, bool routing) {
   const Device device = model.device();
   const StepInputs in = build_step(plan, scheduler, seqs, copies, specs, device);
   copy_cache_blocks(cache, in.copies, copies);
-  const Tensor hidden = model.forward_infer(in.batch, cache);
+  std::vector<Tensor> expert_ids;
+  const Tensor hidden = model.forward_infer(in.batch, cache, routing ? &expert_ids : nullptr);
+  record_routing(plan, expert_ids, seqs);
   if (specs.empty()) return Tensor();
   // Tokens and logprobs on the model's device; only they come back to the host (in one copy:
   // the step's one wait for the device).
@@ -236,7 +255,7 @@ std::vector<std::vector<GeneratedSample>> Engine::generate(
 
     // A decode step for the decode graph: every sequence computes its newest token and draws the
     // next, none forks, and every block table fits the graph's.
-    bool decode = decode_ != nullptr;
+    bool decode = decode_ != nullptr && !options_.record_routing;
     for (const ScheduledChunk& c : plan.chunks) {
       const Sequence& s = seqs[size_t(c.seq)];
       decode = decode && c.end - c.begin == 1 && c.end == int64_t(s.tokens.size()) &&
@@ -289,7 +308,7 @@ std::vector<std::vector<GeneratedSample>> Engine::generate(
       ++stats_.decode_steps;
     } else {
       if (decode_) decode_->pause();
-      eager = eager_step(model_, cache_, plan, scheduler, seqs, copies, specs);
+      eager = eager_step(model_, cache_, plan, scheduler, seqs, copies, specs, options_.record_routing);
       if (draws.empty()) continue;
       drawn = {{eager.data_as<int32_t>(), draws.size()},
                {static_cast<const float*>(eager.data()) + draws.size(), draws.size()}};
@@ -297,6 +316,12 @@ std::vector<std::vector<GeneratedSample>> Engine::generate(
     const int32_t* token = drawn.tokens.data();
     const float* logprob = drawn.logprobs.data();
 
+    // A forked sample was copied before the step ran its prompt's last chunk: its routing is the
+    // sequence's that ran it (taken before that one can finish and hand its routing over).
+    if (options_.record_routing)
+      for (const Draw& d : draws)
+        if (const int64_t ran = plan.chunks[size_t(d.row)].seq; ran != d.seq)
+          seqs[size_t(d.seq)].expert_ids = seqs[size_t(ran)].expert_ids;
     for (size_t i = 0; i < draws.size(); ++i) {
       Sequence& s = seqs[size_t(draws[i].seq)];
       LOCKSTEP_CHECK(token[i] >= 0, "engine: request ", s.request, ", sample ", s.sample,
@@ -314,6 +339,7 @@ std::vector<std::vector<GeneratedSample>> Engine::generate(
       out_sample.tokens.assign(s.tokens.begin() + ptrdiff_t(requests[s.request].prompt.size()),
                                s.tokens.end());
       out_sample.logprobs = std::move(s.logprobs);
+      out_sample.expert_ids = std::move(s.expert_ids);
       out_sample.finish_reason = *reason;
       s = Sequence();  // free its memory
     }

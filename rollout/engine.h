@@ -76,6 +76,10 @@ struct EngineOptions {
   int64_t max_step_sequences = 256;  // per step
   bool share_prompts = true;
   bool cuda_graphs = true;  // decode steps replayed from CUDA graphs (a dense model on the GPU)
+  // A sparse model's routing of every token, kept with the samples (GeneratedSample::expert_ids):
+  // for the routing-disagreement metric and routing replay. Its steps then all run eagerly (the
+  // decode graph returns no routing).
+  bool record_routing = false;
 };
 
 struct GenerationRequest {
@@ -90,6 +94,11 @@ struct GeneratedSample {
   std::vector<int32_t> tokens;
   std::vector<float> logprobs;  // one per token
   FinishReason finish_reason = FinishReason::length;
+  // With EngineOptions::record_routing: the experts each sparse layer chose for each token of
+  // prompt + tokens but the last (drawn, never run through the model), i32 [position][sparse
+  // layer][k] row-major, as the computation that produced the sample's next token saw them (a
+  // preempted sequence's recomputation overwrites its first).
+  std::vector<int32_t> expert_ids = {};
 };
 
 // Totals over every generate() call.

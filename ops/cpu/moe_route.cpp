@@ -9,7 +9,7 @@
 namespace lockstep::cpu {
 
 void moe_route_forward(Tensor& probs, Tensor& expert_ids, Tensor& weights, const Tensor& logits,
-                       bool normalize) {
+                       bool normalize, Tensor* lse) {
   const int64_t T = logits.dim(0), E = logits.dim(1), k = expert_ids.dim(1);
 #pragma omp parallel
   {
@@ -23,6 +23,7 @@ void moe_route_forward(Tensor& probs, Tensor& expert_ids, Tensor& weights, const
       float sum = 0;
       for (int64_t e = 0; e < E; ++e) sum += p[e] = std::exp(p[e] - m);
       for (int64_t e = 0; e < E; ++e) p[e] /= sum;
+      if (lse) lse->data_as<float>()[t] = m + std::log(sum);
 
       // k passes of "the largest not yet taken": strict > keeps the lowest index among equals, and
       // a NaN is never larger, so it is taken only when nothing else is left.
@@ -46,9 +47,26 @@ void moe_route_forward(Tensor& probs, Tensor& expert_ids, Tensor& weights, const
   }
 }
 
+void moe_route_weights(Tensor& weights, const Tensor& probs, const Tensor& expert_ids, bool normalize) {
+  const int64_t T = probs.dim(0), E = probs.dim(1), k = expert_ids.dim(1);
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < T; ++t) {
+    const float* p = probs.data_as<float>() + t * E;
+    const int32_t* ids = expert_ids.data_as<int32_t>() + t * k;
+    float* w = weights.data_as<float>() + t * k;
+    float picked = 0;  // as moe_route_forward sums them: in j order
+    for (int64_t j = 0; j < k; ++j) {
+      w[j] = p[ids[j]];
+      picked += p[ids[j]];
+    }
+    if (normalize)
+      for (int64_t j = 0; j < k; ++j) w[j] /= picked;
+  }
+}
+
 void moe_route_backward(Tensor& dlogits, const Tensor& dweights, const Tensor& dprobs,
                         const Tensor& probs, const Tensor& expert_ids, const Tensor& weights,
-                        bool normalize) {
+                        bool normalize, const Tensor& lse, float z_scale) {
   const int64_t T = probs.dim(0), E = probs.dim(1), k = expert_ids.dim(1);
 #pragma omp parallel
   {
@@ -73,6 +91,10 @@ void moe_route_backward(Tensor& dlogits, const Tensor& dweights, const Tensor& d
       float dot = 0;
       for (int64_t e = 0; e < E; ++e) dot += p[e] * dp[size_t(e)];
       for (int64_t e = 0; e < E; ++e) dp[size_t(e)] = p[e] * (dp[size_t(e)] - dot);
+      if (lse.defined()) {
+        const float z = z_scale * lse.data_as<float>()[t];
+        for (int64_t e = 0; e < E; ++e) dp[size_t(e)] += z * p[e];
+      }
       write_f32(dlogits, t * E, E, dp.data());
     }
   }

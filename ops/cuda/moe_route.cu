@@ -33,7 +33,8 @@ __device__ __forceinline__ void store(uint16_t* p, int64_t i, float v) {
 template <class In>
 __global__ void __launch_bounds__(kThreads) route_forward_kernel(
     float* __restrict__ probs, int32_t* __restrict__ expert_ids, float* __restrict__ weights,
-    const In* __restrict__ logits, int64_t T, int64_t E, int64_t k, bool normalize) {
+    float* __restrict__ lse, const In* __restrict__ logits, int64_t T, int64_t E, int64_t k,
+    bool normalize) {
   const int64_t t = int64_t(blockIdx.x) * kThreads + threadIdx.x;
   if (t >= T) return;
   float* p = probs + t * E;
@@ -46,6 +47,7 @@ __global__ void __launch_bounds__(kThreads) route_forward_kernel(
     sum += x;
   }
   for (int64_t e = 0; e < E; ++e) p[e] = __fdiv_rn(p[e], sum);
+  if (lse) lse[t] = m + logf(sum);
 
   // k passes of "the largest not yet taken" (taken: the ids already written, k <= 8 in practice).
   int32_t* ids = expert_ids + t * k;
@@ -67,11 +69,30 @@ __global__ void __launch_bounds__(kThreads) route_forward_kernel(
     for (int64_t j = 0; j < k; ++j) w[j] = __fdiv_rn(w[j], picked);
 }
 
+// The forward's weights of given ids: the same operations in the same order.
+__global__ void __launch_bounds__(kThreads) route_weights_kernel(
+    float* __restrict__ weights, const float* __restrict__ probs, const int32_t* __restrict__ expert_ids,
+    int64_t T, int64_t E, int64_t k, bool normalize) {
+  const int64_t t = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  if (t >= T) return;
+  const float* p = probs + t * E;
+  const int32_t* ids = expert_ids + t * k;
+  float* w = weights + t * k;
+  float picked = 0;
+  for (int64_t j = 0; j < k; ++j) {
+    w[j] = p[ids[j]];
+    picked += p[ids[j]];
+  }
+  if (normalize)
+    for (int64_t j = 0; j < k; ++j) w[j] = __fdiv_rn(w[j], picked);
+}
+
 template <class Out>
 __global__ void __launch_bounds__(kThreads) route_backward_kernel(
     Out* __restrict__ dlogits, const float* __restrict__ dweights, const float* __restrict__ dprobs,
     const float* __restrict__ probs, const int32_t* __restrict__ expert_ids,
-    const float* __restrict__ weights, int64_t T, int64_t E, int64_t k, bool normalize) {
+    const float* __restrict__ weights, const float* __restrict__ lse, float z_scale, int64_t T,
+    int64_t E, int64_t k, bool normalize) {
   const int64_t t = int64_t(blockIdx.x) * kThreads + threadIdx.x;
   if (t >= T) return;
   const float* p = probs + t * E;
@@ -92,7 +113,12 @@ __global__ void __launch_bounds__(kThreads) route_backward_kernel(
   };
   float dot = 0;
   for (int64_t e = 0; e < E; ++e) dot += p[e] * dp(e);
-  for (int64_t e = 0; e < E; ++e) store(dlogits, t * E + e, p[e] * (dp(e) - dot));
+  const float z = lse ? z_scale * lse[t] : 0.0f;
+  for (int64_t e = 0; e < E; ++e) {
+    float d = p[e] * (dp(e) - dot);
+    if (lse) d += z * p[e];
+    store(dlogits, t * E + e, d);
+  }
 }
 
 unsigned blocks(int64_t T) { return unsigned((T + kThreads - 1) / kThreads); }
@@ -100,37 +126,47 @@ unsigned blocks(int64_t T) { return unsigned((T + kThreads - 1) / kThreads); }
 }  // namespace
 
 void moe_route_forward(Tensor& probs, Tensor& expert_ids, Tensor& weights, const Tensor& logits,
-                       bool normalize) {
+                       bool normalize, Tensor* lse) {
   const int64_t T = logits.dim(0), E = logits.dim(1), k = expert_ids.dim(1);
   if (T == 0) return;
   cudaStream_t stream = current_stream();
+  float* lse_out = lse ? lse->data_as<float>() : nullptr;
   if (logits.dtype() == DType::f32) {
     route_forward_kernel<<<blocks(T), kThreads, 0, stream>>>(
-        probs.data_as<float>(), expert_ids.data_as<int32_t>(), weights.data_as<float>(),
+        probs.data_as<float>(), expert_ids.data_as<int32_t>(), weights.data_as<float>(), lse_out,
         logits.data_as<float>(), T, E, k, normalize);
   } else {
     route_forward_kernel<<<blocks(T), kThreads, 0, stream>>>(
-        probs.data_as<float>(), expert_ids.data_as<int32_t>(), weights.data_as<float>(),
+        probs.data_as<float>(), expert_ids.data_as<int32_t>(), weights.data_as<float>(), lse_out,
         static_cast<const uint16_t*>(logits.data()), T, E, k, normalize);
   }
   LOCKSTEP_CUDA_CHECK_LAUNCH();
 }
 
+void moe_route_weights(Tensor& weights, const Tensor& probs, const Tensor& expert_ids, bool normalize) {
+  const int64_t T = probs.dim(0), E = probs.dim(1), k = expert_ids.dim(1);
+  if (T == 0) return;
+  route_weights_kernel<<<blocks(T), kThreads, 0, current_stream()>>>(
+      weights.data_as<float>(), probs.data_as<float>(), expert_ids.data_as<int32_t>(), T, E, k, normalize);
+  LOCKSTEP_CUDA_CHECK_LAUNCH();
+}
+
 void moe_route_backward(Tensor& dlogits, const Tensor& dweights, const Tensor& dprobs,
                         const Tensor& probs, const Tensor& expert_ids, const Tensor& weights,
-                        bool normalize) {
+                        bool normalize, const Tensor& lse, float z_scale) {
   const int64_t T = probs.dim(0), E = probs.dim(1), k = expert_ids.dim(1);
   if (T == 0) return;
   const float* dp = dprobs.defined() ? dprobs.data_as<float>() : nullptr;
+  const float* l = lse.defined() ? lse.data_as<float>() : nullptr;
   cudaStream_t stream = current_stream();
   if (dlogits.dtype() == DType::f32) {
     route_backward_kernel<<<blocks(T), kThreads, 0, stream>>>(
         dlogits.data_as<float>(), dweights.data_as<float>(), dp, probs.data_as<float>(),
-        expert_ids.data_as<int32_t>(), weights.data_as<float>(), T, E, k, normalize);
+        expert_ids.data_as<int32_t>(), weights.data_as<float>(), l, z_scale, T, E, k, normalize);
   } else {
     route_backward_kernel<<<blocks(T), kThreads, 0, stream>>>(
         static_cast<uint16_t*>(dlogits.data()), dweights.data_as<float>(), dp, probs.data_as<float>(),
-        expert_ids.data_as<int32_t>(), weights.data_as<float>(), T, E, k, normalize);
+        expert_ids.data_as<int32_t>(), weights.data_as<float>(), l, z_scale, T, E, k, normalize);
   }
   LOCKSTEP_CUDA_CHECK_LAUNCH();
 }

@@ -215,13 +215,13 @@ TEST(RunConfig, KeysThatConstrainEachOther) {
 // Every member differs from its default, with values whose text is easy to get wrong.
 Config every_key_changed() {
   Config c;
-  c.model = {"/models/Qwen3-1.7B", "fp8-rollout", "cuda", "fp8", true, true, 256, 4};
+  c.model = {"/models/Qwen3-1.7B", "fp8-rollout", "cuda", "fp8", true, true, true, 256, 4};
   c.data = {"train \"q\".jsonl", "C:\\data\\test.jsonl", "gsm8k", true, 3, 1, "qwen3-no-think",
             "You are\ta tutor.\nBe brief. é ✓ \x01"};
   c.rollout = {32, 8, 0.1, 0.95, 50, 1024, {"\n\n", "</s>", "'"}, 1.0 / 3.0, 32};
   // reuse_rollout_logprobs stays false: with tis_cap > 0 the config rejects it (tested above).
   c.loss = {"none", 0.25, 0.28, 2.5, "token-sum-norm", 1.0 / 3000, "k1", 2.5, true, true, 7, 512,
-            0.5, false};
+            0.5, false, 1e-3, 2e-3};
   c.optim = {1e-6, 1e-7, "cosine", 20, 0.1, 0.8, 0.95, 1e-12, 0.5, 2, 4, 16384};
   c.sft = {1000, 2e-5, 64, 100};
   c.run = {1000, 1234567890123, "out/run 1", 25, 0, 100, true, 0, 10, 512};
@@ -275,7 +275,7 @@ std::set<std::string> listed_keys(const std::string& text, const std::string& in
 
 TEST(RunConfig, HelpListsEveryKeyWithTypeDefaultAndDescription) {
   const std::set<std::string> all = listed_keys(to_toml(Config{}), "");
-  EXPECT_EQ(all.size(), 75u);  // the keys of config.h
+  EXPECT_EQ(all.size(), 77u);  // the keys of config.h
   EXPECT_EQ(listed_keys(config_help(""), "  "), all);
 
   const std::string help = config_help("");

@@ -19,8 +19,11 @@
 #include "core/error.h"
 #include "dist/host_values.h"
 #include "dist/world.h"
+#include "rl/grpo_update.h"
 #include "rl/train.h"
+#include "rollout/engine.h"
 #include "tests/dist/test_world.h"
+#include "tests/model/model_test_util.h"
 
 using namespace lockstep;
 
@@ -327,6 +330,55 @@ TEST(DataParallel, CheckpointsResumeAcrossRankCounts) {
   expect_identical_on_every_rank(comm, {last});
   comm.barrier();
   if (comm.is_main()) fs::remove_all(c.run.out_dir);
+}
+
+// A sparse model's router metrics over the ranks' shares of a batch equal one rank's over the
+// whole batch: the routing-disagreement counts exactly (the trainer's first router perturbed after
+// the rollout, so that they are not 0), the z-loss within the double sums' rounding; with replay.
+TEST(DataParallel, MoeRoutingMetricsAreThoseOfTheWholeBatch) {
+  Communicator& comm = world();
+  const ModelConfig mc = lockstep::testing::tiny_config(ModelFamily::qwen3_moe, {.layers = 3});
+  const ModelParameters params = lockstep::testing::random_parameters(mc, 31);
+  Transformer rollout(mc, params.copy_to(Device::cpu), Recipe::fp32);
+  Transformer trainer(mc, params.copy_to(Device::cpu), Recipe::fp32);
+  Tensor& router = trainer.params().layers[0].router;
+  for (int64_t i = 0; i < router.numel(); ++i) router.data_as<float>()[i] *= i % 3 == 0 ? -1.0f : 1.0f;
+  trainer.refresh_weights();
+
+  Engine engine(rollout, {.num_blocks = 256, .block_size = 4, .record_routing = true});
+  std::vector<GenerationRequest> requests(6);  // divides among 1, 2 and 3 ranks
+  for (size_t r = 0; r < requests.size(); ++r) {
+    requests[r].prompt = {int32_t(1 + r), int32_t(2 + r), 3};
+    requests[r].sampling.n = 2;
+    requests[r].sampling.max_new_tokens = 4;
+    requests[r].sampling.seed = 40 + r;
+  }
+  const auto samples = engine.generate(requests);
+  std::vector<ScoredGroup> all;
+  for (size_t r = 0; r < requests.size(); ++r) all.push_back({requests[r].prompt, samples[r], {float(r % 2), 0.0f}});
+  const size_t share = all.size() / size_t(comm.size());
+  const std::vector<ScoredGroup> mine(all.begin() + ptrdiff_t(share * size_t(comm.rank())),
+                                      all.begin() + ptrdiff_t(share * size_t(comm.rank() + 1)));
+  Config c;
+  c.rollout.max_new_tokens = 4;
+  c.optim.micro_batch_tokens = 16;
+  c.loss.router_z_coef = 0.01;
+  c.model.routing_replay = true;
+  const OptimizerStepFn no_step = [](ModelParameters&, ModelParameters& grads) {
+    grads.zero();
+    OptimizerStep s;
+    s.applied = true;
+    return s;
+  };
+  const Metrics n = grpo_update(mine, c, trainer, nullptr, no_step, comm).metrics;
+  if (comm.is_main()) {
+    const Metrics one = grpo_update(all, c, trainer, nullptr, no_step, single_rank()).metrics;
+    EXPECT_GT(metric(one, "routing_disagreement"), 0.0);
+    for (const char* key : {"routing_disagreement", "routing_disagreement_layers"})
+      EXPECT_EQ(metric(n, key), metric(one, key)) << key;
+    EXPECT_NEAR(metric(n, "router_z_loss"), metric(one, "router_z_loss"), 1e-12 * metric(one, "router_z_loss"));
+  }
+  comm.barrier();
 }
 
 TEST(DataParallel, PromptsMustDivideAmongTheRanks) {

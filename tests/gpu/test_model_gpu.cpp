@@ -158,6 +158,38 @@ TEST_P(ModelStepGpu, MoeMatchesCpu) {
   expect_step_matches_cpu(GetParam(), c);
 }
 
+// Routing replay of the router's own choices on the GPU (top-2 of 8): the same logprobs and
+// gradients, bit for bit, as without replay (moe_route_weights recomputes the forward's weights with
+// the forward's operations), the router z-loss's gradient included.
+TEST_P(ModelStepGpu, MoeReplayOfTheRoutersOwnChoicesGivesTheSameBits) {
+  LOCKSTEP_REQUIRE_GPU();
+  const ModelConfig c = tiny_config(ModelFamily::qwen3_moe, {.hidden = 256, .heads = 4, .kv_heads = 2,
+                                                             .head_dim = 128, .intermediate = 384,
+                                                             .layers = 3, .vocab = 1000});
+  const ModelParameters init = random_parameters(c, 7);
+  const TrainBatch batch = pack(random_sequences({130, 1, 77}, c.vocab_size, 8));
+  const Tensor a = random_tensor({batch.tokens.numel()}, DType::f32, 9);
+  auto run = [&](bool replay) {
+    Transformer model(c, init.copy_to(Device::cuda), GetParam());
+    TrainBatch b{batch.tokens.to(Device::cuda), batch.targets.to(Device::cuda), batch.cu_seqlens.to(Device::cuda), {}};
+    if (replay) {
+      const TrainForward own = model.forward(b, 1.0f, false);
+      const int64_t T = b.tokens.numel(), k = c.moe->num_experts_per_tok;
+      b.replay_experts = Tensor::empty({int64_t(own.routing.size()), T, k}, DType::i32);
+      for (size_t l = 0; l < own.routing.size(); ++l)
+        std::copy_n(own.routing[l].expert_ids.data_as<int32_t>(), T * k,
+                    b.replay_experts.data_as<int32_t>() + int64_t(l) * T * k);
+    }
+    TrainForward f = model.forward(b);
+    const std::vector<float> logprob = to_floats(f.logprob.to(Device::cpu));
+    model.backward(f, a.to(Device::cuda), Tensor(), 0.1, 0.1);
+    std::vector<std::vector<float>> grads;
+    model.grads().for_each([&](const std::string&, const Tensor& g) { grads.push_back(to_floats(g.to(Device::cpu))); });
+    return std::pair{logprob, grads};
+  };
+  EXPECT_EQ(run(false), run(true));
+}
+
 TEST_P(ModelStepGpu, MicroBatchesAccumulateTheSameGradients) {
   LOCKSTEP_REQUIRE_GPU();
   const Recipe recipe = GetParam();

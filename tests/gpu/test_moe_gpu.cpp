@@ -1,6 +1,7 @@
 // The sparse layer's ops on the GPU against their CPU references (ops/moe_route.h,
-// ops/moe_combine.h): the router's softmax, top-k and renormalized weights with their backward,
-// and the weighted combine of expert rows with its backward. The CUDA kernels make the CPU's
+// ops/moe_combine.h): the router's softmax, top-k and renormalized weights with their backward
+// (with the router z-loss's term), its logsumexp, the weights of replayed experts, and the
+// weighted combine of expert rows with its backward. The CUDA kernels make the CPU's
 // operations in the CPU's order, but with expf and (possibly) fused multiply-adds: values within a
 // few fp32 roundings, the same experts chosen (random logits have no near-ties).
 #include <gtest/gtest.h>
@@ -18,17 +19,24 @@ namespace lockstep::testing {
 namespace {
 
 struct Route {
-  Tensor probs, ids, weights, dlogits;
+  Tensor probs, ids, weights, dlogits, lse, replay_weights;
 };
 
+// The backward adds the z-loss's term (z_scale 0.3); replay_weights are those of each token's
+// experts shifted by one (id + 1 mod E: not the router's own choice).
 Route route(Device d, const Tensor& logits, const Tensor& dweights, const Tensor& dprobs, int64_t k,
             bool normalize) {
   const int64_t T = logits.dim(0), E = logits.dim(1);
   Route r{Tensor::empty({T, E}, DType::f32, d), Tensor::empty({T, k}, DType::i32, d),
-          Tensor::empty({T, k}, DType::f32, d), Tensor::empty({T, E}, logits.dtype(), d)};
-  moe_route_forward(r.probs, r.ids, r.weights, logits.to(d), normalize);
-  moe_route_backward(r.dlogits, dweights.to(d), dprobs.to(d), r.probs, r.ids, r.weights, normalize);
-  for (Tensor* t : {&r.probs, &r.ids, &r.weights, &r.dlogits}) *t = t->to(Device::cpu);
+          Tensor::empty({T, k}, DType::f32, d), Tensor::empty({T, E}, logits.dtype(), d),
+          Tensor::empty({T}, DType::f32, d),    Tensor::empty({T, k}, DType::f32, d)};
+  moe_route_forward(r.probs, r.ids, r.weights, logits.to(d), normalize, &r.lse);
+  moe_route_backward(r.dlogits, dweights.to(d), dprobs.to(d), r.probs, r.ids, r.weights, normalize, r.lse, 0.3f);
+  Tensor shifted = r.ids.to(Device::cpu);
+  for (int64_t i = 0; i < shifted.numel(); ++i)
+    shifted.data_as<int32_t>()[i] = int32_t((shifted.data_as<int32_t>()[i] + 1) % E);
+  moe_route_weights(r.replay_weights, r.probs, shifted.to(d), normalize);
+  for (Tensor* t : {&r.probs, &r.ids, &r.weights, &r.dlogits, &r.lse, &r.replay_weights}) *t = t->to(Device::cpu);
   return r;
 }
 
@@ -48,6 +56,8 @@ TEST(MoeGpu, RouteMatchesCpu) {
         EXPECT_EQ(0, std::memcmp(cpu.ids.data(), gpu.ids.data(), cpu.ids.nbytes()));
         EXPECT_LE(rel_error(to_double(gpu.probs), to_double(cpu.probs)), 1e-6);
         EXPECT_LE(rel_error(to_double(gpu.weights), to_double(cpu.weights)), 1e-6);
+        EXPECT_LE(rel_error(to_double(gpu.replay_weights), to_double(cpu.replay_weights)), 1e-6);
+        EXPECT_LE(rel_error(to_double(gpu.lse), to_double(cpu.lse)), 1e-6);
         // bf16 dlogits: one rounding of values within fp32 noise of each other.
         EXPECT_LE(rel_error(to_double(gpu.dlogits), to_double(cpu.dlogits)),
                   dtype == DType::f32 ? 1e-5 : 4e-3);

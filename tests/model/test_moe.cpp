@@ -1,7 +1,9 @@
-// Qwen3-MoE: the config fields, the router op (ties, weights, its backward), the model's forward
-// against a plain-loop reference in double, its gradients against finite differences (the
-// load-balancing loss's too) and the bf16/fp8 recipes' against fp32, the Hugging Face checkpoint
-// names, and the router statistics. (Rollout = training bit for bit: test_model_generation.cpp's
+// Qwen3-MoE: the config fields, the router op (ties, weights, its backward, logsumexp, the weights
+// of given experts, the z-loss term), the model's forward against a plain-loop reference in double
+// (with replayed experts too), its gradients against finite differences (the load-balancing loss's
+// and the router z-loss's too) and the bf16/fp8 recipes' against fp32, routing replay of the
+// router's own choices (the same bits), the rollout's record of its routing, the Hugging Face
+// checkpoint names, and the router statistics. (Rollout = training bit for bit: test_model_generation.cpp's
 // qwen3_moe cases.)
 #include <gtest/gtest.h>
 
@@ -17,6 +19,7 @@
 #include "ops/elementwise.h"
 #include "ops/moe_combine.h"
 #include "ops/moe_route.h"
+#include "rollout/engine.h"
 #include "tests/io/io_test_helpers.h"
 #include "tests/model/model_test_util.h"
 #include "tests/test_util.h"
@@ -38,6 +41,10 @@ std::vector<int32_t> ints(const Tensor& t) {
 }
 
 ModelConfig tiny_moe(const testing::TinyShape& shape = {}) { return tiny_config(ModelFamily::qwen3_moe, shape); }
+
+// Three layers (sparse 0 and 2) whose widths the fp8 recipe takes (multiples of 16).
+const testing::TinyShape kThreeLayersFp8 = {.hidden = 128, .heads = 2, .kv_heads = 1, .head_dim = 64,
+                                            .intermediate = 256, .layers = 3, .vocab = 301};
 
 // ---- config.json
 
@@ -171,6 +178,75 @@ TEST(MoeRoute, BackwardMatchesFiniteDifferences) {
   }
 }
 
+// lse against a double softmax; moe_route_weights of the forward's own ids gives the forward's
+// weights bit for bit, and of other ids the probabilities at those ids (normalized: over them).
+TEST(MoeRoute, LogsumexpAndTheWeightsOfGivenExperts) {
+  const int64_t T = 5, E = 6, k = 2;
+  const Tensor logits = testing::random_tensor({T, E}, DType::f32, 4);
+  for (bool normalize : {false, true}) {
+    Tensor probs = Tensor::empty({T, E}, DType::f32), ids = Tensor::empty({T, k}, DType::i32);
+    Tensor weights = Tensor::empty({T, k}, DType::f32), lse = Tensor::empty({T}, DType::f32);
+    moe_route_forward(probs, ids, weights, logits, normalize, &lse);
+    for (int64_t t = 0; t < T; ++t) {
+      double sum = 0;
+      for (int64_t e = 0; e < E; ++e) sum += std::exp(double(logits.data_as<float>()[t * E + e]));
+      EXPECT_NEAR(lse.data_as<float>()[t], std::log(sum), 1e-6) << "token " << t;  // fp32 rounding of O(1)
+    }
+    Tensor again = Tensor::empty({T, k}, DType::f32);
+    moe_route_weights(again, probs, ids, normalize);
+    EXPECT_TRUE(testing::same_bytes(again, weights)) << "normalize " << normalize;
+    // Experts 5 and 0 for every token.
+    Tensor other = Tensor::empty({T, k}, DType::i32);
+    for (int64_t t = 0; t < T; ++t) other.data_as<int32_t>()[t * k] = 5, other.data_as<int32_t>()[t * k + 1] = 0;
+    moe_route_weights(again, probs, other, normalize);
+    for (int64_t t = 0; t < T; ++t) {
+      const double p5 = probs.data_as<float>()[t * E + 5], p0 = probs.data_as<float>()[t * E];
+      const double s = normalize ? p5 + p0 : 1.0;
+      EXPECT_NEAR(again.data_as<float>()[t * k], p5 / s, 1e-7);
+      EXPECT_NEAR(again.data_as<float>()[t * k + 1], p0 / s, 1e-7);
+    }
+  }
+  Tensor weights = Tensor::empty({1, 2}, DType::f32), twice = Tensor::empty({1, 2}, DType::i32);
+  Tensor probs = Tensor::zeros({1, 4}, DType::f32);
+  twice.data_as<int32_t>()[0] = twice.data_as<int32_t>()[1] = 3;
+  expect_error([&] { moe_route_weights(weights, probs, twice, true); }, {"moe_route_weights", "expert 3 twice"});
+  twice.data_as<int32_t>()[1] = 4;
+  expect_error([&] { moe_route_weights(weights, probs, twice, true); }, {"expert_ids[0, 1] = 4", "[0, 4)"});
+}
+
+// The z-loss term of the backward (z_scale · lse · p) against central differences of
+// (z_scale / 2) · Σ_t lse_t² added to the objective of BackwardMatchesFiniteDifferences.
+TEST(MoeRoute, ZLossTermMatchesFiniteDifferences) {
+  const int64_t T = 4, E = 5, k = 2;
+  const float z_scale = 0.7f;
+  Tensor logits = testing::random_tensor({T, E}, DType::f32, 8);
+  const Tensor a = testing::random_tensor({T, k}, DType::f32, 6);
+  Tensor probs = Tensor::empty({T, E}, DType::f32), ids = Tensor::empty({T, k}, DType::i32);
+  Tensor weights = Tensor::empty({T, k}, DType::f32), lse = Tensor::empty({T}, DType::f32);
+  auto objective = [&] {
+    moe_route_forward(probs, ids, weights, logits, true, &lse);
+    double sum = 0;
+    for (int64_t i = 0; i < T * k; ++i) sum += double(a.data_as<float>()[i]) * weights.data_as<float>()[i];
+    for (int64_t t = 0; t < T; ++t) sum += 0.5 * z_scale * double(lse.data_as<float>()[t]) * lse.data_as<float>()[t];
+    return sum;
+  };
+  objective();
+  const std::vector<int> first_ids = ints(ids);
+  Tensor dlogits = Tensor::empty({T, E}, DType::f32);
+  moe_route_backward(dlogits, a, Tensor(), probs, ids, weights, true, lse, z_scale);
+  for (int64_t i = 0; i < T * E; ++i) {
+    float& z = logits.data_as<float>()[i];
+    const float saved = z, h = 1e-2f;
+    z = saved + h;
+    const double up = objective();
+    ASSERT_EQ(ints(ids), first_ids) << "a difference step changed the routing";
+    z = saved - h;
+    const double down = objective();
+    z = saved;
+    EXPECT_NEAR((up - down) / (2 * h), dlogits.data_as<float>()[i], 3e-4) << "at " << i;
+  }
+}
+
 TEST(MoeCombine, SlotsMustBeAPermutation) {
   Tensor rows = Tensor::zeros({4, 8}, DType::f32), out = Tensor::empty({2, 8}, DType::f32);
   Tensor slots = testing::i32_tensor({0, 1, 1, 3}).reshape({2, 2});
@@ -184,13 +260,17 @@ TEST(MoeCombine, SlotsMustBeAPermutation) {
 // transformers' modeling_qwen3_moe.py: RMSNorm, q/k RMSNorm per head, rotate-half RoPE, causal GQA
 // attention, then the dense SwiGLU MLP or the router (softmax, top-k with ties to the lower index,
 // weights renormalized when norm_topk_prob) and the weighted sum of the chosen experts' SwiGLUs.
-// Returns each row's logprob of its target; `routing` gets layer 0's choices (when sparse).
+// Returns each row's logprob of its target; `routing` gets layer 0's choices (when sparse);
+// `forced` (one list of k experts per row of all sequences) replaces them, weighted by the router's
+// probabilities of them (routing replay).
 class Reference {
  public:
   Reference(const ModelConfig& c, const ModelParameters& p) : c_(c), p_(p) {}
 
-  std::vector<double> logprobs(const Sequences& seqs, std::vector<std::vector<int>>* routing = nullptr) const {
+  std::vector<double> logprobs(const Sequences& seqs, std::vector<std::vector<int>>* routing = nullptr,
+                               const std::vector<std::vector<int>>* forced = nullptr) const {
     std::vector<double> out;
+    size_t first_row = 0;
     for (const auto& seq : seqs) {
       const int64_t n = int64_t(seq.size()), H = c_.hidden_size;
       std::vector<Vec> x(static_cast<size_t>(n));
@@ -203,8 +283,9 @@ class Reference {
           const Vec o = matvec(L.o, attn[size_t(t)]);
           for (int64_t i = 0; i < H; ++i) h[size_t(t)][size_t(i)] += o[size_t(i)];
           const Vec hn = rmsnorm(h[size_t(t)], L.post_norm);
+          const std::vector<int>* force = forced && l == 0 ? &(*forced)[first_row + size_t(t)] : nullptr;
           const Vec mlp = L.experts.empty() ? swiglu_mlp(L.gate_up, L.down, hn)
-                                            : sparse_mlp(L, hn, l == 0 ? routing : nullptr);
+                                            : sparse_mlp(L, hn, l == 0 ? routing : nullptr, force);
           for (int64_t i = 0; i < H; ++i) x[size_t(t)][size_t(i)] = h[size_t(t)][size_t(i)] + mlp[size_t(i)];
         }
       }
@@ -217,6 +298,7 @@ class Reference {
         const int32_t target = t + 1 < n ? seq[size_t(t + 1)] : 0;
         out.push_back(logits[size_t(target)] - m - std::log(sum));
       }
+      first_row += size_t(n);
     }
     return out;
   }
@@ -253,7 +335,8 @@ class Reference {
     for (int64_t i = 0; i < I; ++i) a[size_t(i)] = silu(g[size_t(i)]) * u[size_t(i)];
     return matvec(down, a);
   }
-  Vec sparse_mlp(const LayerParameters& L, const Vec& x, std::vector<std::vector<int>>* routing) const {
+  Vec sparse_mlp(const LayerParameters& L, const Vec& x, std::vector<std::vector<int>>* routing,
+                 const std::vector<int>* forced) const {
     const Vec z = matvec(L.router, x);
     double m = -INFINITY, sum = 0;
     for (double v : z) m = std::max(m, v);
@@ -272,6 +355,11 @@ class Reference {
       picked += p[size_t(best)];
     }
     if (routing) routing->push_back(chosen);
+    if (forced) {
+      chosen = *forced;
+      picked = 0;
+      for (int e : chosen) picked += p[size_t(e)];
+    }
     Vec y(x.size(), 0.0);
     for (int e : chosen) {
       const double w = c_.moe->norm_topk_prob ? p[size_t(e)] / picked : p[size_t(e)];
@@ -548,6 +636,163 @@ TEST(MoeModel, InferenceOnlyAndWeightCopies) {
     EXPECT_EQ(expert.fp8 != nullptr, recipe == Recipe::fp8);
     EXPECT_EQ(expert.bf16 != nullptr, recipe == Recipe::bf16);
     EXPECT_TRUE(trainable.weight_copies("layers.1.gate_up").bf16 || trainable.weight_copies("layers.1.gate_up").fp8);
+  }
+}
+
+// ---- routing replay, router z-loss
+
+// The batch's replay of `routing` (TrainForward::routing, layer by layer), or of `forced` rows for
+// every sparse layer.
+Tensor replay_of(const std::vector<RouterStats>& routing) {
+  const int64_t T = routing[0].expert_ids.dim(0), k = routing[0].expert_ids.dim(1);
+  Tensor r = Tensor::empty({int64_t(routing.size()), T, k}, DType::i32);
+  for (size_t l = 0; l < routing.size(); ++l)
+    std::copy_n(routing[l].expert_ids.data_as<int32_t>(), T * k, r.data_as<int32_t>() + int64_t(l) * T * k);
+  return r;
+}
+
+// Replaying the router's own choices changes nothing: the same logprobs and gradients, bit for bit,
+// in every recipe (moe_route_weights recomputes the forward's weights exactly).
+TEST(MoeModel, ReplayOfTheRoutersOwnChoicesGivesTheSameBits) {
+  const ModelConfig config = tiny_moe(kThreeLayersFp8);
+  const ModelParameters params = random_parameters(config, 81);
+  const TrainBatch batch = pack(random_sequences({8, 3, 11}, config.vocab_size, 82));
+  const Tensor a = testing::random_tensor({batch.tokens.numel()}, DType::f32, 83);
+  for (Recipe recipe : {Recipe::fp32, Recipe::bf16, Recipe::fp8}) {
+    auto run = [&](bool replay) {
+      Transformer model(config, params.copy_to(Device::cpu), recipe);
+      TrainBatch b = batch;
+      if (replay) b.replay_experts = replay_of(model.forward(batch, 1.0f, false).routing);
+      TrainForward f = model.forward(b);
+      const std::vector<float> logprob = testing::to_floats(f.logprob);
+      model.backward(f, a, Tensor(), 0.1, 0.1);
+      std::map<std::string, std::vector<float>> grads;
+      model.grads().for_each([&](const std::string& name, const Tensor& g) { grads[name] = testing::to_floats(g); });
+      return std::pair{logprob, grads};
+    };
+    EXPECT_EQ(run(false), run(true)) << recipe_name(recipe);
+  }
+}
+
+// Replayed experts that the router would not choose (each token's own top-2 shifted by one
+// expert): the forward computes the double reference with those experts, weighted by the router's
+// probabilities of them, and reports what the router itself chose; a -1 row keeps the router's own.
+TEST(MoeModel, ReplaySendsTokensToTheReplayedExperts) {
+  const ModelConfig config = tiny_moe();  // sparse layer 0
+  const ModelParameters params = random_parameters(config, 84);
+  Transformer model(config, params.copy_to(Device::cpu), Recipe::fp32);
+  const Sequences seqs = random_sequences({7, 1, 12}, config.vocab_size, 85);
+  TrainBatch batch = pack(seqs);
+  const TrainForward own = model.forward(batch, 1.0f, false);
+  const int64_t T = batch.tokens.numel(), k = config.moe->num_experts_per_tok, E = config.moe->num_experts;
+  Tensor replay = replay_of(own.routing);
+  std::vector<std::vector<int>> forced;
+  for (int64_t t = 0; t < T; ++t) {
+    int32_t* r = replay.data_as<int32_t>() + t * k;
+    if (t == 3) {  // the router's own
+      r[0] = -1;
+      forced.push_back({own.routing[0].expert_ids.data_as<int32_t>()[t * k],
+                        own.routing[0].expert_ids.data_as<int32_t>()[t * k + 1]});
+      continue;
+    }
+    for (int64_t j = 0; j < k; ++j) r[j] = int32_t((r[j] + 1) % E);
+    forced.push_back({r[0], r[1]});
+  }
+  batch.replay_experts = replay;
+  const TrainForward f = model.forward(batch, 1.0f, false);
+  EXPECT_EQ(ids_of(f.routing[0]), ids_of(own.routing[0]));  // the router's own choices
+  std::vector<int64_t> tokens(size_t(E), 0);
+  for (const auto& ids : forced)
+    for (int e : ids) ++tokens[size_t(e)];
+  EXPECT_EQ(f.routing[0].expert_tokens, tokens);
+  const std::vector<double> want = Reference(config, params).logprobs(seqs, nullptr, &forced);
+  double moved = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    // As Fp32ForwardEqualsThePlainLoopReference.
+    EXPECT_NEAR(f.logprob.data_as<float>()[i], want[i], 1e-5) << "row " << i;
+    moved = std::max(moved, std::abs(want[i] - double(own.logprob.data_as<float>()[i])));
+  }
+  EXPECT_GT(moved, 1e-3);  // other experts do compute something else
+  replay.data_as<int32_t>()[5 * k + 1] = replay.data_as<int32_t>()[5 * k];
+  expect_error([&] { model.forward(batch, 1.0f, false); }, {"routing replay: row 5 names expert", "twice"});
+  replay.data_as<int32_t>()[5 * k + 1] = int32_t(E);
+  expect_error([&] { model.forward(batch, 1.0f, false); }, {"routing replay: row 5 choice 1 is expert 8", "[0, 8)"});
+  batch.replay_experts = Tensor::zeros({2, T, k}, DType::i32);
+  expect_error([&] { model.forward(batch, 1.0f, false); }, {"replay_experts", "[1, 20, 2]"});
+}
+
+// The router z-loss's gradient against a fourth-order central difference of router_z_loss in
+// random directions, every tensor (those it does not reach: zero both ways), fp32. Routing is
+// fixed by replay, so no difference step crosses a top-k tie.
+TEST(MoeModel, RouterZLossGradientMatchesFiniteDifferences) {
+  const ModelConfig config = tiny_moe({.layers = 3});
+  Transformer model(config, random_parameters(config, 86), Recipe::fp32);
+  TrainBatch batch = pack(random_sequences({5, 1, 9}, config.vocab_size, 87));
+  batch.replay_experts = replay_of(model.forward(batch, 1.0f, false).routing);
+  model.grads().zero();
+  TrainForward f = model.forward(batch);
+  EXPECT_GT(router_z_loss(f.routing), 0.0);
+  model.backward(f, Tensor(), Tensor(), 0, 1.0);
+  std::map<std::string, Tensor> grads = by_name(model.grads());
+  std::mt19937_64 rng(88);
+  std::normal_distribution<float> normal;
+  int reached = 0;
+  model.params().for_each([&](const std::string& name, Tensor& theta) {
+    const Tensor saved = theta.to(Device::cpu);
+    std::vector<float> v(static_cast<size_t>(theta.numel()));
+    double analytic = 0;
+    for (size_t i = 0; i < v.size(); ++i) {
+      v[i] = normal(rng);
+      analytic += double(grads.at(name).data_as<float>()[i]) * v[i];
+    }
+    const float h = 3e-3f;
+    auto at = [&](float step) {
+      for (size_t i = 0; i < v.size(); ++i) theta.data_as<float>()[i] = saved.data_as<float>()[i] + step * v[i];
+      model.refresh_weights();
+      TrainForward g = model.forward(batch);  // lse is computed by forwards kept for a backward
+      return router_z_loss(g.routing);
+    };
+    const double numeric = (-at(2 * h) + 8 * at(h) - 8 * at(-h) + at(-2 * h)) / (12.0 * double(h));
+    theta.copy_from(saved);
+    model.refresh_weights();
+    // The load-balancing case's tolerance in GradientsMatchFiniteDifferencesInFp32.
+    EXPECT_NEAR(numeric, analytic, 1e-3 * std::abs(analytic) + 1e-4) << name;
+    reached += analytic != 0;
+  });
+  EXPECT_GE(reached, 10);  // the routers, the layers before them, the embedding
+}
+
+// The engine records each token's routing as the training forward of the same sequence computes
+// it, prompt shared by the samples or not, with responses of one token (the prompt's routing only,
+// the samples finishing in the step that forks them) or several.
+TEST(MoeRollout, RecordsTheRoutingTheTrainingForwardComputes) {
+  const ModelConfig config = tiny_moe(kThreeLayersFp8);
+  for (Recipe recipe : {Recipe::fp32, Recipe::fp8}) {
+    Transformer model(config, random_parameters(config, 89), recipe);
+    for (auto [share, max_new_tokens] : {std::pair{true, 5}, {false, 5}, {true, 1}, {false, 1}}) {
+      Engine engine(model, {.num_blocks = 64, .block_size = 4, .share_prompts = share, .record_routing = true});
+      GenerationRequest request;
+      request.prompt = {3, 1, 4, 1, 5, 9};
+      request.sampling.n = 3;
+      request.sampling.temperature = 1.0f;
+      request.sampling.max_new_tokens = max_new_tokens;
+      request.sampling.seed = 7;
+      const auto samples = engine.generate({request});
+      for (const GeneratedSample& s : samples[0]) {
+        Sequences seq = {request.prompt};
+        seq[0].insert(seq[0].end(), s.tokens.begin(), s.tokens.end());
+        const TrainForward f = model.forward(pack(seq), 1.0f, false);
+        const int64_t n = int64_t(seq[0].size()), k = 2, layers = 2;
+        ASSERT_EQ(int64_t(s.expert_ids.size()), (n - 1) * layers * k);
+        for (int64_t t = 0; t + 1 < n; ++t)
+          for (int64_t l = 0; l < layers; ++l)
+            for (int64_t j = 0; j < k; ++j)
+              ASSERT_EQ(s.expert_ids[size_t((t * layers + l) * k + j)],
+                        f.routing[size_t(l)].expert_ids.data_as<int32_t>()[t * k + j])
+                  << recipe_name(recipe) << " share " << share << " max_new_tokens " << max_new_tokens
+                  << " token " << t << " layer " << l;
+      }
+    }
   }
 }
 
