@@ -276,6 +276,12 @@ std::vector<std::vector<GeneratedSample>> Engine::generate(
     std::vector<int32_t> copies;
     for (const BlockCopy& c : plan.copies) copies.insert(copies.end(), {c.src, c.dst});
 
+    if (observer_) {
+      std::vector<StepChunk> chunks;
+      for (const ScheduledChunk& c : plan.chunks)
+        chunks.push_back({seqs[size_t(c.seq)].request, int64_t(seqs[size_t(c.seq)].sample), c.begin, c.end});
+      observer_(chunks);
+    }
     DecodeGraph::Drawn drawn;
     Tensor eager;  // holds an eager step's draws
     if (decode) {
