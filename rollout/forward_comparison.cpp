@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <set>
 #include <span>
 #include <utility>
 
@@ -72,8 +73,9 @@ double abs_diff(float a, float b) {
   return std::fabs(double(a) - double(b));
 }
 
-// Adds the comparison of one rollout row with the training row of the same token.
-void compare_row(OpComparison& c, const HostRow& roll, const HostRow& train) {
+// Adds the comparison of one rollout row with the training row of the same token; returns whether
+// they are equal.
+bool compare_row(OpComparison& c, const HostRow& roll, const HostRow& train) {
   ++c.rows;
   const bool act = !roll.act.empty() && !train.act.empty();
   const bool fp8 = !roll.codes.empty() && !train.codes.empty();
@@ -81,7 +83,7 @@ void compare_row(OpComparison& c, const HostRow& roll, const HostRow& train) {
       (!act && !fp8) || (act && (roll.act_dtype != train.act_dtype || roll.act.size() != train.act.size())) ||
       (fp8 && roll.codes.size() != train.codes.size())) {
     c.forms_differ = true;
-    return;
+    return false;
   }
   bool equal = true;
   if (act) {
@@ -108,6 +110,7 @@ void compare_row(OpComparison& c, const HostRow& roll, const HostRow& train) {
     }
   }
   c.rows_equal += equal;
+  return equal;
 }
 
 void add_logprob(LogprobComparison& c, float rollout, float training) {
@@ -148,10 +151,12 @@ std::vector<std::vector<GeneratedSample>> generate(Transformer& model,
                                                    const std::vector<std::vector<int32_t>>& prompts,
                                                    const ForwardComparisonOptions& o, bool graphs,
                                                    Engine::StepObserver observer = nullptr) {
-  int64_t blocks = 0;
+  // As rl/train.cpp's engine_options sizes the engine: every sequence resident at once (no
+  // preemption), all of them in every decode step; the cache's size bounds the decode graph's
+  // block tables, which set its attention's split count.
+  int64_t blocks = 1;
   for (const auto& p : prompts)
     blocks += (int64_t(p.size()) + o.new_tokens + o.block_size - 1) / o.block_size;
-  // Room for every sequence at once (no preemption), every sequence in every decode step.
   Engine engine(model, {.num_blocks = blocks,
                         .block_size = o.block_size,
                         .max_step_tokens = o.step_tokens,
@@ -225,6 +230,7 @@ ForwardComparison compare_rollout_forward(Transformer& rollout, Transformer& tra
     lengths.push_back(int64_t(seqs.back().size()));
   }
   std::map<OpKey, OpComparison> compared, compared_decode;  // prompt rows, generated rows
+  std::set<RowKey> equal_final_norm;  // tokens whose final-norm rows are bit-identical
   std::vector<std::vector<float>> train_logprobs(seqs.size());
   const float temperature = o.temperature > 0 ? o.temperature : 1.0f;
   for (const SequenceRange& range : plan_micro_batches(lengths, o.train_tokens)) {
@@ -253,7 +259,8 @@ ForwardComparison compare_rollout_forward(Transformer& rollout, Transformer& tra
       for (const auto& [row, rk] : keys) {
         const bool decode = rk.second >= int64_t(prompts[size_t(rk.first)].size());
         OpComparison& c = (decode ? compared_decode : compared)[key];
-        compare_row(c, found->second.at(rk), rows[size_t(row - begin)]);
+        if (compare_row(c, found->second.at(rk), rows[size_t(row - begin)]) && layer == final_layer)
+          equal_final_norm.insert(rk);
       }
     });
     struct Untap {
@@ -286,10 +293,15 @@ ForwardComparison compare_rollout_forward(Transformer& rollout, Transformer& tra
   // Generated token i of sequence r: row P − 1 + i of the training forward gives its logprob.
   for (size_t r = 0; r < seqs.size(); ++r) {
     const GeneratedSample& g = results[r][0];
-    for (size_t i = 0; i < g.logprobs.size(); ++i)
-      add_logprob(out.logprobs, g.logprobs[i], train_logprobs[r][prompts[r].size() - 1 + i]);
+    for (size_t i = 0; i < g.logprobs.size(); ++i) {
+      const int64_t row = int64_t(prompts[r].size() - 1 + i);
+      add_logprob(out.logprobs, g.logprobs[i], train_logprobs[r][size_t(row)]);
+      if (equal_final_norm.contains({int64_t(r), row}))
+        add_logprob(out.head_logprobs, g.logprobs[i], train_logprobs[r][size_t(row)]);
+    }
   }
   finish(out.logprobs);
+  finish(out.head_logprobs);
 
   // 3. The same generation with CUDA graphs, untapped: its logprobs where its tokens are the
   // tapped generation's.

@@ -15,7 +15,8 @@
 //                 where the op's output is fp8 only);
 //   codes differ: for an fp8 GEMM input, the fraction of its E4M3 codes that differ.
 // Then each generated token's logprob as the engine reported it against the training forward's:
-// the mean and max |Δlogp| and the count of tokens whose logprobs are not bit-equal.
+// the mean and max |Δlogp| and the count of tokens whose logprobs are not bit-equal; and the same
+// over the tokens whose LM-head input rows were equal (the head's own share).
 //
 // On the CPU every row and logprob is equal (the CPU's guarantee: rollout and training compute
 // the same function). The taps run on the host, so the tapped generation runs its decode steps
@@ -61,6 +62,9 @@ struct LogprobComparison {
 struct ForwardComparison {
   std::vector<OpComparison> ops;  // in forward order, prompt rows then generated rows per op
   LogprobComparison logprobs;     // every generated token of every sequence
+  // The tapped sequences' generated tokens whose final-norm rows (the LM head's input) are
+  // bit-identical: what the LM head and the logprob alone part.
+  LogprobComparison head_logprobs;
   // With cuda_graphs: the graph generation's logprobs against the training forward's, and its
   // tokens and logprobs against the tapped generation's (tokens compared up to a sequence's first
   // differing token; graph_tokens_differ counts the sequences that have one).

@@ -110,6 +110,8 @@ int run(const Options& o) {
   else
     std::printf("every compared row is bit-identical\n");
   print_logprobs("logprobs, rollout (no graphs) vs training", r.logprobs);
+  print_logprobs("  of which tapped tokens whose final_norm rows are equal (the LM head's share)",
+                 r.head_logprobs);
   if (r.graphs_run) {
     print_logprobs("logprobs, rollout with CUDA graphs vs training", r.graph_logprobs);
     std::printf("graphs vs no graphs: %lld sequences with a different token, %lld logprobs not "
