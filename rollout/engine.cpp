@@ -278,8 +278,10 @@ std::vector<std::vector<GeneratedSample>> Engine::generate(
 
     if (observer_) {
       std::vector<StepChunk> chunks;
-      for (const ScheduledChunk& c : plan.chunks)
-        chunks.push_back({seqs[size_t(c.seq)].request, int64_t(seqs[size_t(c.seq)].sample), c.begin, c.end});
+      for (const ScheduledChunk& c : plan.chunks) {
+        const Sequence& s = seqs[size_t(c.seq)];
+        chunks.push_back({s.request, int64_t(s.sample), c.begin, c.end});
+      }
       observer_(chunks);
     }
     DecodeGraph::Drawn drawn;

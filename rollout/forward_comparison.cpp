@@ -125,6 +125,13 @@ void finish(LogprobComparison& c) {
   if (c.tokens > 0) c.mean_abs_diff /= double(c.tokens);
 }
 
+// The model's tap while in scope (the model outlives the comparison: it keeps no tap into it).
+struct TapScope {
+  Transformer& model;
+  TapScope(Transformer& m, ActivationTap tap) : model(m) { m.set_activation_tap(std::move(tap)); }
+  ~TapScope() { model.set_activation_tap(nullptr); }
+};
+
 // Row keys: (sequence, position) of the tapped sequences.
 using RowKey = std::pair<int64_t, int64_t>;
 using OpKey = std::pair<int64_t, std::string>;
@@ -196,7 +203,7 @@ ForwardComparison compare_rollout_forward(Transformer& rollout, Transformer& tra
   std::map<OpKey, std::map<RowKey, HostRow>> rollout_rows;
   std::vector<OpKey> order;  // ops in the order the forward runs them
   std::vector<Engine::StepChunk> step;
-  rollout.set_activation_tap([&](int64_t layer, std::string_view op, const LinearInput& v) {
+  const auto rollout_tap = [&](int64_t layer, std::string_view op, const LinearInput& v) {
     const OpKey key{layer, std::string(op)};
     auto [it, added] = rollout_rows.try_emplace(key);
     if (added) order.push_back(key);
@@ -209,19 +216,16 @@ ForwardComparison compare_rollout_forward(Transformer& rollout, Transformer& tra
     if (begin == end) return;
     std::vector<HostRow> rows = host_rows(v, begin, end);
     for (const auto& [row, rk] : keys) it->second[rk] = std::move(rows[size_t(row - begin)]);
-  });
+  };
   const auto results = [&] {
-    struct Untap {  // the model outlives this call: leave no tap pointing into it
-      Transformer& m;
-      ~Untap() { m.set_activation_tap(nullptr); }
-    } untap{rollout};
+    const TapScope tap(rollout, rollout_tap);
     return generate(rollout, prompts, o, false, [&](std::span<const Engine::StepChunk> chunks) {
       step.assign(chunks.begin(), chunks.end());
     });
   }();
 
   // 2. The training forward over prompt + generated tokens, in micro-batches of whole sequences
-  // (the tapped ones first, so that their rows lead the first micro-batch).
+  // in request order (the tapped ones, the first, lead the first micro-batch).
   std::vector<std::vector<int32_t>> seqs;
   std::vector<int64_t> lengths;
   for (size_t r = 0; r < prompts.size(); ++r) {
@@ -245,7 +249,7 @@ ForwardComparison compare_rollout_forward(Transformer& rollout, Transformer& tra
     std::vector<Engine::StepChunk> chunks;
     for (size_t s = range.first; s < range.last; ++s)
       chunks.push_back({s, 0, 0, lengths[s]});
-    training.set_activation_tap([&](int64_t layer, std::string_view op, const LinearInput& v) {
+    const TapScope tap(training, [&](int64_t layer, std::string_view op, const LinearInput& v) {
       const OpKey key{layer, std::string(op)};
       const auto found = rollout_rows.find(key);
       if (found == rollout_rows.end()) return;  // an op the rollout did not run
@@ -263,10 +267,6 @@ ForwardComparison compare_rollout_forward(Transformer& rollout, Transformer& tra
           equal_final_norm.insert(rk);
       }
     });
-    struct Untap {
-      Transformer& m;
-      ~Untap() { m.set_activation_tap(nullptr); }
-    } untap{training};
     const TrainForward f =
         training.forward(make_train_batch(tokens, targets, cu, training.config().vocab_size,
                                           training.device()),
