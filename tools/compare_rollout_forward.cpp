@@ -91,7 +91,7 @@ int run(const Options& o) {
               (long long)std::min(compare.tapped_sequences, o.batch));
   const ForwardComparison r = compare_rollout_forward(model, model, prompts, compare);
 
-  std::printf("%-6s %-13s %-6s %8s %9s %12s %12s\n", "layer", "op", "rows", "compared", "equal",
+  std::printf("%-6s %-13s %-6s %8s %9s %12s %12s\n", "layer", "op", "phase", "rows", "equal",
               "max |d|", "codes diff");
   const OpComparison* first = nullptr;
   for (const OpComparison& op : r.ops) {
