@@ -69,7 +69,7 @@ int run(const Options& o) {
   // load_hf_parameters reads the layers the config names: the first N with --layers.
   ModelParameters params = o.model_path.empty() ? ModelParameters::initialized(c, 7)
                                                 : load_hf_parameters(c, o.model_path);
-  Transformer model(c, params.copy_to(o.device), o.recipe,
+  Transformer model(c, o.device == Device::cpu ? std::move(params) : params.copy_to(o.device), o.recipe,
                     {.trainable = false, .fp8_kv_cache = o.fp8_kv_cache});
   params = ModelParameters();
 
@@ -93,9 +93,12 @@ int run(const Options& o) {
 
   std::printf("%-6s %-13s %-6s %8s %9s %12s %12s\n", "layer", "op", "phase", "rows", "equal",
               "max |d|", "codes diff");
+  auto layer_name = [&](const OpComparison& op) {
+    return op.layer == c.num_hidden_layers ? std::string("final") : std::to_string(op.layer);
+  };
   const OpComparison* first = nullptr;
   for (const OpComparison& op : r.ops) {
-    const std::string layer = op.layer == c.num_hidden_layers ? "final" : std::to_string(op.layer);
+    const std::string layer = layer_name(op);
     char codes[32] = "-";
     if (op.codes > 0) std::snprintf(codes, sizeof codes, "%.6f", double(op.codes_differ) / double(op.codes));
     std::printf("%-6s %-13s %-6s %8lld %9.4f %12.6g %12s%s\n", layer.c_str(), op.op.c_str(),
@@ -105,7 +108,7 @@ int run(const Options& o) {
     if (!first && op.rows_equal != op.rows) first = &op;
   }
   if (first)
-    std::printf("first op whose rows differ: layer %lld %s (%s rows)\n", (long long)first->layer,
+    std::printf("first op whose rows differ: layer %s %s (%s rows)\n", layer_name(*first).c_str(),
                 first->op.c_str(), first->decode ? "generated" : "prompt");
   else
     std::printf("every compared row is bit-identical\n");
