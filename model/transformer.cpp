@@ -248,8 +248,11 @@ void Transformer::layer_forward(size_t i, Tensor& x, Tensor& residual, const Ten
 
   Tensor input_rstd = Tensor::empty({t}, DType::f32, device());
   LinearInput qkv_in = normed_input(x, residual, p.input_norm, input_rstd, train);
+  tap(i, "input", x);
+  tap(i, "attn_norm", qkv_in);
   Tensor qkv_raw = empty_act(t, layout_.qkv_width());
   linear_forward(qkv_raw, qkv_in, w.qkv, p.qkv_bias);
+  tap(i, "qkv", qkv_raw);
 
   Tensor qkv = empty_act(t, layout_.qkv_width()), qk_rstd;
   if (config_.qk_norm)
@@ -257,14 +260,19 @@ void Transformer::layer_forward(size_t i, Tensor& x, Tensor& residual, const Ten
   if (kv) {
     qkv_rope_forward(qkv, qk_rstd, kv->cache.layers[i], kv->slots, qkv_raw, positions, inv_freq_, p.q_norm,
                      p.k_norm, layout_, eps_);
+    tap(i, "qk_norm_rope", qkv);
   } else {
     qkv_rope_forward(qkv, qk_rstd, qkv_raw, positions, inv_freq_, p.q_norm, p.k_norm, layout_, eps_);
+    tap(i, "qk_norm_rope", qkv);
     if (fp8_kv_cache_) round_kv_to_fp8(qkv, layout_);  // what the rollout's cache holds
   }
   // The attention output is kept for the attention backward anyway (by attend); in fp8 the o
   // projection's columnwise copy is remade from it there rather than stored.
+  const LinearInput attn = attend(i, qkv, save);
+  tap(i, "attention", attn);
   Tensor h = empty_act(t, hidden);
-  linear_forward(h, attend(i, qkv, save), w.o, p.o_bias);
+  linear_forward(h, attn, w.o, p.o_bias);
+  tap(i, "o_proj", h);
 
   Tensor post_rstd = Tensor::empty({t}, DType::f32, device());
   Tensor out, gate_up;
@@ -274,14 +282,20 @@ void Transformer::layer_forward(size_t i, Tensor& x, Tensor& residual, const Ten
     // rows, so the norm writes them in the activation dtype.
     Tensor hn = empty_act(t, hidden);
     rmsnorm_forward(hn, post_rstd, h, x, p.post_norm, eps_);
+    tap(i, "mlp_norm", hn);
     out = moe_forward(i, hn, train ? &save->moe : nullptr, stats, replay);
+    tap(i, "moe", out);
   } else {
     gate_up_in = normed_input(h, x, p.post_norm, post_rstd, train);
+    tap(i, "mlp_norm", gate_up_in);
     gate_up = empty_act(t, 2 * config_.intermediate_size);
     linear_forward(gate_up, gate_up_in, w.gate_up, p.gate_up_bias);
+    tap(i, "gate_up", gate_up);
     down_in = swiglu_input(gate_up, train && !recompute_);
+    tap(i, "swiglu", down_in);
     out = empty_act(t, hidden);
     linear_forward(out, down_in, w.down, p.down_bias);
+    tap(i, "down", out);
   }
 
   if (train) {
@@ -465,6 +479,7 @@ Tensor Transformer::trunk(const TrainBatch& batch, TrainActivations* saved,
   // The final norm adds the last layer's residual into x (kept as x_final).
   Tensor h = empty_act(t, config_.hidden_size), rstd = Tensor::empty({t}, DType::f32, device());
   rmsnorm_forward(h, rstd, x, residual, params_.final_norm, eps_);
+  tap(params_.layers.size(), "final_norm", h);
   if (saved) {
     saved->tokens = batch.tokens;
     saved->targets = batch.targets;
@@ -602,6 +617,7 @@ Tensor Transformer::forward_infer(const InferBatch& batch, KvCache& cache,
   Tensor rstd = Tensor::empty({sequences}, DType::f32, device());
   if (batch.one_row_each) {  // row s is sequence s's last (attention_paged checked T = S)
     rmsnorm_forward(h, rstd, x, residual, params_.final_norm, eps_);
+    tap(params_.layers.size(), "final_norm", h);
     return h;
   }
   // Only each sequence's last row goes on to the head: gathered by row index (the embedding
@@ -610,6 +626,7 @@ Tensor Transformer::forward_infer(const InferBatch& batch, KvCache& cache,
   Tensor last = empty_act(sequences, config_.hidden_size);
   embedding_forward(last, batch.last_rows, x);
   rmsnorm_forward(h, rstd, last, params_.final_norm, eps_);
+  tap(params_.layers.size(), "final_norm", h);
   return h;
 }
 

@@ -22,6 +22,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/tensor.h"
@@ -76,6 +77,21 @@ struct TrainForward {
   // Sparse models: what each sparse layer's router did with the batch (model/moe.h), in layer order.
   std::vector<RouterStats> routing;
 };
+
+// Receives the output rows of one op of the forward (Transformer::set_activation_tap), for tools
+// that compare two ways through the model op by op (rollout/forward_comparison.h). `layer` is the
+// layer's index, or num_hidden_layers for "final_norm". `value` holds what the op made: `act`
+// ([T, C], activation dtype) and/or, for a GEMM input in the fp8 recipe, `rows` (the E4M3 codes and
+// scales the GEMM reads). Its rows are the forward's rows (a training batch's tokens, or an
+// InferBatch's new tokens) except "final_norm" of forward_infer: one row per sequence, its last.
+// The ops, in order: "input" (x + residual, the layer input), "attn_norm" (qkv input), "qkv",
+// "qk_norm_rope" (q/k normed and rotated; k and v before any e4m3 rounding), "attention" (the o
+// projection's input), "o_proj", "mlp_norm" (the MLP's input), then "gate_up", "swiglu" (the down
+// projection's input), "down" in a dense layer, or "moe" in a sparse one; "final_norm".
+// The tensors are valid during the call only (copy what you keep); the device work that made them
+// is queued on the current stream.
+using ActivationTap =
+    std::function<void(int64_t layer, std::string_view op, const LinearInput& value)>;
 
 struct TransformerOptions {
   // false: an inference-only model (benchmarks, evaluation) that holds only what its forward
@@ -178,6 +194,11 @@ class Transformer {
   // f32 [rows, V] logits of hidden states (not divided by a temperature).
   Tensor logits(const Tensor& hidden) const;
 
+  // Every forward (training, hidden_states, forward_infer) calls `tap` for each op's output rows
+  // (ActivationTap above), which changes nothing they compute; an empty one (the default) turns
+  // it off. Not for a forward captured into a CUDA graph: the tap runs on the host, at capture.
+  void set_activation_tap(ActivationTap tap) { tap_ = std::move(tap); }
+
   // The LM head weight as the head GEMM reads it (fp32 master or bf16 copy).
   const Tensor& head_weight() const { return config_.tie_word_embeddings ? embed_ : head_; }
 
@@ -226,6 +247,15 @@ class Transformer {
                            bool for_backward) const;
   LinearInput swiglu_input(const Tensor& gate_up, bool for_backward) const;
   Tensor empty_act(int64_t rows, int64_t cols) const;
+  void tap(size_t layer, std::string_view op, const LinearInput& value) const {
+    if (tap_) tap_(int64_t(layer), op, value);
+  }
+  void tap(size_t layer, std::string_view op, const Tensor& act) const {
+    if (!tap_) return;
+    LinearInput value;
+    value.act = act;
+    tap_(int64_t(layer), op, value);
+  }
 
   ModelConfig config_;
   Recipe recipe_;
@@ -237,6 +267,7 @@ class Transformer {
   bool recompute_ = false;
   bool masters_released_ = false;
   GradientsReady gradients_ready_;
+  ActivationTap tap_;
   ModelParameters params_, grads_;
   std::vector<LayerWeights> weights_;
   Tensor embed_, head_;  // activation-dtype copies (fp32: the masters themselves)

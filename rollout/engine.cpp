@@ -295,6 +295,14 @@ std::vector<std::vector<GeneratedSample>> Engine::generate(
     std::vector<int32_t> copies;
     for (const BlockCopy& c : plan.copies) copies.insert(copies.end(), {c.src, c.dst});
 
+    if (observer_) {
+      std::vector<StepChunk> chunks;
+      for (const ScheduledChunk& c : plan.chunks) {
+        const Sequence& s = seqs[size_t(c.seq)];
+        chunks.push_back({s.request, int64_t(s.sample), c.begin, c.end});
+      }
+      observer_(chunks);
+    }
     DecodeGraph::Drawn drawn;
     Tensor eager;  // holds an eager step's draws
     if (decode) {

@@ -55,7 +55,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -125,6 +127,21 @@ class Engine {
   std::vector<std::vector<GeneratedSample>> generate(
       const std::vector<GenerationRequest>& requests);
 
+  // One sequence's rows in a step: positions [begin, end) of sample `sample` of request `request`.
+  struct StepChunk {
+    size_t request = 0;
+    int64_t sample = 0;
+    int64_t begin = 0, end = 0;
+  };
+  // From now on generate() calls `observer` before each step's forward (Transformer::
+  // forward_infer) with the step's chunks, in row order (rows back to back; a decode-graph step
+  // pads rows after them, rollout/decode_graph.h): with the model's activation tap it says which
+  // rows are which (rollout/forward_comparison.h). With CUDA graphs on, a decode step's forward
+  // runs from a graph (the tap is not called) and the first also runs every bucket's padding-only
+  // forward: tap with cuda_graphs off. An empty observer turns it off.
+  using StepObserver = std::function<void(std::span<const StepChunk>)>;
+  void observe_steps(StepObserver observer) { observer_ = std::move(observer); }
+
   const EngineStats& stats() const { return stats_; }
   // The KV cache's blocks (options.num_blocks, or what memory_fraction made).
   int64_t num_blocks() const { return options_.num_blocks; }
@@ -138,6 +155,7 @@ class Engine {
   KvCache cache_;
   std::unique_ptr<DecodeGraph> decode_;  // a model on the GPU
   EngineStats stats_;
+  StepObserver observer_;
 };
 
 }  // namespace lockstep
