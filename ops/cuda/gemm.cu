@@ -220,14 +220,29 @@ std::vector<Candidate> heuristic(cublasLtHandle_t handle, const Plan& p, const M
   return list;
 }
 
+// LOCKSTEP_GEMM_SPLIT_K=off: only algorithms that do not split K (no reduction scheme), so that an
+// output row's sum over K does not depend on how many rows the GEMM has (cuBLASLt splits K for
+// few rows): an experiment towards rollout = training on the GPU; default "on".
+bool split_k_allowed() {
+  static const bool on = [] {
+    const char* env = std::getenv("LOCKSTEP_GEMM_SPLIT_K");
+    const std::string_view v = env ? env : "on";
+    LOCKSTEP_CHECK(v == "on" || v == "off", "LOCKSTEP_GEMM_SPLIT_K: expected on or off, got '", v, "'");
+    return v == "on";
+  }();
+  return on;
+}
+
 // Candidate 0 is the heuristic's first choice within the default workspace (what a plan took
 // before autotuning, with any reduction scheme if there is no other); unless only that one is
 // wanted, the heuristic's next best follow, with a larger workspace allowed, without repeats.
 std::vector<Candidate> candidates(cublasLtHandle_t handle, const Plan& p, const MatmulShape& s) {
-  auto list = heuristic(handle, p, s, kWorkspaceBytes, 1);
-  if (list.empty()) list = heuristic(handle, p, s, kWorkspaceBytes, 1, CUBLASLT_REDUCTION_SCHEME_MASK);
+  const uint32_t reductions = split_k_allowed() ? kReductions : CUBLASLT_REDUCTION_SCHEME_NONE;
+  auto list = heuristic(handle, p, s, kWorkspaceBytes, 1, reductions);
+  if (list.empty() && split_k_allowed())
+    list = heuristic(handle, p, s, kWorkspaceBytes, 1, CUBLASLT_REDUCTION_SCHEME_MASK);
   if (s.choice == 0) return list;
-  for (const auto& r : heuristic(handle, p, s, kTuneWorkspaceBytes, kTuneCandidates)) {
+  for (const auto& r : heuristic(handle, p, s, kTuneWorkspaceBytes, kTuneCandidates, reductions)) {
     const bool seen = std::any_of(list.begin(), list.end(), [&](const Candidate& c) {
       return std::memcmp(&c.algo, &r.algo, sizeof(r.algo)) == 0;
     });
