@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <memory>
 #include <optional>
 
 #include "core/device.h"
@@ -263,10 +262,10 @@ void ShardedAdamW::reduce_scatter_now(ModelParameters& grads, const std::vector<
         if (b < e) fn(s, b, e, at + b - lo);
       }
     };
-    auto send = std::make_unique<Tensor>(Tensor::zeros({ranks * n}, DType::f32, device_));
+    Tensor send = Tensor::zeros({ranks * n}, DType::f32, device_);
     for (int r = 0; r < ranks; ++r)
       each(r, [&](const Span& s, int64_t b, int64_t e, int64_t at) {
-        send->rows(r * n + at, r * n + at + e - b).copy_from(s.tensor_elems.rows(b, e));
+        send.rows(r * n + at, r * n + at + e - b).copy_from(s.tensor_elems.rows(b, e));
       });
     std::optional<CurrentStream> beside;
     if (reduce_stream_) {
@@ -274,8 +273,8 @@ void ShardedAdamW::reduce_scatter_now(ModelParameters& grads, const std::vector<
       beside.emplace(*reduce_stream_);
     }
     Tensor recv = Tensor::empty({n}, DType::f32, device_);
-    comm_.reduce_scatter_sum(*send, recv);
-    send.reset();  // freed in the order of the stream that read it
+    comm_.reduce_scatter_sum(send, recv);
+    send = Tensor();  // freed in the order of the stream that read it
     each(me, [&](const Span& s, int64_t b, int64_t e, int64_t at) {
       Tensor dst = grad_.rows(s.shard_begin + b, s.shard_begin + e);
       add_into(dst, recv.rows(at, at + e - b));
