@@ -122,7 +122,9 @@ LOCKSTEP_HD e4m3 float_to_e4m3(float f) {
   normal += uint32_t(rem > 0x80000u || (rem == 0x80000u && (normal & 1u)));
   // Subnormal (|f| < 2^-6): codes m · 2^-9, m in [0, 8] (8 is the smallest normal, code 0x08).
   // |f| · 2^9 is exact, and adding then subtracting 2^23 rounds it to an integer, nearest even.
-  const float scaled = bits_float(a) * 512.0f;
+  // Other inputs take 0 here (the lane is discarded below): converting a large, infinite or NaN
+  // |f| · 2^9 to an integer would be undefined behaviour even though its result is never used.
+  const float scaled = bits_float(a < 0x3c800000u ? a : 0u) * 512.0f;
   const uint32_t subnormal = uint32_t((scaled + 8388608.0f) - 8388608.0f);
   uint32_t code = a < 0x3c800000u ? subnormal : normal;
   code = a >= 0x43e00000u ? 0x7eu : code;                  // |f| >= 448 (and inf): saturate

@@ -1,33 +1,20 @@
 // tests/gpu/test_model_gpu.cpp — one full training step of a small Qwen3-style model on the GPU
 // against the CPU backend (same parameters, same tokens, same recipe): logprobs, entropies, loss,
-// every parameter's gradient and the weights after an AdamW step. Also micro-batching: two
-// micro-batches accumulate the same gradients as one batch.
+// every parameter's gradient, the weights after an AdamW step and the update itself. Also
+// micro-batching: two micro-batches accumulate the same gradients as one batch.
 //
 // The two backends sum in different orders (cuBLASLt tiles, attention tiles, reductions), so
-// bf16 intermediates round differently and, in fp8, some E4M3 codes flip by one step; tolerances
-// below are relative L2 errors per tensor.
+// bf16 intermediates round differently and, in fp8, some E4M3 codes flip by one step; the
+// tolerances (step_compare.h) are relative L2 errors per tensor.
 #include <gtest/gtest.h>
 
 #include "../model/model_test_util.h"
+#include "../model/step_compare.h"
 #include "../test_util.h"
 #include "ops/adamw.h"
 
 namespace lockstep::testing {
 namespace {
-
-// bf16: a few bf16 roundings of differently ordered sums per op [logprob/grads ~1e-3–1e-2].
-// fp8: an E4M3 step is 6–12% of a value, and a flipped code moves a product by that much
-// [H200: worst gradient 1.6e-1, the q_norm weights', which sum over every token and head].
-// Weights after one AdamW step: the step moves each element by about lr (≈ 2% of these weights);
-// the updates themselves (p − p0) are compared with `update`: Adam's first step is ≈ lr·sign(g),
-// so elements whose gradients are within the two backends' difference of 0 flip their update.
-struct Tolerance {
-  double logprob, grads, weights, update;
-};
-Tolerance tolerance(Recipe r) {
-  return r == Recipe::bf16 ? Tolerance{1e-2, 4e-2, 1e-2, 0.3} : Tolerance{4e-2, 2.5e-1, 3e-2, 0.6};
-}
-
 
 struct StepResult {
   Tensor logprob, entropy;
@@ -83,52 +70,22 @@ StepResult run_step(Device d, Recipe recipe, const ModelConfig& c, const ModelPa
   return r;
 }
 
-// Worst relative error over the tensors of two parameter sets, and its name.
-std::pair<double, std::string> worst(const ModelParameters& out, const ModelParameters& ref) {
-  std::vector<std::pair<std::string, Tensor>> refs;
-  ref.for_each([&](const std::string& n, const Tensor& t) { refs.emplace_back(n, t); });
-  std::pair<double, std::string> w{0.0, ""};
-  size_t i = 0;
-  out.for_each([&](const std::string& n, const Tensor& t) {
-    const double e = rel_error(to_double(t), to_double(refs.at(i++).second));
-    if (!(e <= w.first)) w = {e, n};  // NaN wins
-  });
-  return w;
-}
-
-// a − b, tensor by tensor (CPU f32).
-ModelParameters minus(const ModelParameters& a, const ModelParameters& b) {
-  std::vector<Tensor> bs;
-  b.for_each([&](const std::string&, const Tensor& t) { bs.push_back(t); });
-  ModelParameters out = a.copy_to(Device::cpu);
-  size_t i = 0;
-  out.for_each([&](const std::string&, Tensor& t) {
-    Tensor d = Tensor::empty(t.shape(), DType::f32);
-    for (int64_t k = 0; k < t.numel(); ++k)
-      d.data_as<float>()[k] = t.data_as<float>()[k] - bs[i].data_as<float>()[k];
-    t = d;
-    ++i;
-  });
-  return out;
-}
-
 // One training step on both backends at config c (the checks of ModelStepGpu.MatchesCpu).
 void expect_step_matches_cpu(Recipe recipe, const ModelConfig& c) {
   const ModelParameters init = random_parameters(c, 3);
   const Sequences seqs = random_sequences({130, 1, 77, 256}, c.vocab_size, 5);
   const StepResult cpu = run_step(Device::cpu, recipe, c, init, seqs, seqs.size());
   const StepResult gpu = run_step(Device::cuda, recipe, c, init, seqs, seqs.size());
-  const Tolerance tol = tolerance(recipe);
+  const StepTolerance tol = step_tolerance(recipe);
 
   EXPECT_LE(rel_error(to_double(gpu.logprob), to_double(cpu.logprob)), tol.logprob);
   EXPECT_LE(rel_error(to_double(gpu.entropy), to_double(cpu.entropy)), tol.logprob);
   EXPECT_NEAR(gpu.loss, cpu.loss, tol.logprob * std::abs(cpu.loss));
-  const auto [grad_error, grad_name] = worst(gpu.grads, cpu.grads);
+  const auto [grad_error, grad_name] = worst_rel_error(gpu.grads, cpu.grads);
   EXPECT_LE(grad_error, tol.grads) << "worst gradient: " << grad_name;
-  const auto [weight_error, weight_name] = worst(gpu.weights, cpu.weights);
-  EXPECT_LE(weight_error, tol.weights) << "worst weight: " << weight_name;
-  const auto [update_error, update_name] = worst(minus(gpu.weights, init), minus(cpu.weights, init));
-  EXPECT_LE(update_error, tol.update) << "worst update: " << update_name;
+  const StepErrors e = step_errors(gpu.weights, cpu.weights, init);
+  EXPECT_LE(e.weights.first, tol.weights) << "worst weight: " << e.weights.second;
+  EXPECT_LE(e.update.first, tol.update) << "worst update: " << e.update.second;
 }
 
 class ModelStepGpu : public ::testing::TestWithParam<Recipe> {};
@@ -202,7 +159,7 @@ TEST_P(ModelStepGpu, MicroBatchesAccumulateTheSameGradients) {
   // gradients differ only by the order of the two accumulations and, in fp8, by the WGrad
   // operands' columnwise scales (groups of 128 tokens that now fall differently).
   EXPECT_LE(rel_error(to_double(two.logprob), to_double(one.logprob)), 1e-3);
-  const auto [e, name] = worst(two.grads, one.grads);
+  const auto [e, name] = worst_rel_error(two.grads, one.grads);
   EXPECT_LE(e, recipe == Recipe::bf16 ? 1e-2 : 1e-1) << name;
 }
 
