@@ -238,6 +238,7 @@ void device_fill_bytes(Device d, void* p, unsigned char value, size_t bytes) {
 DeviceMemoryStats device_memory_stats() {
   DeviceMemoryStats stats;
 #if LOCKSTEP_HAS_CUDA
+  if (!cuda_device_available()) return stats;  // a CUDA build on a machine without a GPU
   uint64_t used = 0, peak = 0;
   LOCKSTEP_CUDA_CHECK(cudaMemPoolGetAttribute(memory_pool(), cudaMemPoolAttrUsedMemCurrent, &used));
   LOCKSTEP_CUDA_CHECK(cudaMemPoolGetAttribute(memory_pool(), cudaMemPoolAttrUsedMemHigh, &peak));
@@ -250,6 +251,7 @@ DeviceMemoryStats device_memory_stats() {
 
 void reset_peak_device_memory() {
 #if LOCKSTEP_HAS_CUDA
+  if (!cuda_device_available()) return;
   uint64_t zero = 0;
   LOCKSTEP_CUDA_CHECK(cudaMemPoolSetAttribute(memory_pool(), cudaMemPoolAttrUsedMemHigh, &zero));
 #endif

@@ -23,7 +23,7 @@ int cuda_device_count();
 // call. An error when there is no such GPU.
 void select_cuda_device(int index);
 
-// CUDA memory (zeros without CUDA): bytes held by live tensors now and at most since the last
+// CUDA memory (zeros without CUDA or without a GPU): bytes held by live tensors now and at most since the last
 // reset_peak_device_memory(), and the device's free and total memory (the pool keeps freed tensor
 // memory for reuse, so `free` does not grow back when tensors die).
 struct DeviceMemoryStats {

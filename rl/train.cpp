@@ -541,7 +541,7 @@ TrainSummary run_train(const Config& config, const TrainHooks& hooks, Communicat
   while (run.state.step < c.run.steps) {
     const auto t0 = Clock::now();
     const double collectives0 = comm.collective_seconds();
-    reset_peak_device_memory();
+    if (run.setup.device == Device::cuda) reset_peak_device_memory();
     StepTimes times;
     std::string skipped;
     MetricSeries series;
