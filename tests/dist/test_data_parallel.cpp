@@ -141,6 +141,24 @@ void expect_same_metrics(const std::vector<nlohmann::json>& n_ranks,
   }
 }
 
+// Runs `c` on comm's ranks and then (rank 0) on one rank: the ranks hold the same weights after
+// every step, the one-rank run's bits, which change; the metrics agree (expect_same_metrics with
+// `grad_norm_exact`). `metrics` (if given) gets the N-rank run's metrics (rank 0 records them).
+void expect_ranks_equal_one_rank(Communicator& comm, const Config& c, bool grad_norm_exact,
+                                 std::vector<nlohmann::json>* metrics = nullptr) {
+  const Recorded n = record(c, comm, "_ranks");
+  expect_identical_on_every_rank(comm, n.hashes);
+  ASSERT_EQ(n.hashes.size(), 3u);
+  if (metrics) *metrics = n.metrics;
+  if (comm.is_main()) {
+    const Recorded one = record(c, single_rank(), "_one");
+    EXPECT_EQ(n.hashes, one.hashes);
+    expect_same_metrics(n.metrics, one.metrics, grad_norm_exact);
+    EXPECT_NE(n.hashes.front(), n.hashes.back()) << "the weights never changed: nothing was tested";
+  }
+  comm.barrier();
+}
+
 // (scale_rewards, aggregation, optim.shard_state): the default, and batch std scaling (the std of
 // every rank's rewards) with the sequence-mean normalizer (the mini-batch's sequence count over all
 // ranks); each with the optimizer state sharded over the ranks and replicated.
@@ -164,19 +182,11 @@ TEST_P(DataParallelExact, GrpoEqualsOneRankBitForBit) {
   if (shard_state) c.optim.micro_batch_tokens = 4096;
   c.loss.scale_rewards = scaling;
   c.loss.aggregation = aggregation;
-  const Recorded n = record(c, comm, "_ranks");
-  expect_identical_on_every_rank(comm, n.hashes);
-  ASSERT_EQ(n.hashes.size(), 3u);
-  if (comm.is_main()) {
-    const Recorded one = record(c, single_rank(), "_one");
-    EXPECT_EQ(n.hashes, one.hashes);
-    expect_same_metrics(n.metrics, one.metrics, !shard_state || comm.size() == 1);
-    EXPECT_NE(n.hashes.front(), n.hashes.back()) << "the weights never changed: nothing was tested";
-    double grad_norm = 0;
-    for (const nlohmann::json& m : n.metrics) grad_norm += m["grad_norm"].get<double>();
-    EXPECT_GT(grad_norm, 0) << "no gradient in any step: nothing was tested";
-  }
-  comm.barrier();
+  std::vector<nlohmann::json> metrics;
+  expect_ranks_equal_one_rank(comm, c, !shard_state || comm.size() == 1, &metrics);
+  double grad_norm = 0;
+  for (const nlohmann::json& m : metrics) grad_norm += m["grad_norm"].get<double>();
+  if (comm.is_main()) EXPECT_GT(grad_norm, 0) << "no gradient in any step: nothing was tested";
 }
 
 INSTANTIATE_TEST_SUITE_P(Losses, DataParallelExact,
@@ -202,16 +212,7 @@ TEST(DataParallel, ShardedStateReducedOncePerStepEqualsOneRankBitForBit) {
   c.optim.mini_batches = comm.size();
   c.optim.shard_state = true;
   c.optim.reduce_per_layer = false;  // (tiny_run's micro-batches: several a mini-batch)
-  const Recorded n = record(c, comm, "_ranks");
-  expect_identical_on_every_rank(comm, n.hashes);
-  ASSERT_EQ(n.hashes.size(), 3u);
-  if (comm.is_main()) {
-    const Recorded one = record(c, single_rank(), "_one");
-    EXPECT_EQ(n.hashes, one.hashes);
-    expect_same_metrics(n.metrics, one.metrics, comm.size() == 1);
-    EXPECT_NE(n.hashes.front(), n.hashes.back()) << "the weights never changed: nothing was tested";
-  }
-  comm.barrier();
+  expect_ranks_equal_one_rank(comm, c, comm.size() == 1);
 }
 
 TEST(DataParallel, SftAndGrpoAcrossRanksEqualOneRankWithinRounding) {
