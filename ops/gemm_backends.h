@@ -25,7 +25,16 @@ namespace lockstep::cuda {
 void gemm_fprop_bf16(Tensor& y, const Tensor& x, const Tensor& w);
 void gemm_dgrad_bf16(Tensor& dx, const Tensor& dy, const Tensor& w, bool accumulate);
 void gemm_wgrad_bf16(Tensor& dw, const Tensor& dy, const Tensor& x, bool accumulate);
-void gemm_fp8(Tensor& out, const Fp8Rows& act, const Fp8Blocks& weight);  // FProp, DGrad
+void gemm_fp8(Tensor& out, const Fp8Rows& act, const Fp8Blocks& weight);  // DGrad, FProp …
+// … FProp goes through here: gemm_fp8, or under gemm_set_fp8_batch_invariant(true) the
+// batch-invariant kernel (ops/cuda/gemm_fp8_small_t.h) at every T.
+void gemm_fp8_fprop(Tensor& y, const Fp8Rows& x, const Fp8Blocks& w);
+// Whether fp8 FProp runs batch-invariant from now on: each output row the same bits whatever the
+// token count and the row's place (cuBLASLt's block-scaled kernels split K by shape and T, and
+// promote partial sums in their own order, so a decode row and the training forward's row of the
+// same token differ). Slower at training token counts; the weight's rows must be a multiple of 64.
+// Default off. Returns the previous setting.
+bool gemm_set_fp8_batch_invariant(bool on);
 void gemm_wgrad_fp8(Tensor& dw, const Fp8Rows& dy_t, const Fp8Rows& x_t, bool accumulate);
 // Tests: take the padded-token path even where cuBLASLt could run the odd token count natively.
 void gemm_force_token_padding(bool on);

@@ -25,6 +25,7 @@
 #include <cublasLt.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <compare>
 #include <cstdio>
@@ -128,6 +129,7 @@ struct Context {
   int choice = kAutotune;
   bool verbose = false;  // LOCKSTEP_GEMM_AUTOTUNE=verbose: one line per tuned plan on stderr
   int small_t = kFp8SmallTAuto;                // gemm_set_fp8_small_t
+  std::atomic<bool> fp8_batch_invariant = false;  // gemm_set_fp8_batch_invariant
   std::map<SmallTShape, bool> small_t_picks;   // kFp8SmallTAuto: true = the small-T kernel
 };
 
@@ -151,6 +153,8 @@ Context& context() {
     if (mode == "0") c->choice = 0;
     c->verbose = mode == "verbose";
     c->small_t = small_t_from_env();
+    // LOCKSTEP_FP8_BATCH_INVARIANT=1: gemm_set_fp8_batch_invariant(true) (the exact-rollout experiment).
+    if (const char* bi = std::getenv("LOCKSTEP_FP8_BATCH_INVARIANT")) c->fp8_batch_invariant = std::string_view(bi) == "1";
     return c;
   }();
   return *ctx;
@@ -621,6 +625,15 @@ void gemm_fp8(Tensor& out, const Fp8Rows& act, const Fp8Blocks& weight) {
   if (small_t_runs(out, act, weight)) return gemm_fp8_small_t(out, act, weight);
   gemm_fp8_cublaslt(out, act, weight);
 }
+
+void gemm_fp8_fprop(Tensor& y, const Fp8Rows& x, const Fp8Blocks& w) {
+  if (!context().fp8_batch_invariant) return gemm_fp8(y, x, w);
+  check_aligned16(x.data, "fp8 gemm: activation");
+  check_aligned16(w.data, "fp8 gemm: weight");
+  gemm_fp8_batch_invariant(y, x, w);
+}
+
+bool gemm_set_fp8_batch_invariant(bool on) { return context().fp8_batch_invariant.exchange(on); }
 
 void gemm_wgrad_fp8(Tensor& dw, const Fp8Rows& dy_t, const Fp8Rows& x_t, bool accumulate) {
   check_aligned16(dy_t.data, "gemm_wgrad: dy_t");
