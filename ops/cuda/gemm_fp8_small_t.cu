@@ -64,12 +64,15 @@ constexpr int kSwizzleAtom = 1024;    // 8 rows × 128 bytes: every tile starts 
 template <int NT>
 struct Layout {
   static constexpr int kTokens = 8 * NT;
+  // CTAs an SM: kCtasPerSm, but two for the 128-token tile (its partial and accumulator tiles
+  // take 128 registers a thread; a third CTA would leave too few for the rest).
+  static constexpr int kCtas = NT > 8 ? 2 : kCtasPerSm;
   // A stage: the weight tile, then the act tile.
   static constexpr int kActOffset = kRows * kBlockK;
   static constexpr int kStageBytes = kActOffset + kTokens * kBlockK;
   static constexpr int kScaleBytes = kTokens * 4 + 16;  // per stage: kTokens act scales, the weight scale
-  // Up to 8 stages, as many as kCtasPerSm CTAs an SM leave room for (228 KiB, 1 KiB reserved each).
-  static constexpr int kStages = std::min(8, (228 * 1024 / kCtasPerSm - 1024) / (kStageBytes + kScaleBytes));
+  // Up to 8 stages, as many as kCtas CTAs an SM leave room for (228 KiB, 1 KiB reserved each).
+  static constexpr int kStages = std::min(8, (228 * 1024 / kCtas - 1024) / (kStageBytes + kScaleBytes));
   // After the stages, the scales of every stage.
   static constexpr int kScalesOffset = kStages * kStageBytes;
   // After the main loop the shared memory holds the CTA's partial tile, token-major, rows padded to
@@ -78,7 +81,7 @@ struct Layout {
   static constexpr int kSmem = std::max(kScalesOffset + kStages * kScaleBytes, kTokens * kRedStride * 4);
   static_assert(kStageBytes % kSwizzleAtom == 0);
   static_assert(kStages >= 3, "a stage in use, two in flight");
-  static_assert(kCtasPerSm * (kSmem + 1024) <= 228 * 1024);
+  static_assert(kCtas * (kSmem + 1024) <= 228 * 1024);
 };
 
 struct Args {
@@ -135,6 +138,17 @@ __device__ __forceinline__ void wgmma_e4m3(float (&d)[NT][4], uint64_t a, uint64
         "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, "
         "%11, %12, %13, %14, %15}, %16, %17, p, 1, 1;\n}\n"
         : LOCKSTEP_D(0), LOCKSTEP_D(1), LOCKSTEP_D(2), LOCKSTEP_D(3)
+        : "l"(a), "l"(b), "r"(int(accumulate)));
+  } else if constexpr (NT == 16) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1;\n}\n"
+        : LOCKSTEP_D(0), LOCKSTEP_D(1), LOCKSTEP_D(2), LOCKSTEP_D(3), LOCKSTEP_D(4), LOCKSTEP_D(5),
+          LOCKSTEP_D(6), LOCKSTEP_D(7), LOCKSTEP_D(8), LOCKSTEP_D(9), LOCKSTEP_D(10), LOCKSTEP_D(11),
+          LOCKSTEP_D(12), LOCKSTEP_D(13), LOCKSTEP_D(14), LOCKSTEP_D(15)
         : "l"(a), "l"(b), "r"(int(accumulate)));
   } else {
     static_assert(NT == 8);
@@ -261,7 +275,7 @@ __device__ __forceinline__ void store4(uint16_t* out, const float4& v) {
 // Grid (splits, M/kRows, token tiles), clusters of (splits, 1, 1): blockIdx.x is the rank in the
 // cluster.
 template <int NT, class Out>
-__global__ void __launch_bounds__(kThreads, kCtasPerSm) small_t_kernel(const Args a) {
+__global__ void __launch_bounds__(kThreads, Layout<NT>::kCtas) small_t_kernel(const Args a) {
   using L = Layout<NT>;
   // The swizzle needs 1024-byte aligned tiles. (The compiler takes this alignment as given; on
   // sm_90 dynamic shared memory starts at 1024, after the reserved kilobyte.)
@@ -394,7 +408,8 @@ void launch_for_tokens(const Args& a, int splits) {
   if (a.T <= 8) return launch<1, Out>(a, splits);
   if (a.T <= 16) return launch<2, Out>(a, splits);
   if (a.T <= 32) return launch<4, Out>(a, splits);
-  launch<8, Out>(a, splits);
+  if (a.T <= 64) return launch<8, Out>(a, splits);
+  launch<16, Out>(a, splits);  // gemm_fp8_batch_invariant only
 }
 
 // The arguments of either entry point, checked (T by the caller).
@@ -410,7 +425,7 @@ Args checked_args(Tensor& out, const Fp8Rows& act, const Fp8Blocks& weight) {
               T, M, K, weight.scales.dim(1)};
 }
 
-// T tokens in tiles of at most 64 (one tile of the narrowest width that holds them up to 64).
+// T tokens: one tile of the narrowest width that holds them up to 64, else tiles of 128.
 void run(Tensor& out, const Fp8Rows& act, const Fp8Blocks& weight) {
   const Args a = checked_args(out, act, weight);
   const int splits = splits_for(a.M, a.K);
