@@ -7,6 +7,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <optional>
 #include <toml++/toml.h>
@@ -549,13 +550,21 @@ void check_non_ascii_placement(std::string_view text, const std::string& where) 
     ++line;
     line_start = i + 1;
   };
+  // The last character on this line outside strings, comments and blanks ('\0': none yet). A quote
+  // opens a string only where TOML has a key or a value: at the start of a line or after = [ { , or
+  // the dot of a dotted key. Elsewhere (`v = -"é"`) toml++ scans it as part of a bare value and asks
+  // the same question of the characters after it, so they count as outside a string here too.
+  char last = '\0';
   for (size_t i = 0; i < text.size();) {
     const char c = text[i];
+    const bool opens_string = (c == '"' || c == '\'') && (last == '\0' || std::strchr("=[{,.", last));
     if (c == '\n') {
       newline(i++);
+      last = '\0';
     } else if (c == '#') {
       while (i < text.size() && text[i] != '\n') ++i;
-    } else if (c == '"' || c == '\'') {
+    } else if (opens_string) {
+      last = c;
       const bool basic = c == '"';
       const bool multi_line = text.substr(i, 3) == std::string(3, c);
       i += multi_line ? 3 : 1;
@@ -585,6 +594,7 @@ void check_non_ascii_placement(std::string_view text, const std::string& where) 
     } else if (static_cast<unsigned char>(c) >= 0x80) {
       refuse(i, "outside a string or comment (TOML allows them only there)");
     } else {
+      if (c != ' ' && c != '\t' && c != '\r') last = c;
       ++i;
     }
   }
