@@ -187,7 +187,7 @@ TEST(RunConfig, NonAsciiOutsideStringsIsASyntaxError) {
   expect_error([] { load_text("[model]\npath = -\"a\xcc\x93\"\n"); }, {"run.toml:2:11:", "outside a string"});
   expect_error([] { load({"--run.steps=1'\xcc\x93'"}); }, {"option --run.steps:1:7:", "outside a string"});
   expect_error([] { load({"--run.steps=-[\"\xcc\x93\"]"}); }, {"option --run.steps:1:8:", "outside a string"});
-  expect_error([] { load({"--run.steps=1.=\"\xcc\x93\""}); }, {"option --run.steps:1:8:", "outside a string"});
+  expect_error([] { load({"--run.steps=1.=\"\xcc\x93\""}); }, {"option --run.steps:1:9:", "outside a string"});
   const Config c = load_text("# caf\xc3\xa9 \xef\xba\xbf\n[model]\npath = \"caf\xc3\xa9\"  # \xc3\xa9\n"
                              "[run]\nout_dir = '''\xc3\xa9\n\xef\xba\xbf'''\n",
                              {"--data.train=d\xc3\xa9.jsonl"});
