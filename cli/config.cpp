@@ -537,9 +537,10 @@ void set_key(Config& config, std::string_view name, const toml::node& node,
 // a character of U+00A1–U+0499, U+2D6E–U+3167 or U+FB16–U+FEFE is whitespace (its
 // is_non_ascii_horizontal_whitespace; found by tests/fuzz/fuzz_cli_config.cpp). It asks that of a
 // character outside a string or comment (a quote inside a bare value opens no string), and of the
-// first one after a line-ending backslash in a """ string. TOML allows non-ASCII characters only inside strings and comments, so this refuses
-// any outside them, and the rare one right after a line-ending backslash, before toml++ sees the
-// text. `where` names the text ("file.toml", "option --key").
+// first one after a line-ending backslash in a """ string. TOML allows non-ASCII characters only
+// inside strings and comments, so this refuses any outside them, and the rare one right after a
+// line-ending backslash, before toml++ sees the text. `where` names the text ("file.toml",
+// "option --key").
 void check_non_ascii_placement(std::string_view text, const std::string& where) {
   size_t line = 1, line_start = 0;
   const auto refuse = [&](size_t i, const char* what) {
@@ -562,7 +563,8 @@ void check_non_ascii_placement(std::string_view text, const std::string& where) 
     const char c = text[i];
     const bool blank = c == ' ' || c == '\t' || c == '\r';
     if (c == '\n' || c == '#' || blank || c == ',' || c == ']' || c == '}') in_bare_value = false;
-    const bool opens_string = !in_bare_value && (c == '"' || c == '\'') && (last == '\0' || std::strchr("=[{,.", last));
+    const bool opens_string =
+        !in_bare_value && (c == '"' || c == '\'') && (last == '\0' || std::strchr("=[{,.", last));
     if (c == '\n') {
       newline(i++);
       last = '\0';
