@@ -7,6 +7,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <optional>
 #include <toml++/toml.h>
@@ -535,10 +536,11 @@ void set_key(Config& config, std::string_view name, const toml::node& node,
 // toml++ 3.3 (Debian 12's) reaches __builtin_unreachable, undefined behaviour, when it asks whether
 // a character of U+00A1–U+0499, U+2D6E–U+3167 or U+FB16–U+FEFE is whitespace (its
 // is_non_ascii_horizontal_whitespace; found by tests/fuzz/fuzz_cli_config.cpp). It asks that of a
-// character outside a string or comment, and of the first one after a line-ending backslash in a
-// """ string. TOML allows non-ASCII characters only inside strings and comments, so this refuses
-// any outside them, and the rare one right after a line-ending backslash, before toml++ sees the
-// text. `where` names the text ("file.toml", "option --key").
+// character outside a string or comment (a quote inside a bare value opens no string), and of the
+// first one after a line-ending backslash in a """ string. TOML allows non-ASCII characters only
+// inside strings and comments, so this refuses any outside them, and the rare one right after a
+// line-ending backslash, before toml++ sees the text. `where` names the text ("file.toml",
+// "option --key").
 void check_non_ascii_placement(std::string_view text, const std::string& where) {
   size_t line = 1, line_start = 0;
   const auto refuse = [&](size_t i, const char* what) {
@@ -549,13 +551,32 @@ void check_non_ascii_placement(std::string_view text, const std::string& where) 
     ++line;
     line_start = i + 1;
   };
+  // toml++ scans a bare value (number, date, true, inf…) up to a blank, `,` `]` `}` `#` or the line's
+  // end, asking is_whitespace of every character, a quote included: `v = -"é"` and `v = 1.["é"]` are
+  // one bare value to it. So a quote opens a string only outside a bare value, at the start of a line
+  // or after = [ { , or a dotted key's `.`; elsewhere what follows it counts as outside a string.
+  std::string brackets;        // open '[' arrays, '{' inline tables, 'h' table headers, innermost last
+  bool value_next = false;     // a value, not a key, starts at the next character that is not blank
+  bool in_bare_value = false;  // inside a bare value
+  char last = '\0';            // the last character on this line outside strings, comments and blanks
   for (size_t i = 0; i < text.size();) {
     const char c = text[i];
+    const bool blank = c == ' ' || c == '\t' || c == '\r';
+    if (c == '\n' || c == '#' || blank || c == ',' || c == ']' || c == '}') in_bare_value = false;
+    const bool opens_string =
+        !in_bare_value && (c == '"' || c == '\'') && (last == '\0' || std::strchr("=[{,.", last));
     if (c == '\n') {
       newline(i++);
+      last = '\0';
+      while (!brackets.empty() && brackets.back() != '[') brackets.pop_back();  // only arrays span lines
+      value_next = !brackets.empty();
     } else if (c == '#') {
       while (i < text.size() && text[i] != '\n') ++i;
-    } else if (c == '"' || c == '\'') {
+    } else if (blank) {
+      ++i;
+    } else if (opens_string) {
+      last = c;
+      value_next = false;
       const bool basic = c == '"';
       const bool multi_line = text.substr(i, 3) == std::string(3, c);
       i += multi_line ? 3 : 1;
@@ -585,6 +606,25 @@ void check_non_ascii_placement(std::string_view text, const std::string& where) 
     } else if (static_cast<unsigned char>(c) >= 0x80) {
       refuse(i, "outside a string or comment (TOML allows them only there)");
     } else {
+      if (!in_bare_value) {
+        if (c == '=') {
+          value_next = true;
+        } else if (c == '[') {
+          brackets += value_next ? '[' : 'h';
+        } else if (c == '{') {
+          brackets += '{';
+          value_next = false;
+        } else if (c == ',') {
+          value_next = !brackets.empty() && brackets.back() == '[';
+        } else if (c == ']' || c == '}') {
+          if (!brackets.empty()) brackets.pop_back();
+          value_next = false;
+        } else if (value_next) {
+          in_bare_value = true;
+          value_next = false;
+        }
+      }
+      last = c;
       ++i;
     }
   }

@@ -3,6 +3,8 @@
 //   a if c else b;  or;  and;  not;  == != < <= > >= in `not in`;  + -;  ~;  * / // %;  **;
 //   unary - +;  then postfix .attr [index] [a:b:c] (call), and the filter/test chain | f, is t.
 // So `'x' + y | trim` is `'x' + (y | trim)`, and `not x is defined` is `not (x is defined)`.
+#include <algorithm>
+#include <optional>
 #include <set>
 
 #include "core/error.h"
@@ -27,6 +29,30 @@ class Parser {
   size_t piece_ = 0;
   const std::vector<Token>* tokens_ = nullptr;
   size_t tok_ = 0;
+
+  // Parsing, rendering and freeing a syntax tree recurse once per level of nesting, so a template
+  // nested without bound (`{{ ++++…x }}`, `{{ 1+1+…+1 }}`, `{% if %}` in `{% if %}`…) overflowed
+  // the stack (found by tests/fuzz/fuzz_jinja.cpp). jinja2 stops at Python's recursion limit;
+  // chat templates nest a few levels.
+  static constexpr int kMaxNesting = 100;
+  int expression_nesting_ = 0;  // prefix operators and brackets being parsed
+  int block_nesting_ = 0;       // statement bodies being parsed
+
+  // Counts one level of `nesting` for its lifetime; more than kMaxNesting is an error naming `what`.
+  class Nested {
+   public:
+    Nested(const Parser& parser, int& nesting, int line, const char* what) : nesting_(nesting) {
+      if (nesting_ >= kMaxNesting)
+        parser.error(line, std::string(what) + " nested more than " + std::to_string(kMaxNesting) + " deep");
+      ++nesting_;
+    }
+    ~Nested() { --nesting_; }
+    Nested(const Nested&) = delete;
+    Nested& operator=(const Nested&) = delete;
+
+   private:
+    int& nesting_;
+  };
 
   [[noreturn]] void error(int line, const std::string& what) const {
     fail(name_ + ":" + std::to_string(line) + ": " + what);
@@ -80,6 +106,9 @@ class Parser {
   // Parses pieces until a statement whose keyword is in `ends` (left current); at the top level
   // (`ends` empty) until the end of the template.
   Body parse_body(const std::set<std::string>& ends) {
+    std::optional<Nested> nested;  // the template's own body is no nesting
+    if (!ends.empty())
+      nested.emplace(*this, block_nesting_, piece_ > 0 ? pieces_[piece_ - 1].line : 1, "statement blocks");
     Body body;
     while (piece_ < pieces_.size()) {
       const Piece& p = pieces_[piece_];
@@ -257,12 +286,23 @@ class Parser {
   }
 
   // ---- expressions
-  static ExprPtr make(Expr::Kind kind, int line, std::vector<ExprPtr> args = {}, std::string text = {}) {
+  ExprPtr make(Expr::Kind kind, int line, std::vector<ExprPtr> args = {}, std::string text = {}) const {
     auto e = std::make_shared<Expr>();
     e->kind = kind;
     e->line = line;
     e->args = std::move(args);
     e->text = std::move(text);
+    return bounded(std::move(e));
+  }
+
+  // Sets e's depth from its operands'; a tree deeper than kMaxNesting is an error. Operators that
+  // chain without recursing in the parser (`1+1+…`, `x|f|f…`, `a.b.c…`) grow the tree here.
+  ExprPtr bounded(std::shared_ptr<Expr> e) const {
+    for (const ExprPtr& a : e->args)
+      if (a) e->depth = std::max(e->depth, a->depth + 1);
+    for (const auto& [key, value] : e->keywords) e->depth = std::max(e->depth, value->depth + 1);
+    if (e->depth > kMaxNesting)
+      error(e->line, "expression nested more than " + std::to_string(kMaxNesting) + " deep");
     return e;
   }
 
@@ -311,6 +351,7 @@ class Parser {
   ExprPtr parse_not() {
     if (at_name("not")) {
       const int line = next().line;
+      const Nested nested(*this, expression_nesting_, line, "expression");
       return make(Expr::Kind::unary, line, {parse_not()}, "not");
     }
     return parse_compare();
@@ -376,6 +417,7 @@ class Parser {
   }
 
   ExprPtr parse_unary(bool with_filter = true) {
+    const Nested nested(*this, expression_nesting_, peek().line, "expression");
     ExprPtr e;
     if (at_op("-") || at_op("+")) {
       const Token& t = next();
@@ -515,7 +557,7 @@ class Parser {
     e->line = peek().line;
     e->args.push_back(callee);
     parse_call_args(*e);
-    return e;
+    return bounded(std::move(e));
   }
 
   ExprPtr parse_filter_chain(ExprPtr e) {
@@ -532,7 +574,7 @@ class Parser {
         f->text = filter;
         f->args.push_back(e);
         if (at_op("(")) parse_call_args(*f);
-        e = f;
+        e = bounded(std::move(f));
       } else if (at_name("is")) {
         const int line = next().line;
         auto t = std::make_shared<Expr>();
@@ -554,7 +596,7 @@ class Parser {
           if (at_name("is")) error(peek().line, "tests cannot be chained with 'is'");
           t->args.push_back(parse_postfix(parse_primary()));
         }
-        e = t;
+        e = bounded(std::move(t));
       } else if (at_op("(")) {
         e = parse_call(e);
       } else {

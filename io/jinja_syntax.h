@@ -70,6 +70,7 @@ struct Expr {
   std::vector<std::pair<std::string, ExprPtr>> keywords;
   bool negated = false;  // test: `is not`
   int line = 0;
+  int depth = 1;  // nodes on the longest path down from this one (the parser bounds it)
 };
 
 struct Stmt;

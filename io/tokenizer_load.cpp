@@ -22,7 +22,7 @@ json read_json(const std::filesystem::path& path) {
   text << file.rdbuf();
   try {
     return json::parse(text.str());
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number like 1e400
     fail(path.string() + ": invalid JSON: " + e.what());
   }
 }

@@ -43,7 +43,7 @@ Problem parse_line(std::string_view line, DatasetFormat format) {
   json object;
   try {
     object = json::parse(line);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number like 1e400
     std::string message = e.what();
     if (message.size() > kMaxMessageBytes) {
       size_t cut = kMaxMessageBytes;

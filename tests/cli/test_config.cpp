@@ -182,6 +182,12 @@ TEST(RunConfig, NonAsciiOutsideStringsIsASyntaxError) {
   expect_error([] { load_text("[model]\npath = \"\"\"a\\\n  \xc3\xa9\"\"\"\n"); },
                {"run.toml:3:3:", "right after a line-ending backslash"});
   expect_error([] { load({"--run.steps=\xc3\xa9"}); }, {"option --run.steps:1:", "outside a string"});
+  // A quote inside a bare value opens no string (toml++ scans it as part of the value): U+0313 after
+  // it reached the same toml++ UB (found by fuzz_cli_config on a 16-core machine).
+  expect_error([] { load_text("[model]\npath = -\"a\xcc\x93\"\n"); }, {"run.toml:2:11:", "outside a string"});
+  expect_error([] { load({"--run.steps=1'\xcc\x93'"}); }, {"option --run.steps:1:7:", "outside a string"});
+  expect_error([] { load({"--run.steps=-[\"\xcc\x93\"]"}); }, {"option --run.steps:1:8:", "outside a string"});
+  expect_error([] { load({"--run.steps=1.=\"\xcc\x93\""}); }, {"option --run.steps:1:9:", "outside a string"});
   const Config c = load_text("# caf\xc3\xa9 \xef\xba\xbf\n[model]\npath = \"caf\xc3\xa9\"  # \xc3\xa9\n"
                              "[run]\nout_dir = '''\xc3\xa9\n\xef\xba\xbf'''\n",
                              {"--data.train=d\xc3\xa9.jsonl"});

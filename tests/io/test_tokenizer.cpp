@@ -352,6 +352,9 @@ TEST_F(TokenizerErrors, InvalidJson) {
   const std::string path = dir_.file("tokenizer.json");
   testing::write_bytes(path, "{\"model\": {\"vocab\": ");
   expect_error([&] { Tokenizer::from_files(path); }, {path, "invalid JSON"});
+  // A number beyond a double is nlohmann's out_of_range, not its parse_error.
+  testing::write_bytes(path, "{\"model\": {\"dropout\": 1e400}}");
+  expect_error([&] { Tokenizer::from_files(path); }, {path, "invalid JSON", "number overflow"});
 }
 
 TEST_F(TokenizerErrors, MissingVocab) {

@@ -98,6 +98,9 @@ TEST(Dataset, EveryBadLineNamesFileAndLine) {
   const std::vector<BadLineCase> cases = {
       {DatasetFormat::gsm8k, R"({"question": "q?", "answer": "#### 2")", "invalid JSON"},
       {DatasetFormat::gsm8k, R"({"question": "q?", "answer": "#### 2"} trailing)", "invalid JSON"},
+      // A number beyond a double is nlohmann's out_of_range, not its parse_error (found by fuzz_dataset).
+      {DatasetFormat::gsm8k, R"({"question": 8e888888, "answer": "#### 2"})", "invalid JSON: [json.exception.out_of_range.406] number overflow"},
+      {DatasetFormat::prompt_answer, R"({"prompt": "q?", "answer": "2", "x": -1e400})", "invalid JSON: [json.exception.out_of_range.406]"},
       {DatasetFormat::gsm8k, "{\"question\": \"q\xff\", \"answer\": \"#### 2\"}", "invalid UTF-8: byte 0xFF at column 16"},
       {DatasetFormat::gsm8k, R"(["q?", "#### 2"])", "expected a JSON object, not array"},
       {DatasetFormat::gsm8k, R"("just text")", "expected a JSON object, not string"},
