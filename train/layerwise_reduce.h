@@ -17,9 +17,6 @@
 // sum is zero (one micro-batch a mini-batch, or each mini-batch on one rank), else f32 rounding.
 #pragma once
 
-#include <string>
-#include <vector>
-
 #include "model/transformer.h"
 #include "train/sharded_optimizer.h"
 

@@ -236,8 +236,11 @@ TEST_P(ShardedWeightsExact, TrainingEqualsWholeCopiesBitForBit) {
       }
     const double held = sharded.metrics.back()["weight_copies_gb"];
     const double full = whole.metrics.back()["weight_copies_gb"];
-    if (comm.size() > 1) EXPECT_LT(held, full);
-    else EXPECT_EQ(held, full);
+    if (comm.size() > 1) {
+      EXPECT_LT(held, full);
+    } else {
+      EXPECT_EQ(held, full);
+    }
     std::printf("%s, %d ranks: %.0f bytes of weight copies per rank between steps, %.0f without "
                 "optim.shard_weights\n", GetParam(), comm.size(), held * 1e9, full * 1e9);
   }
