@@ -410,6 +410,13 @@ const std::vector<Section>& schema() {
             "local f32 gradient is summed over a mini-batch's micro-batches and reduce-scattered "
             "once per optimizer step (4 more bytes per parameter, 1/k of the traffic with k "
             "micro-batches)"),
+      field("shard_weights", &O::shard_weights,
+            "with optim.shard_state and several ranks, also the bf16/fp8 weight copies the GEMMs "
+            "read (ZeRO-3): between uses each rank keeps its own rows of every layer matrix; each "
+            "layer's whole copies are all-gathered before its forward and backward (the next "
+            "layer's beside the compute) and freed after, and the rollout's are gathered once "
+            "before generation and freed after it (the embedding, LM head and norms stay whole; "
+            "a separate fp8 rollout model keeps its whole copies)"),
     }),
     section<F>("sft", "supervised fine-tuning", {"train", "sft"}, &Config::sft, {
       field("steps", &F::steps, "SFT optimizer steps (`train` runs them before RL; 0: none)", at_least(0)),

@@ -112,6 +112,7 @@ struct OptimOptions {
   // With several ranks: each keeps the AdamW moments of its own rows only (train/data_parallel.h).
   bool shard_state = true;
   bool reduce_per_layer = true;
+  bool shard_weights = false;
   bool operator==(const OptimOptions&) const = default;
 };
 

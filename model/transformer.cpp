@@ -67,10 +67,10 @@ Tensor positions_of(const Tensor& cu_seqlens, int64_t tokens, Device device) {
   return device == Device::cpu ? pos : pos.to(device);
 }
 
-// Every linear layer of a layer (the dense MLP's or the sparse one's).
+// Every linear layer of a layer (the dense MLP's or the sparse one's; const for a const layer).
 template <class Weights>
-std::vector<LinearWeight*> linear_weights(Weights& w) {
-  std::vector<LinearWeight*> all{&w.qkv, &w.o};
+auto linear_weights(Weights& w) {
+  std::vector<decltype(&w.qkv)> all{&w.qkv, &w.o};
   if (w.moe.gate_up.empty()) {
     all.push_back(&w.gate_up);
     all.push_back(&w.down);
@@ -200,6 +200,40 @@ WeightCopies Transformer::weight_copies(const std::string& name) {
     return l->recipe == Recipe::fp8 ? WeightCopies{.fp8 = &l->fp8} : WeightCopies{.bf16 = &l->bf16};
   }
   return {};
+}
+
+int64_t Transformer::weight_copy_bytes(bool embedding_and_head) const {
+  if (recipe_ == Recipe::fp32) return 0;
+  int64_t bytes = 0;
+  if (embedding_and_head)
+    for (const Tensor* t : {&embed_, &head_}) bytes += t->defined() ? int64_t(t->nbytes()) : 0;
+  for (const LayerWeights& w : weights_)
+    for (const LinearWeight* l : linear_weights(w))
+      for (const Tensor* t : {&l->bf16, &l->fp8.w.data, &l->fp8.w.scales, &l->fp8.wt.data, &l->fp8.wt.scales})
+        bytes += t->defined() ? int64_t(t->nbytes()) : 0;
+  return bytes;
+}
+
+void Transformer::skip_forward() {
+  const int64_t layers = int64_t(params_.layers.size());
+  if (!weight_source_.wanted) return;
+  for (int64_t i = 0; i < layers; ++i) {
+    weight_source_.wanted(i, i + 1 < layers ? i + 1 : -1);
+    weight_source_.done(i);
+  }
+}
+
+void Transformer::skip_backward() {
+  // backward()'s hooks, in its order.
+  const std::vector<std::vector<std::string>> groups =
+      gradients_ready_ ? gradient_groups() : std::vector<std::vector<std::string>>();
+  if (gradients_ready_) gradients_ready_(groups.front());
+  for (size_t i = params_.layers.size(); i-- > 0;) {
+    if (weight_source_.wanted) weight_source_.wanted(int64_t(i), int64_t(i) - 1);
+    if (weight_source_.done) weight_source_.done(int64_t(i));
+    if (gradients_ready_) gradients_ready_(groups[params_.layers.size() - i]);
+  }
+  if (gradients_ready_) gradients_ready_(groups.back());
 }
 
 void Transformer::report_gradients_per_layer(GradientsReady ready) {
@@ -472,8 +506,11 @@ Tensor Transformer::trunk(const TrainBatch& batch, TrainActivations* saved,
       if (replay.defined()) layer_replay = replay.rows(int64_t(sparse), int64_t(sparse) + 1).reshape({t, replay.dim(2)});
       ++sparse;
     }
+    const int64_t layers = int64_t(params_.layers.size());
+    if (weight_source_.wanted) weight_source_.wanted(int64_t(i), int64_t(i) + 1 < layers ? int64_t(i) + 1 : -1);
     layer_forward(i, x, residual, positions, attend, saved ? &saved->layers[i] : nullptr, nullptr, stats,
                   layer_replay.defined() ? &layer_replay : nullptr);
+    if (weight_source_.done) weight_source_.done(int64_t(i));
   }
 
   // The final norm adds the last layer's residual into x (kept as x_final).
@@ -555,7 +592,9 @@ void Transformer::backward(TrainForward& forward, const Tensor& dlogprob, const 
     gradients_ready_(groups.front());
   }
   for (size_t i = params_.layers.size(); i-- > 0;) {
+    if (weight_source_.wanted) weight_source_.wanted(int64_t(i), int64_t(i) - 1);
     dx = layer_backward(i, s->layers[i], dx, s->positions, s->cu_seqlens, dprobs, z_scale);
+    if (weight_source_.done) weight_source_.done(int64_t(i));
     s->layers[i] = LayerActivations();  // free as we go
     if (gradients_ready_) gradients_ready_(groups[params_.layers.size() - i]);
   }

@@ -153,6 +153,36 @@ class Transformer {
   void report_gradients_per_layer(GradientsReady ready);
   // The groups backward() reports, in its order.
   std::vector<std::vector<std::string>> gradient_groups() const;
+  // Where the weight copies of each layer's linear layers come from when the model does not hold
+  // them between uses (a sharded data-parallel run, train/sharded_weights.h: each rank keeps the
+  // copies of its own rows and all-gathers a layer's whole copies when it is wanted; model/ knows
+  // no ranks). From now on the training forward (forward, hidden_states) calls wanted(i, next)
+  // before layer i and done(i) after it, and backward() does the same around each layer's backward,
+  // from the last layer to the first; `next` is the layer it will want after i (−1: none), whose
+  // copies the source may start gathering beside layer i's compute. After wanted(i, …) returns,
+  // weight_copies() of layer i's matrices must be whole for the work queued next; after done(i) the
+  // model does not read them until the next wanted(i, …). The recompute of a layer's inputs reads
+  // no matrix. The embedding, the LM head and the norms are not the source's: they stay whole.
+  // forward_infer calls nothing: it reads the copies in place (the rollout's, gathered whole first).
+  struct LayerWeightSource {
+    std::function<void(int64_t layer, int64_t next)> wanted;
+    std::function<void(int64_t layer)> done;
+  };
+  void set_layer_weight_source(LayerWeightSource source) { weight_source_ = std::move(source); }
+  // Bytes of the weight copies the GEMMs read that the model holds now (bf16 copies, fp8 W and Wᵀ
+  // with their scales, and with `embedding_and_head` the embedding's and LM head's copies; 0 in the
+  // fp32 recipe, whose GEMMs read the masters).
+  int64_t weight_copy_bytes(bool embedding_and_head = true) const;
+  // Whether a hook of report_gradients_per_layer or set_layer_weight_source is installed: a
+  // data-parallel trainer fills them with collectives, so every rank must then run the same
+  // passes. A rank with fewer forwards or backwards than the others (fewer micro-batches, a
+  // backward skipped for a non-finite loss) calls skip_forward() / skip_backward() for each it
+  // lacks: the hooks that pass calls, in its order, with nothing computed (a skipped backward
+  // reports each group's gradients as they are: zero when the hook consumed the last ones). No-ops
+  // without hooks.
+  bool has_pass_hooks() const { return gradients_ready_ || weight_source_.wanted; }
+  void skip_forward();
+  void skip_backward();
   // Reads `other`'s bf16 embedding and LM-head copies from now on (the fp8-rollout mode's rollout
   // model: the same values as its trainer's, written by the trainer's optimizer step).
   void share_embedding_copies(const Transformer& other);
@@ -267,6 +297,7 @@ class Transformer {
   bool recompute_ = false;
   bool masters_released_ = false;
   GradientsReady gradients_ready_;
+  LayerWeightSource weight_source_;
   ActivationTap tap_;
   ModelParameters params_, grads_;
   std::vector<LayerWeights> weights_;

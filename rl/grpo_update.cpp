@@ -133,13 +133,18 @@ GrpoUpdate grpo_update(const std::vector<ScoredGroup>& groups, const Config& con
   const bool disagreement = model.config().moe && max_over_ranks(comm, double(rows.routing_width)) > 0;
   std::vector<int32_t> router_experts;
 
-  // 4. old-policy (and reference) logprobs
+  // 4. old-policy (and reference) logprobs; when the passes run hooks, as many forwards on every
+  // rank (agreed on before any: the hooks' collectives interleave with them).
   auto t0 = Clock::now();
+  const double forwards = double(plan_micro_batches(rows.lengths, budget).size());
+  const double most_forwards =
+      !lo.reuse_rollout_logprobs && model.has_pass_hooks() ? max_over_ranks(comm, forwards) : 0;
   const std::vector<float> old_logprob =
       lo.reuse_rollout_logprobs
           ? rows.rollout_logprob
           : forward_logprobs(model, rows, budget, temperature, replay_k,
                              disagreement ? &router_experts : nullptr);
+  for (double k = forwards; k < most_forwards; ++k) model.skip_forward();
   std::vector<float> ref_logprob;
   if (reference) ref_logprob = forward_logprobs(*reference, rows, budget, temperature);
   out.recompute_seconds = device_seconds_since(t0);
@@ -200,9 +205,9 @@ GrpoUpdate grpo_update(const std::vector<ScoredGroup>& groups, const Config& con
       const double local_rows = double(std::accumulate(lengths.begin(), lengths.end(), int64_t(0)));
       const double mini_rows = aux_coef > 0 || z_coef > 0 ? sum_over_ranks(comm, local_rows) : 0;
       const std::vector<SequenceRange> micro_batches = plan_micro_batches(lengths, budget);
-      // The ranks agree on the number of backward passes first (each reduces layer by layer): one
-      // with fewer micro-batches makes up for the others' after its own.
-      const double backwards = layerwise ? max_over_ranks(comm, double(micro_batches.size())) : 0;
+      // The ranks agree on the number of passes first (each reduces gradients, or gathers weights,
+      // layer by layer): one with fewer micro-batches makes up for the others' after its own.
+      const double passes = model.has_pass_hooks() ? max_over_ranks(comm, double(micro_batches.size())) : 0;
       for (const SequenceRange& r : micro_batches) {
         size_t offset = 0;
         const TrainBatch b = slice_batch(rows, first + r.first, first + r.last,
@@ -247,7 +252,7 @@ GrpoUpdate grpo_update(const std::vector<ScoredGroup>& groups, const Config& con
         }
         if (std::isfinite(pl.loss))
           model.backward(f, pl.dlogprob.to(model.device()), Tensor(), aux_weight, z_weight);
-        else if (layerwise) layerwise->without_backward();
+        else model.skip_backward();
         clip += (pl.clip_frac_low + pl.clip_frac_high) * pl.tokens;
         clip_dual += pl.clip_frac_dual * pl.tokens;
         kl_ref += pl.kl_ref * pl.tokens;
@@ -255,7 +260,10 @@ GrpoUpdate grpo_update(const std::vector<ScoredGroup>& groups, const Config& con
         entropy += pl.entropy_mean * pl.tokens;
         counted += pl.tokens;
       }
-      for (double k = double(micro_batches.size()); k < backwards; ++k) layerwise->without_backward();
+      for (double k = double(micro_batches.size()); k < passes; ++k) {
+        model.skip_forward();
+        model.skip_backward();
+      }
       // Every rank decides alike: the mini-batch's loss over all ranks (non-finite on one rank,
       // non-finite everywhere) and the summed gradient.
       mini_loss = sum_over_ranks(comm, mini_loss);

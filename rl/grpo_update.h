@@ -83,9 +83,12 @@ struct GrpoUpdate {
 // mini-batches, loss normalizers and metrics are those of the global batch; each rank computes
 // the loss of its own sequences of each mini-batch, and `optimizer_step` sums the gradients over
 // the ranks (train/data_parallel.h) and leaves every rank with the same weights. With one rank this is the
-// single-process update, unchanged. `layerwise` (a sharded run's per-layer gradient
-// reduce-scatter, train/layerwise_reduce.h; null: none): the ranks agree on the number of
-// micro-batches of each mini-batch and make up for the backward passes they lack.
+// single-process update, unchanged. `layerwise`: a sharded run's per-layer gradient
+// reduce-scatter (train/layerwise_reduce.h; null: none), whose gradients a skipped mini-batch
+// discards. When the model's passes run hooks (Transformer::has_pass_hooks: that reduce-scatter,
+// or weight copies gathered per layer, train/sharded_weights.h) the ranks agree on the number of
+// forwards of the old-logprob recompute and of micro-batches of each mini-batch, and make up for
+// the passes they lack (Transformer::skip_forward, skip_backward).
 GrpoUpdate grpo_update(const std::vector<ScoredGroup>& groups, const Config& config,
                        Transformer& model, Transformer* reference,
                        const OptimizerStepFn& optimizer_step, Communicator& comm = single_rank(),

@@ -30,6 +30,7 @@
 #include "train/optimizer.h"
 #include "train/overlong_penalty.h"
 #include "train/sharded_optimizer.h"
+#include "train/sharded_weights.h"
 
 namespace lockstep {
 
@@ -118,13 +119,15 @@ struct Run {
   std::unique_ptr<DataParallelOptimizer> optimizer;
   // With the state sharded over several ranks: the gradients reduce-scattered layer by layer.
   std::unique_ptr<LayerwiseReduce> layerwise;
+  // With optim.shard_weights too: the trainer's layer weight copies kept by rows.
+  std::unique_ptr<ShardedWeights> sharded_weights;
   std::unique_ptr<Evaluator> evaluator;
 };
 
 // `command` ("train", "sft") names the run on its first console line.
 Run start_run(const Config& config, std::string_view command, Communicator& comm) {
   check_data_parallel(config, comm.size());
-  Run run{&comm, make_setup(config, /*need_data=*/true), config.run.out_dir, {}, {}, {}, {}, {}, {}, {}};
+  Run run{&comm, make_setup(config, /*need_data=*/true), config.run.out_dir, {}, {}, {}, {}, {}, {}, {}, {}};
   if (comm.is_main()) fs::create_directories(run.out_dir);
   if (config.run.resume) {
     run.saved = find_checkpoint(run.out_dir);
@@ -135,8 +138,10 @@ Run start_run(const Config& config, std::string_view command, Communicator& comm
   if (comm.size() > 1)
     std::printf("%d data-parallel ranks, %s: each generates "
                 "%lld of the %lld prompts a step; rank 0 prints and writes %s\n",
-                comm.size(), config.optim.shard_state ? "fp32 masters, gradients and optimizer state sharded, weight copies gathered"
-                                                      : "weights and optimizer state replicated", (long long)(config.rollout.prompts_per_step / comm.size()),
+                comm.size(), !config.optim.shard_state ? "weights and optimizer state replicated"
+                : config.optim.shard_weights ? "fp32 masters, gradients, optimizer state and weight copies sharded, "
+                                               "weight copies gathered per layer"
+                                             : "fp32 masters, gradients and optimizer state sharded, weight copies gathered", (long long)(config.rollout.prompts_per_step / comm.size()),
                 (long long)config.rollout.prompts_per_step, config.run.out_dir.c_str());
   std::fflush(stdout);  // before the first step, in a log too
   if (run.saved) {
@@ -170,9 +175,53 @@ Run start_run(const Config& config, std::string_view command, Communicator& comm
   return run;
 }
 
+// With the trainer's copies kept by rows (optim.shard_weights), the step writes those itself: the
+// copies named here are the whole ones still kept (a separate rollout model's).
 AdamW::CopiesOf copies_of(Run& run) {
-  return [&run](const std::string& name) { return run.policy->copies(name); };
+  return [&run](const std::string& name) {
+    WeightCopies c = run.policy->copies(name);
+    if (run.sharded_weights && run.sharded_weights->holds(name)) {
+      const WeightCopies trainer = run.policy->trainer().weight_copies(name);
+      if (c.bf16 == trainer.bf16) c.bf16 = nullptr;
+      if (c.fp8 == trainer.fp8) c.fp8 = nullptr;
+    }
+    return c;
+  };
 }
+
+// Bytes of the weight copies the GEMMs read that this rank holds now: the models' (a separate
+// rollout model shares the trainer's embedding and LM head) and the row copies.
+int64_t weight_copy_bytes(Run& run) {
+  Transformer& trainer = run.policy->trainer();
+  int64_t bytes = trainer.weight_copy_bytes();
+  if (&run.policy->rollout() != &trainer) bytes += run.policy->rollout().weight_copy_bytes(false);
+  if (run.sharded_weights) bytes += run.sharded_weights->row_copy_bytes();
+  return bytes;
+}
+
+// The trainer's whole weight copies for generation (the rollout, an evaluation) when they are kept
+// by rows (optim.shard_weights) and the trainer rolls out: one all-gather at the start of the scope
+// (the weight hand-over; its time added to `handover_seconds` when given), freed at its end.
+class WholeWeights {
+ public:
+  explicit WholeWeights(Run& run, double* handover_seconds = nullptr) : run_(run) {
+    if (!run.sharded_weights || &run.policy->rollout() != &run.policy->trainer()) return;
+    const auto t0 = Clock::now();
+    run.sharded_weights->gather_all();
+    run.engine->weights_moved();  // fresh buffers: the decode graphs hold the old pointers
+    if (handover_seconds) *handover_seconds += device_seconds_since(t0);
+    gathered_ = true;
+  }
+  ~WholeWeights() {
+    if (gathered_) run_.sharded_weights->drop_all();
+  }
+  WholeWeights(const WholeWeights&) = delete;
+  WholeWeights& operator=(const WholeWeights&) = delete;
+
+ private:
+  Run& run_;
+  bool gathered_ = false;
+};
 
 // The whole fp32 masters on every rank: the model's own, or (a collective) gathered from a sharded
 // optimizer's rows when the model released them.
@@ -188,6 +237,10 @@ ModelParameters full_masters(Run& run) {
 // when it holds the masters, the models release theirs.
 void start_optimizer(Run& run, const OptimizerConfig& config, bool resume) {
   const MemoryPurpose purpose = model_memory();
+  if (run.sharded_weights) {  // the model's whole copies back, for the next optimizer's rows
+    run.sharded_weights->gather_all();
+    run.sharded_weights.reset();
+  }
   const ModelParameters masters = full_masters(run);
   run.optimizer = make_data_parallel_optimizer(masters, config, *run.comm, run.setup.config.optim.shard_state);
   if (resume && is_sharded_checkpoint(run.saved->model))
@@ -198,6 +251,9 @@ void start_optimizer(Run& run, const OptimizerConfig& config, bool resume) {
   if (auto* sharded = dynamic_cast<ShardedAdamW*>(run.optimizer.get());
       sharded && run.comm->size() > 1 && run.setup.config.optim.reduce_per_layer)
     run.layerwise = std::make_unique<LayerwiseReduce>(run.policy->trainer(), *sharded);
+  if (auto* sharded = dynamic_cast<ShardedAdamW*>(run.optimizer.get());
+      sharded && run.comm->size() > 1 && run.setup.config.optim.shard_weights)
+    run.sharded_weights = std::make_unique<ShardedWeights>(run.policy->trainer(), *sharded);
 }
 
 // With the masters sharded over several ranks each rank writes its rows (rl/sharded_checkpoint.h);
@@ -243,9 +299,9 @@ Metrics sft_step(Run& run, int64_t step) {
   const double tokens = sum_over_ranks(*run.comm, std::accumulate(rows.mask.begin(), rows.mask.end(), 0.0));
   double loss = 0;
   const std::vector<SequenceRange> micro_batches = plan_micro_batches(rows.lengths, s.config.optim.micro_batch_tokens);
-  // The ranks agree on the number of backward passes first (each reduces layer by layer): one
-  // with fewer micro-batches makes up for the others' after its own.
-  const double backwards = run.layerwise ? max_over_ranks(*run.comm, double(micro_batches.size())) : 0;
+  // The ranks agree on the number of passes first (each reduces gradients, or gathers weights,
+  // layer by layer): one with fewer micro-batches makes up for the others' after its own.
+  const double passes = model.has_pass_hooks() ? max_over_ranks(*run.comm, double(micro_batches.size())) : 0;
   for (const SequenceRange& r : micro_batches) {
     size_t offset = 0;
     const TrainBatch b = slice_batch(rows, r.first, r.last, model.config().vocab_size, model.device(), offset);
@@ -259,7 +315,10 @@ Metrics sft_step(Run& run, int64_t step) {
     }
     model.backward(f, dlogprob.to(model.device()), Tensor());
   }
-  for (double k = double(micro_batches.size()); k < backwards; ++k) run.layerwise->without_backward();
+  for (double k = double(micro_batches.size()); k < passes; ++k) {
+    model.skip_forward();
+    model.skip_backward();
+  }
   loss = sum_over_ranks(*run.comm, loss);
   // A non-finite loss never reaches the optimizer (weights, moments, step count and schedule
   // stay); AdamW itself skips a non-finite gradient.
@@ -281,7 +340,8 @@ Metrics sft_step(Run& run, int64_t step) {
 // The weight hand-over: the copies the rollout reads (rl/setup.h Policy::copies) are written by the
 // optimizer step, so its time is part of `update`; `handover` is the share of it a sharded
 // optimizer spends gathering the updated weights (0 with replicated masters, whose update pass
-// writes the copies in place).
+// writes the copies in place). With the copies sharded too (optim.shard_weights) the step writes
+// rows only, and `handover` is the all-gather of the whole copies before the rollout instead.
 struct StepTimes {
   double rollout = 0, scoring = 0, recompute = 0, update = 0, handover = 0;
 };
@@ -356,9 +416,11 @@ Metrics grpo_step(Run& run, Transformer* reference, int64_t step, const TrainHoo
     times.scoring += device_seconds_since(t0);
     return groups;
   };
-  const CollectedGroups collected =
-      collect_groups(b, lo.dynamic_sampling ? lo.dynamic_sampling_max_draws : 1,
-                     lo.dynamic_sampling, draw);
+  const CollectedGroups collected = [&] {
+    const WholeWeights whole(run, &times.handover);
+    return collect_groups(b, lo.dynamic_sampling ? lo.dynamic_sampling_max_draws : 1,
+                          lo.dynamic_sampling, draw);
+  }();
 
   // The whole batch's sums (every rank's samples).
   const std::vector<double> sums = sum_over_ranks(
@@ -425,6 +487,7 @@ void add_eval(Run& run, Metrics& m, Progress& progress, int64_t done) {
   progress.update(done, {"evaluating " + std::to_string(run.evaluator->count(run.setup.config.run.eval_problems)) +
                          " problems"},
                   /*now=*/true);
+  const WholeWeights whole(run);
   const EvalResult e = run.evaluator->evaluate(run.setup.config.run.eval_problems);
   m.emplace_back("eval_accuracy_greedy", e.greedy);
   m.emplace_back("eval_accuracy_sampled", e.sampled);
@@ -505,6 +568,8 @@ void check_data_parallel(const Config& config, int ranks) {
                  "one rank); choose a multiple of ", ranks);
   LOCKSTEP_CHECK(!config.loss.dynamic_sampling, "loss.dynamic_sampling is not supported with several "
                  "ranks yet (", ranks, " ranks): run it on one");
+  LOCKSTEP_CHECK(!config.optim.shard_weights || config.optim.shard_state, "optim.shard_weights = true "
+                 "needs optim.shard_state = true (the weight copies are sharded as the fp32 masters are)");
 }
 
 TrainSummary run_train(const Config& config, const TrainHooks& hooks, Communicator& comm) {
@@ -564,6 +629,7 @@ TrainSummary run_train(const Config& config, const TrainHooks& hooks, Communicat
              {"tokens_per_s", metric(m, "response_length") * double(c.rollout.prompts_per_step * c.rollout.samples_per_prompt) * metric(m, "rollout_batches") / total}})
       m.emplace_back(name, value);
     if (run.setup.device == Device::cuda) add_gpu_memory(comm, m);
+    m.emplace_back("weight_copies_gb", max_over_ranks(comm, double(weight_copy_bytes(run)) * 1e-9));
     run.state.consecutive_skips = skipped.empty() ? 0 : run.state.consecutive_skips + 1;
     m.emplace_back("skipped", skipped.empty() ? 0.0 : 1.0);
     const bool last = run.state.step == c.run.steps;

@@ -188,16 +188,25 @@ Engine::Engine(Transformer& model, const EngineOptions& options, const Tokenizer
       tokenizer_(tokenizer),
       cache_(model.config(), model.kv_cache_dtype(), options_.num_blocks + 1,
              options_.block_size, model.device()) {
-  if (model.device() != Device::cuda) return;
+  make_decode_graph();
+}
+
+void Engine::weights_moved() {
+  decode_.reset();
+  make_decode_graph();
+}
+
+void Engine::make_decode_graph() {
+  if (model_.device() != Device::cuda) return;
   // The decode graph's block tables reach the model's context, or the cache when it is smaller.
-  const int64_t positions = model.config().max_position_embeddings;
+  const int64_t positions = model_.config().max_position_embeddings;
   int64_t max_blocks = options_.num_blocks;
   if (positions > 0)
     max_blocks = std::min(max_blocks, (positions + options_.block_size - 1) / options_.block_size);
   // A sparse (MoE) model's forward reads each layer's routing back to the host (model/moe.h), which
   // a captured graph cannot do: its decode steps run eagerly.
-  decode_ = std::make_unique<DecodeGraph>(model, cache_, options_.max_step_sequences, max_blocks,
-                                          options_.cuda_graphs && !model.config().moe);
+  decode_ = std::make_unique<DecodeGraph>(model_, cache_, options_.max_step_sequences, max_blocks,
+                                          options_.cuda_graphs && !model_.config().moe);
 }
 
 Engine::~Engine() = default;

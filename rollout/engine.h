@@ -142,12 +142,18 @@ class Engine {
   using StepObserver = std::function<void(std::span<const StepChunk>)>;
   void observe_steps(StepObserver observer) { observer_ = std::move(observer); }
 
+  // The model's weight copies were reallocated (train/sharded_weights.h frees them after each
+  // rollout and gathers them afresh before the next): the decode graphs, which hold the old
+  // pointers, are dropped and captured again at the next decode step.
+  void weights_moved();
+
   const EngineStats& stats() const { return stats_; }
   // The KV cache's blocks (options.num_blocks, or what memory_fraction made).
   int64_t num_blocks() const { return options_.num_blocks; }
 
  private:
   void check_request(const GenerationRequest& request, size_t index) const;
+  void make_decode_graph();
 
   Transformer& model_;
   EngineOptions options_;

@@ -4,15 +4,10 @@
 namespace lockstep {
 
 LayerwiseReduce::LayerwiseReduce(Transformer& model, ShardedAdamW& optimizer)
-    : model_(model), optimizer_(optimizer), groups_(model.gradient_groups()) {
+    : model_(model), optimizer_(optimizer) {
   model_.report_gradients_per_layer([&model, &optimizer](const std::vector<std::string>& names) {
     optimizer.reduce_scatter_now(model.grads(), names);
   });
-}
-
-void LayerwiseReduce::without_backward() {
-  model_.grads().zero();
-  for (const std::vector<std::string>& names : groups_) optimizer_.reduce_scatter_now(model_.grads(), names);
 }
 
 void LayerwiseReduce::discard() {

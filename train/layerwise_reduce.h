@@ -7,17 +7,15 @@
 //
 // Every rank must reduce the same groups in the same order: a rank with fewer micro-batches in a
 // mini-batch than another, or with a micro-batch whose loss is not finite (not backpropagated),
-// calls without_backward() for each backward it lacks (zeros, reduced group by group), so that the
-// ranks' counts match (rl/grpo_update.h agrees on the count with one all-reduce a mini-batch).
+// calls Transformer::skip_backward() for each backward it lacks (the zero gradients reduced group by
+// group), so that the ranks' counts match (rl/grpo_update.h agrees on the count with one
+// all-reduce a mini-batch).
 //
 // The sums over micro-batches then happen in the shard: Σ over micro-batches of (Σ over ranks),
 // where the replicated path sums each rank's micro-batches first (Σ over ranks of Σ over
 // micro-batches). The same terms in another order: the same bits where every term but one of each
 // sum is zero (one micro-batch a mini-batch, or each mini-batch on one rank), else f32 rounding.
 #pragma once
-
-#include <string>
-#include <vector>
 
 #include "model/transformer.h"
 #include "train/sharded_optimizer.h"
@@ -29,15 +27,12 @@ class LayerwiseReduce {
   // Installs the hook on `model` (until another replaces it): `optimizer` must outlive the model's
   // backward passes from now on.
   LayerwiseReduce(Transformer& model, ShardedAdamW& optimizer);
-  // What backward() would have reduced, with zero gradients.
-  void without_backward();
   // Drops the gradients summed since the last optimizer step (a skipped mini-batch).
   void discard();
 
  private:
   Transformer& model_;
   ShardedAdamW& optimizer_;
-  std::vector<std::vector<std::string>> groups_;
 };
 
 }  // namespace lockstep

@@ -324,51 +324,73 @@ void ShardedAdamW::gather_into(const Tensor& shard, const std::vector<Tensor*>& 
 
 void ShardedAdamW::hand_over_copies(const std::vector<bool>& released, const AdamW::CopiesOf& copies) {
   if (std::none_of(released.begin(), released.end(), [](bool r) { return r; })) return;
-  std::vector<WeightCopies> c(released.size());
+  std::vector<WeightCopies> whole(released.size()), rows(released.size());
   for (size_t i = 0; i < released.size(); ++i) {
     if (!released[i]) continue;
-    LOCKSTEP_CHECK(copies, "ShardedAdamW: the model released the master of ", plan_.tensors[i].name,
-                   " and the step was given no copies to write");
-    c[i] = copies(plan_.tensors[i].name);
-    LOCKSTEP_CHECK(c[i].bf16 || c[i].fp8, "ShardedAdamW: the model released the master of ",
-                   plan_.tensors[i].name, " but has no copy of it to write");
+    const std::string& name = plan_.tensors[i].name;
+    if (copies) whole[i] = copies(name);
+    if (row_copies_) rows[i] = row_copies_(name);
+    LOCKSTEP_CHECK(whole[i].bf16 || whole[i].fp8 || rows[i].bf16 || rows[i].fp8,
+                   "ShardedAdamW: the model released the master of ", name,
+                   " and the step was given no copy of it to write");
   }
-  // Each rank's rows of the copies as bytes, packed into its flat byte shard (16-byte aligned).
+  // This rank's rows of the copies, from its rows of the masters: into its row copies where it
+  // keeps them, else in place in the whole copies.
+  for (const ShardPiece& p : plan_.pieces[size_t(comm_.rank())]) {
+    if (!released[size_t(p.tensor)]) continue;
+    const WeightCopies& w = whole[size_t(p.tensor)];
+    const WeightCopies& r = rows[size_t(p.tensor)];
+    const int64_t row = plan_.row_numel(p.tensor), n = p.row_end - p.row_begin;
+    const Tensor master = master_.rows(p.offset, p.offset + n * row).reshape({n, row});
+    if (r.bf16) {
+      convert(*r.bf16, master);
+    } else if (w.bf16) {
+      Tensor dst = w.bf16->rows(p.row_begin, p.row_end).reshape({n, row});
+      convert(dst, master);
+    }
+    if (r.fp8) quantize_rows_of(*r.fp8, master, 0, n, r.fp8_format);
+    else if (w.fp8) quantize_rows_of(*w.fp8, master, p.row_begin, p.row_end, w.fp8_format);
+  }
+  gather_copies(whole, rows);
+}
+
+void ShardedAdamW::gather_copies(const std::vector<WeightCopies>& whole,
+                                 const std::vector<WeightCopies>& rows) {
+  LOCKSTEP_CHECK(whole.size() == plan_.tensors.size() && rows.size() == plan_.tensors.size(),
+                 "ShardedAdamW::gather_copies: copies of ", whole.size(), " and ", rows.size(),
+                 " tensors, the plan has ", plan_.tensors.size());
+  // Each rank's rows of the whole copies as bytes, packed into its flat byte shard (16-byte
+  // aligned); this rank's come from its row copies where it has them.
   std::vector<std::vector<FlatPiece>> pieces(size_t(plan_.ranks));
   int64_t shard_bytes = 0;
   for (int r = 0; r < plan_.ranks; ++r) {
     int64_t offset = 0;
-    const auto add = [&](const Tensor& bytes) {
-      pieces[size_t(r)].push_back({bytes, Tensor(), offset});
+    const auto add = [&](const Tensor& bytes, const Tensor& src) {
+      pieces[size_t(r)].push_back({bytes, src, offset});
       offset = round_up(offset + bytes.numel(), 16);
     };
+    const bool me = r == comm_.rank();
     for (const ShardPiece& p : plan_.pieces[size_t(r)]) {
-      if (!released[size_t(p.tensor)]) continue;
-      const WeightCopies& w = c[size_t(p.tensor)];
-      if (w.bf16) add(row_bytes(*w.bf16, p.row_begin, p.row_end));
+      const WeightCopies& w = whole[size_t(p.tensor)];
+      const WeightCopies& own = rows[size_t(p.tensor)];
+      const int64_t n = p.row_end - p.row_begin;
+      const int64_t block_begin = p.row_begin / kShardRowBlock, blocks = (n + kShardRowBlock - 1) / kShardRowBlock;
+      if (w.bf16)
+        add(row_bytes(*w.bf16, p.row_begin, p.row_end),
+            me && own.bf16 ? row_bytes(*own.bf16, 0, n) : Tensor());
       if (w.fp8) {
-        add(row_bytes(w.fp8->w.data, p.row_begin, p.row_end));
-        add(row_bytes(w.fp8->w.scales, p.row_begin / kShardRowBlock,
-                      (p.row_end + kShardRowBlock - 1) / kShardRowBlock));
+        add(row_bytes(w.fp8->w.data, p.row_begin, p.row_end),
+            me && own.fp8 ? row_bytes(own.fp8->w.data, 0, n) : Tensor());
+        add(row_bytes(w.fp8->w.scales, block_begin, block_begin + blocks),
+            me && own.fp8 ? row_bytes(own.fp8->w.scales, 0, blocks) : Tensor());
       }
     }
     shard_bytes = std::max(shard_bytes, offset);
   }
-  // This rank's rows of the copies, from its rows of the masters.
-  for (const ShardPiece& p : plan_.pieces[size_t(comm_.rank())]) {
-    if (!released[size_t(p.tensor)]) continue;
-    const WeightCopies& w = c[size_t(p.tensor)];
-    const int64_t row = plan_.row_numel(p.tensor), rows = p.row_end - p.row_begin;
-    const Tensor master = master_.rows(p.offset, p.offset + rows * row).reshape({rows, row});
-    if (w.bf16) {
-      Tensor dst = w.bf16->rows(p.row_begin, p.row_end).reshape({rows, row});
-      convert(dst, master);
-    }
-    if (w.fp8) quantize_rows_of(*w.fp8, master, p.row_begin, p.row_end, w.fp8_format);
-  }
+  if (shard_bytes == 0) return;
   all_gather_pieces(comm_, pieces, shard_bytes, DType::e4m3, device_, int64_t(bucket_numel_) * 4);
-  for (const WeightCopies& w : c)
-    if (w.fp8) transpose_weight_blocks(*w.fp8);
+  for (const WeightCopies& w : whole)
+    if (w.fp8 && w.fp8->wt.data.defined()) transpose_weight_blocks(*w.fp8);
 }
 
 void ShardedAdamW::gather_masters(ModelParameters& full) {

@@ -24,7 +24,9 @@
 //        before the release): its updated f32 rows are all-gathered into it, and its copies made
 //        from it (ops/adamw.h's composition, the same bits as the replicated optimizer's pass).
 //      `copies(name)` gives the copies to write: the trainer's, and in fp8-rollout mode the
-//      rollout model's fp8 ones too (rl/setup.h Policy::copies), from the same gather.
+//      rollout model's fp8 ones too (rl/setup.h Policy::copies), from the same gather. Copies kept
+//      by rows (keep_copies_by_rows, train/sharded_weights.h: ZeRO-3) get this rank's rows only,
+//      and nothing is gathered into them.
 //
 // Bytes per parameter per rank, N ranks, AdamW, bf16 recipe: 4/N masters + 8/N moments + 4/N
 // summed-gradient shard + 2 for the copies the GEMMs read (fp8: W and Wᵀ, 2 + block scales), plus
@@ -33,7 +35,10 @@
 // train/layerwise_reduce.h, what a sharded run does) — only the embedding's, the LM head's and one
 // layer's. So 2 + 16/N (+ those three f32 gradients), against 10 + 12/N with only the moments
 // sharded and 18 for the replicated optimizer. The norms and biases stay whole on every rank (a few
-// thousand values a layer). gather_masters() makes the whole fp32 masters for what needs them (the
+// thousand values a layer); with the copies kept by rows too (train/sharded_weights.h) the 2 becomes
+// 2/N in bf16 (fp8: W's 1/N plus scales; Wᵀ is remade per layer), plus the embedding's and LM
+// head's copies and, while in use, two layers' whole copies.
+// gather_masters() makes the whole fp32 masters for what needs them (the
 // Hugging Face folder of a replicated checkpoint, a KL reference model, the next phase's optimizer).
 //
 // Against the replicated data-parallel optimizer (train/data_parallel.h): on the CPU both sum the
@@ -96,7 +101,20 @@ class ShardedAdamW final : public DataParallelOptimizer {
                                         int64_t row_end, Tensor& dst)>;
   void load_moment_rows(const MomentRows& read, int64_t steps);
 
+  // Weight copies kept by rows (train/sharded_weights.h, ZeRO-3): from now on `rows(name)` gives
+  // the copies of this rank's rows of the released tensor `name` (its plan piece's rows, at row
+  // 0: bf16 [rows, K]; fp8 W's E4M3 bytes and the scales of its 128-row blocks, no Wᵀ), or none.
+  // step() writes the rows it updates there and gathers nothing into those copies: the `copies`
+  // it is given then name only the whole copies still kept (those of a separate rollout model).
+  void keep_copies_by_rows(AdamW::CopiesOf rows) { row_copies_ = std::move(rows); }
+  // The whole copies `whole[i]` of plan tensor i (none: skipped) get every rank's rows: this
+  // rank's from `rows[i]` (its row copies) where given, else already in place; fp8's Wᵀ (where the
+  // copy has one) is remade from the gathered W (numerics/quantize.h's transpose_weight_blocks, the
+  // same bytes). A collective: every rank calls it with the same tensors.
+  void gather_copies(const std::vector<WeightCopies>& whole, const std::vector<WeightCopies>& rows);
+
   const ShardPlan& plan() const { return plan_; }
+  int rank() const { return comm_.rank(); }
   // This rank's masters and moments: [plan().shard_numel] each, its pieces at their offsets.
   const Tensor& master_shard() const { return master_; }
   const Tensor& first_moment_shard() const { return m_; }
@@ -124,8 +142,8 @@ class ShardedAdamW final : public DataParallelOptimizer {
   std::vector<Tensor*> checked(ModelParameters& p, const char* what, bool allow_missing = false) const;
   // `full` (whole tensors) gets every rank's rows of `shard` (a flat shard as m_), bucket by bucket.
   void gather_into(const Tensor& shard, const std::vector<Tensor*>& full);
-  // The copies of the tensors the model released (`released[i]`): each rank writes its rows'
-  // from its master rows, then the bytes are all-gathered and fp8's Wᵀ remade.
+  // The copies of the tensors the model released (`released[i]`): each rank writes its rows' from
+  // its master rows (into its row copies where it keeps them), then gather_copies.
   void hand_over_copies(const std::vector<bool>& released, const AdamW::CopiesOf& copies);
 
   Communicator& comm_;
@@ -139,6 +157,7 @@ class ShardedAdamW final : public DataParallelOptimizer {
   // (made at its first call); grad_ is read elsewhere only after waiting for it (grad_ready()).
   std::unique_ptr<SideStream> reduce_stream_;
   void grad_ready();
+  AdamW::CopiesOf row_copies_;
   int64_t steps_ = 0;
 };
 

@@ -202,6 +202,58 @@ INSTANTIATE_TEST_SUITE_P(Losses, DataParallelExact,
                            return name;
                          });
 
+// optim.shard_weights (train/sharded_weights.h): the weight copies the GEMMs read are kept by rows
+// and gathered per layer and before each generation; gathering moves bytes, so the run is the one
+// with whole copies on every rank, bit for bit: the same weights after every step (SFT's and
+// GRPO's; the phase change rebuilds the row copies) on every rank, and the same metrics, the last
+// step's evaluation included; between steps each rank holds fewer bytes of copies
+// (weight_copies_gb). Two layers, so that a layer is gathered beside another's compute; every
+// precision mode (fp8-rollout: the rollout model keeps its whole fp8 copies, the trainer's bf16
+// ones are sharded).
+class ShardedWeightsExact : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(ShardedWeightsExact, TrainingEqualsWholeCopiesBitForBit) {
+  Communicator& comm = world();
+  Config c = tiny_run(std::string("shard_weights_") + GetParam() + "_" + std::to_string(comm.size()));
+  c.model.precision = GetParam();
+  c.model.builtin_layers = 2;
+  c.sft.steps = 1;
+  c.sft.batch_size = 6;
+  c.run.steps = 2;
+  const Recorded whole = record(c, comm, "_whole");
+  c.optim.shard_weights = true;
+  const Recorded sharded = record(c, comm, "_sharded");
+  expect_identical_on_every_rank(comm, sharded.hashes);
+  ASSERT_EQ(sharded.hashes.size(), 3u);  // 1 SFT step, 2 GRPO steps
+  EXPECT_EQ(sharded.hashes, whole.hashes);
+  EXPECT_NE(sharded.hashes.front(), sharded.hashes.back()) << "the weights never changed: nothing was tested";
+  if (comm.is_main()) {
+    ASSERT_EQ(sharded.metrics.size(), whole.metrics.size());
+    for (size_t s = 0; s < whole.metrics.size(); ++s)
+      for (const auto& [key, value] : whole.metrics[s].items()) {
+        if (key.starts_with("time_") || key == "tokens_per_s" || key == "weight_copies_gb") continue;
+        EXPECT_EQ(sharded.metrics[s][key], value) << key << ", step " << s + 1;
+      }
+    const double held = sharded.metrics.back()["weight_copies_gb"];
+    const double full = whole.metrics.back()["weight_copies_gb"];
+    if (comm.size() > 1) {
+      EXPECT_LT(held, full);
+    } else {
+      EXPECT_EQ(held, full);
+    }
+    std::printf("%s, %d ranks: %.0f bytes of weight copies per rank between steps, %.0f without "
+                "optim.shard_weights\n", GetParam(), comm.size(), held * 1e9, full * 1e9);
+  }
+  comm.barrier();
+}
+
+INSTANTIATE_TEST_SUITE_P(Precisions, ShardedWeightsExact, ::testing::Values("bf16", "fp8", "fp8-rollout"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
+
 TEST(DataParallel, ShardedStateReducedOncePerStepEqualsOneRankBitForBit) {
   // optim.reduce_per_layer = false: each rank sums its micro-batches' gradients whole, in the order
   // one rank does, and reduce-scatters the sum once per optimizer step; with one rank's share per

@@ -1,0 +1,127 @@
+// tests/dist/test_sharded_weights.cpp — train/sharded_weights.h (ZeRO-3's weight copies) on N
+// ranks against a model that keeps its whole copies, in bf16 and fp8: between uses a rank holds
+// only the copies of its own rows (bytes counted against the plan, and summing to one model's over
+// the ranks); a training forward holds at most two layers' whole copies at any op; the forward's
+// logprobs and the backward's gradients (fp8's DGrad reading the remade Wᵀ) are the whole model's
+// bits; gather_all() makes the whole model's copies byte for byte (fp8: W, no Wᵀ) and drop_all()
+// frees them. Run under `mpirun -np 2` and `-np 3`
+// (tests/CMakeLists.txt); alone, one rank, which owns every row.
+//
+// The model: three Qwen3 layers whose matrices are whole fp8 blocks (hidden 128, qkv 256 rows,
+// gate_up 768) so that the plan cuts inside them on 2 and 3 ranks.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "dist/host_values.h"
+#include "tests/dist/test_world.h"
+#include "tests/model/model_test_util.h"
+#include "train/sharded_optimizer.h"
+#include "train/sharded_weights.h"
+
+namespace lockstep {
+namespace {
+
+using testing::world;
+
+ModelConfig three_layers() {
+  return testing::tiny_config(ModelFamily::qwen3, {.hidden = 128, .heads = 2, .kv_heads = 1, .head_dim = 64,
+                                                   .intermediate = 384, .layers = 3, .vocab = 64});
+}
+
+bool is_layer_matrix(const std::string& name) {
+  return name.starts_with("layers.") &&
+         (name.ends_with(".qkv") || name.ends_with(".o") || name.ends_with(".gate_up") || name.ends_with(".down"));
+}
+
+// Bytes of the copies of an [n, k] weight a rank keeps by rows: bf16 rows, or fp8 W's E4M3 bytes
+// and f32 scales of its 128×128 blocks (scale rows padded to 4 columns, numerics/quantize.h).
+int64_t row_copy_bytes(Recipe recipe, int64_t n, int64_t k) {
+  if (recipe == Recipe::bf16) return n * k * 2;
+  const int64_t col_blocks = (k + 127) / 128;
+  return n * k + (n + 127) / 128 * ((col_blocks + 3) / 4 * 4) * 4;
+}
+
+bool same_bytes(const Tensor& a, const Tensor& b) {
+  return a.defined() && b.defined() && a.nbytes() == b.nbytes() &&
+         std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
+}
+
+class ShardedWeightsTest : public ::testing::TestWithParam<Recipe> {};
+
+TEST_P(ShardedWeightsTest, RanksKeepTheirRowsAndGatherTheWholeModelsBits) {
+  Communicator& comm = world();
+  const Recipe recipe = GetParam();
+  const ModelConfig config = three_layers();
+  Transformer whole(config, testing::random_parameters(config, 11), recipe);
+  Transformer model(config, testing::random_parameters(config, 11), recipe);
+  ShardedAdamW optimizer(model.params(), OptimizerConfig{}, comm);
+  model.release_masters();
+  ShardedWeights weights(model, optimizer);
+
+  // Between uses: only this rank's rows, as the plan gives them; over the ranks, one model's.
+  const ShardPlan& plan = optimizer.plan();
+  int64_t expected = 0, one_model = 0;
+  for (const ShardPiece& p : plan.pieces[size_t(comm.rank())]) {
+    const ShardedTensor& t = plan.tensors[size_t(p.tensor)];
+    if (is_layer_matrix(t.name)) expected += row_copy_bytes(recipe, p.row_end - p.row_begin, t.shape[1]);
+  }
+  for (const ShardedTensor& t : plan.tensors)
+    if (is_layer_matrix(t.name)) one_model += row_copy_bytes(recipe, t.shape[0], t.shape[1]);
+  EXPECT_EQ(model.weight_copy_bytes(/*embedding_and_head=*/false), 0);
+  EXPECT_EQ(weights.row_copy_bytes(), expected);
+  EXPECT_EQ(sum_over_ranks(comm, double(weights.row_copy_bytes())), double(one_model));
+  EXPECT_LT(expected, one_model * 2 / comm.size() + 1) << "a rank keeps more than its share";
+
+  // A training forward and backward: at most two layers' whole copies at any op, the whole
+  // model's logprobs and gradients bit for bit, nothing whole left after.
+  const int64_t layer_bytes = whole.weight_copy_bytes(false) / config.num_hidden_layers;
+  int64_t most = 0;
+  model.set_activation_tap([&](int64_t, std::string_view, const LinearInput&) {
+    most = std::max(most, model.weight_copy_bytes(false));
+  });
+  const TrainBatch batch = testing::pack(testing::random_sequences({5, 9, 3}, config.vocab_size, 3));
+  TrainForward f = model.forward(batch), g = whole.forward(batch);
+  EXPECT_GT(most, 0);
+  EXPECT_LE(most, 2 * layer_bytes);
+  EXPECT_TRUE(same_bytes(f.logprob, g.logprob));
+  EXPECT_TRUE(same_bytes(f.entropy, g.entropy));
+  Tensor dlogprob = Tensor::empty({batch.tokens.dim(0)}, DType::f32);
+  std::fill_n(dlogprob.data_as<float>(), dlogprob.numel(), 0.25f);
+  model.backward(f, dlogprob, Tensor());
+  whole.backward(g, dlogprob, Tensor());
+  EXPECT_LE(most, 2 * layer_bytes);
+  std::vector<const Tensor*> grads;
+  whole.grads().for_each([&](const std::string&, const Tensor& t) { grads.push_back(&t); });
+  size_t i = 0;
+  model.grads().for_each([&](const std::string& name, const Tensor& t) {
+    EXPECT_TRUE(same_bytes(t, *grads[i++])) << name;
+  });
+  EXPECT_EQ(model.weight_copy_bytes(false), 0);
+
+  // The rollout's hand-over: every copy whole, the whole model's bytes (fp8: W, without the Wᵀ
+  // only a backward reads).
+  weights.gather_all();
+  EXPECT_EQ(model.weight_copy_bytes(false), one_model);
+  for (const ShardedTensor& t : plan.tensors) {
+    if (!is_layer_matrix(t.name)) continue;
+    const WeightCopies a = model.weight_copies(t.name), b = whole.weight_copies(t.name);
+    if (recipe == Recipe::bf16) {
+      EXPECT_TRUE(same_bytes(*a.bf16, *b.bf16)) << t.name;
+    } else {
+      EXPECT_TRUE(same_bytes(a.fp8->w.data, b.fp8->w.data)) << t.name;
+      EXPECT_TRUE(same_bytes(a.fp8->w.scales, b.fp8->w.scales)) << t.name;
+      EXPECT_FALSE(a.fp8->wt.data.defined()) << t.name;
+    }
+  }
+  weights.drop_all();
+  EXPECT_EQ(model.weight_copy_bytes(false), 0);
+  EXPECT_EQ(weights.row_copy_bytes(), expected);
+}
+
+INSTANTIATE_TEST_SUITE_P(Recipes, ShardedWeightsTest, ::testing::Values(Recipe::bf16, Recipe::fp8),
+                         [](const auto& info) { return std::string(recipe_name(info.param)); });
+
+}  // namespace
+}  // namespace lockstep
