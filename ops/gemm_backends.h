@@ -42,12 +42,12 @@ int gemm_set_algo_choice(int choice);
 // capture (remembered so; timing would synchronize). A token's bits are independent of the batch
 // size among the sizes that run on the same kernel (all of 1 .. 64 when forced, as tests do).
 // Tests and benches: 0 .. 64 forces the small-T kernel for 1 .. `tokens` tokens and cuBLASLt
-// above (0: always cuBLASLt). Default kFp8SmallTAuto, or the environment's LOCKSTEP_FP8_SMALL_T
-// (auto, or 0 .. 64). Returns the previous setting.
+// above (0: always cuBLASLt). Default kFp8SmallTAuto. Returns the previous setting. Under the exact
+// forward kernels (ops/forward_kernels.h) the fp8 GEMMs run on cuBLASLt whatever this says.
 constexpr int kFp8SmallTAuto = -1;
 int gemm_set_fp8_small_t(int tokens);
 // Benches: whether gemm_fp8 now runs a GEMM of this shape (act [tokens, k], weight [rows, k]) on
 // the small-T kernel; under kFp8SmallTAuto with autotuning, the choice remembered from the shape's
-// first call (the untimed rule before one).
+// first call (the untimed rule before one); false under the exact forward kernels.
 bool gemm_fp8_uses_small_t(int64_t tokens, int64_t rows, int64_t k, DType out);
 }  // namespace lockstep::cuda

@@ -11,7 +11,8 @@
 // workspace. When cuBLASLt has no algorithm for an odd token count, the activation is padded to a
 // multiple of 16 tokens in a per-stream scratch buffer. FP8 GEMMs of few tokens (decoding) may go
 // to ops/cuda/gemm_fp8_small_t.cu instead: per shape, whichever of the two timed faster on its
-// first call (gemm_set_fp8_small_t in ops/gemm_backends.h).
+// first call (gemm_set_fp8_small_t in ops/gemm_backends.h). Under the exact forward kernels
+// (ops/forward_kernels.h) no plan splits K and the fp8 GEMMs never take the small-T kernel.
 //
 // Autotuning: the heuristic's first choice is often not the fastest kernel (block-scaled FP8
 // WGrad in particular), so a plan times up to 17 candidates on its first call's operands and keeps
@@ -42,6 +43,7 @@
 #include "core/cuda_check.h"
 #include "core/cuda_stream.h"
 #include "ops/cuda/gemm_fp8_small_t.h"
+#include "ops/forward_kernels.h"
 #include "ops/gemm_backends.h"
 
 #define LOCKSTEP_CUBLAS_CHECK(call)                                                          \
@@ -94,6 +96,7 @@ struct MatmulShape {
   bool accumulate;
   int alignment;         // bytes every pointer is aligned to: 256 or 16
   int choice = kAutotune;  // how the algorithm was picked (set by plan_for, see gemm_set_algo_choice)
+  bool split_k = true;     // whether it may split K: not under the exact forward kernels (plan_for)
   auto operator<=>(const MatmulShape&) const = default;
 };
 
@@ -131,17 +134,6 @@ struct Context {
   std::map<SmallTShape, bool> small_t_picks;   // kFp8SmallTAuto: true = the small-T kernel
 };
 
-// LOCKSTEP_FP8_SMALL_T: auto, or a token count 0 .. 64.
-int small_t_from_env() {
-  const char* env = std::getenv("LOCKSTEP_FP8_SMALL_T");
-  if (!env || std::string_view(env) == "auto") return kFp8SmallTAuto;
-  char* end = nullptr;
-  const long v = std::strtol(env, &end, 10);
-  LOCKSTEP_CHECK(*env && !*end && v >= 0 && v <= kFp8SmallTMaxTokens, "LOCKSTEP_FP8_SMALL_T: expected auto or a "
-                 "token count from 0 (always cuBLASLt) to ", kFp8SmallTMaxTokens, ", got '", env, "'");
-  return int(v);
-}
-
 Context& context() {
   static Context* ctx = [] {
     auto* c = new Context;  // never freed: outlives every static that might run a GEMM
@@ -150,7 +142,6 @@ Context& context() {
     const std::string_view mode = env ? env : "";
     if (mode == "0") c->choice = 0;
     c->verbose = mode == "verbose";
-    c->small_t = small_t_from_env();
     return c;
   }();
   return *ctx;
@@ -220,26 +211,15 @@ std::vector<Candidate> heuristic(cublasLtHandle_t handle, const Plan& p, const M
   return list;
 }
 
-// LOCKSTEP_GEMM_SPLIT_K=off: only algorithms that do not split K (no reduction scheme), so that an
-// output row's sum over K does not depend on how many rows the GEMM has (cuBLASLt splits K for
-// few rows): an experiment towards rollout = training on the GPU; default "on".
-bool split_k_allowed() {
-  static const bool on = [] {
-    const char* env = std::getenv("LOCKSTEP_GEMM_SPLIT_K");
-    const std::string_view v = env ? env : "on";
-    LOCKSTEP_CHECK(v == "on" || v == "off", "LOCKSTEP_GEMM_SPLIT_K: expected on or off, got '", v, "'");
-    return v == "on";
-  }();
-  return on;
-}
-
 // Candidate 0 is the heuristic's first choice within the default workspace (what a plan took
 // before autotuning, with any reduction scheme if there is no other); unless only that one is
 // wanted, the heuristic's next best follow, with a larger workspace allowed, without repeats.
+// Without split-K (s.split_k false): only algorithms that reduce in one pass (no reduction scheme),
+// so that an output row's sum over K does not depend on how many rows the GEMM has.
 std::vector<Candidate> candidates(cublasLtHandle_t handle, const Plan& p, const MatmulShape& s) {
-  const uint32_t reductions = split_k_allowed() ? kReductions : CUBLASLT_REDUCTION_SCHEME_NONE;
+  const uint32_t reductions = s.split_k ? kReductions : CUBLASLT_REDUCTION_SCHEME_NONE;
   auto list = heuristic(handle, p, s, kWorkspaceBytes, 1, reductions);
-  if (list.empty() && split_k_allowed())
+  if (list.empty() && s.split_k)
     list = heuristic(handle, p, s, kWorkspaceBytes, 1, CUBLASLT_REDUCTION_SCHEME_MASK);
   if (s.choice == 0) return list;
   for (const auto& r : heuristic(handle, p, s, kTuneWorkspaceBytes, kTuneCandidates, reductions)) {
@@ -393,6 +373,7 @@ const Plan* plan_for(MatmulShape s, const Operands& in) {
   std::lock_guard lock(ctx.mutex);
   if (ctx.force_padding && s.n % kTokenPad) return nullptr;
   s.choice = ctx.choice;
+  s.split_k = !exact_forward();
   auto it = ctx.plans.find(s);
   if (it == ctx.plans.end()) it = ctx.plans.emplace(s, make_plan(ctx.handle, s, in, ctx.verbose)).first;
   return it->second.found ? &it->second : nullptr;
@@ -440,7 +421,8 @@ void run(const Plan& p, const MatmulShape& s, const Operands& in, void* d) {
 }
 
 [[noreturn]] void no_algorithm(const MatmulShape& s) {
-  fail(detail::concat("cuBLASLt has no algorithm for GEMM m=", s.m, " n=", s.n, " k=", s.k));
+  fail(detail::concat("cuBLASLt has no algorithm for GEMM m=", s.m, " n=", s.n, " k=", s.k,
+                      s.split_k ? "" : " without split-K (the exact forward kernels, ops/forward_kernels.h)"));
 }
 
 // A GEMM whose n is the token count T of a row-major activation `act` [T, k] (with optional
@@ -574,7 +556,7 @@ int gemm_set_fp8_small_t(int tokens) {
 }
 
 bool gemm_fp8_uses_small_t(int64_t tokens, int64_t rows, int64_t k, DType out) {
-  if (!small_t_takes(rows)) return false;
+  if (exact_forward() || !small_t_takes(rows)) return false;
   Context& ctx = context();
   std::lock_guard lock(ctx.mutex);
   return small_t_decided(ctx, {tokens, rows, k, out}).value_or(tokens <= kSmallTUntunedTokens);
@@ -618,6 +600,8 @@ void gemm_wgrad_bf16(Tensor& dw, const Tensor& dy, const Tensor& x, bool accumul
 void gemm_fp8(Tensor& out, const Fp8Rows& act, const Fp8Blocks& weight) {
   check_aligned16(act.data, "fp8 gemm: activation");
   check_aligned16(weight.data, "fp8 gemm: weight");
+  // The exact forward kernels (ops/forward_kernels.h): one kernel, one K order for every T.
+  if (exact_forward()) return gemm_fp8_cublaslt(out, act, weight);
   if (small_t_runs(out, act, weight)) return gemm_fp8_small_t(out, act, weight);
   gemm_fp8_cublaslt(out, act, weight);
 }

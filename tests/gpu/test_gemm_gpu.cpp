@@ -74,7 +74,7 @@ std::string shape_name(const GemmCase& c) {
 
 std::string case_name(const ::testing::TestParamInfo<GemmCase>& info) { return shape_name(info.param); }
 
-// cuBLASLt only (LOCKSTEP_FP8_SMALL_T=0 still selects it at small T); the small-T kernel has its own
+// cuBLASLt only (gemm_set_fp8_small_t(0) still selects it at small T); the small-T kernel has its own
 // tests below.
 class GemmGpu : public ::testing::TestWithParam<GemmCase> {
  protected:
