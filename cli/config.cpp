@@ -309,10 +309,11 @@ const std::vector<Section>& schema() {
       field("block_size", &R::block_size, "tokens per KV-cache block", at_least(1)),
       field("exact", &R::exact,
             "GPU: the rollout and the training forward run the same kernels in the same summation "
-            "order (no cuDNN attention, decode rows through the prefill kernel, no split-K GEMMs), "
-            "so the rollout's logprobs are the training forward's bit for bit and the old-logprob "
-            "recompute is skipped (loss.reuse_rollout_logprobs defaults to true); slower decoding. "
-            "The CPU is exact always. Not with model.precision = fp8-rollout"),
+            "order (no cuDNN attention, decode rows in the training attention's key order, bf16 "
+            "GEMMs without split-K, fp8 FProp batch-invariant), so the rollout's logprobs are the "
+            "training forward's bit for bit and the old-logprob recompute is skipped "
+            "(loss.reuse_rollout_logprobs defaults to true); slower decoding and fp8 training "
+            "forward. The CPU is exact always. Not with model.precision = fp8-rollout"),
       field("exact_check_every", &R::exact_check_every,
             "with reused rollout logprobs (rollout.exact or loss.reuse_rollout_logprobs): the first "
             "step and every N-th after it recompute the old logprobs anyway, only to log "

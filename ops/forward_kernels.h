@@ -7,13 +7,17 @@
 // caller (docs/benchmarks.md, "Rollout = training on the GPU"):
 //   - training attention (attention_forward): lockstep's own kernel, not cuDNN's SDPA, whose
 //     summation order is its own and not the paged kernels';
-//   - paged attention of decode steps (one row a sequence): the prefill kernel, which the training
-//     forward's own kernel matches, not the split-context decode kernel (another key order);
-//   - cuBLASLt GEMMs: only algorithms without split-K (cuBLASLt splits K for few rows, so a row's
-//     sum would depend on how many rows share the GEMM); a shape's plan is kept per setting;
-//   - fp8 FProp/DGrad: cuBLASLt for every token count, never the small-T kernel (another K order).
-// cuBLASLt has no block-scaled fp8 algorithm without split-K for some few-row shapes: there an
-// fp8 GEMM fails, naming the shape.
+//   - paged attention of decode steps (one row a sequence): decode_exact_kernel
+//     (ops/cuda/attention.cu), which walks the keys in the training forward's tiles and order, not
+//     the split-context decode kernel;
+//   - bf16 FProp on cuBLASLt: only algorithms without split-K (cuBLASLt splits K for few rows, so a
+//     row's sum would depend on how many rows share the GEMM); a shape's plan is kept per setting;
+//   - fp8 FProp: the batch-invariant kernel (ops/cuda/gemm_fp8_small_t.h) at every T, not cuBLASLt
+//     or the small-T kernel chosen by T.
+// Backward kernels are unchanged (only the forwards must agree), except the training attention's,
+// which follows its forward (lockstep's own backward reads the own forward's log-sum-exp). The
+// cost is measured in docs/benchmarks.md (slower decoding at small batches, a slower fp8 training
+// forward).
 //
 // The CPU backend is exact always (each op computes a row the same way whatever the batch); the
 // setting changes nothing there.

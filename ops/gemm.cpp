@@ -107,7 +107,7 @@ void gemm_fprop(Tensor& y, const Fp8Rows& x, const Fp8Weight& w) {
   check_k(x.cols(), w.w.cols(), "gemm_fprop", x.data, w.w.data);
   check_output(y, "gemm_fprop: y", d, {x.rows(), w.w.rows()});
   if (d == Device::cpu) return cpu::gemm_tn_fp8(y, x, w.w, false);
-  LOCKSTEP_ON_CUDA(cuda::gemm_fp8(y, x, w.w));
+  LOCKSTEP_ON_CUDA(cuda::gemm_fp8_fprop(y, x, w.w));
 }
 
 void gemm_dgrad(Tensor& dx, const Fp8Rows& dy, const Fp8Weight& w) {

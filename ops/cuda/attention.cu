@@ -363,8 +363,8 @@ struct FwdArgs {
   const int32_t* context_lens;  // [S]
   int max_blocks, block_size, num_blocks;
   int64_t kv_width;
-  int min_rows;  // the fewest rows of a sequence this kernel takes (paged: 2, or 1 in place of
-                 // decode_kernel); the others are decode_kernel's
+  int min_rows;  // the fewest rows of a sequence this kernel takes (paged: 2; one-row sequences
+                 // are the decode kernels')
 };
 
 // Keys 0 .. count−1 of one kv head; offset(p) is the element offset of key p's row (the same for
@@ -1082,6 +1082,105 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm) decode_kernel(cons
   cluster.sync();  // no CTA leaves (freeing its shared memory) while the first still reads it
 }
 
+// ---- decode in the training forward's order (paged, one-row sequences) --------------------------
+
+// A one-row sequence's attention with fwd_kernel's arithmetic, so that a decode row equals the
+// training forward's row of the same token bit for bit (the exact rollout mode; decode_kernel's
+// context partitions are merged in another order). A CTA takes one (kv head, sequence): the
+// group's q heads are rows of warp 0's 16-row MMA tile (fwd_kernel's warps hold 16 query rows of
+// one head; an MMA row's result depends on that row alone), and it walks the whole context in
+// fwd_kernel's 64-key tiles with its online softmax, in the same order; warps 1–3 only copy the
+// tiles. fwd_kernel on the decode rows (one CTA a q head, one real row in 64) reads each K/V byte
+// once per q head and runs 64 times the MMAs; this reads it once per group. Not split over the
+// context: a long context at a small batch is one CTA's serial walk.
+template <int D, bool kFp8Cache>
+__global__ void __launch_bounds__(kThreads)
+    decode_exact_kernel(const FwdArgs a, const CacheScales cs, const bool one_row_each) {
+  constexpr int kChunks = D / 8;
+  extern __shared__ __align__(128) uint16_t smem[];
+  uint16_t* sq = smem;                     // [16, D] the group's queries, then its output rows
+  uint16_t* sk = sq + kGroupRows * D;      // [2][64, D]
+  uint16_t* sv = sk + 2 * kTileRows * D;   // [2][64, D]
+  const int g = blockIdx.x, s = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int t = decode_row(a.cu, s, a.T, one_row_each);
+  if (t < 0) {  // decode_kernel's rule: under one_row_each row s is s's, made NaN
+    if (one_row_each) {
+      uint16_t* row = a.out + int64_t(s) * a.out_width + int64_t(g) * a.group * D;
+      for (int i = threadIdx.x; i < a.group * D; i += kThreads) row[i] = kBf16NaN;
+    }
+    return;
+  }
+  const PagedKeys keys{a.block_tables + int64_t(s) * a.max_blocks, a.context_lens[s], a.block_size, a.num_blocks,
+                       a.kv_width};
+  bool bad = keys.count < 1 || keys.count > a.max_keys;  // a context length out of range
+  float o[D / 8][4] = {};
+  OnlineSoftmax softmax;
+  if (!bad) {
+    const int pos = keys.count - 1, tiles = pos / kTileRows + 1;  // the row's position: the last key
+    const uint16_t* q = a.qkv + int64_t(t) * a.qkv_width + int64_t(g) * a.group * D;
+    auto load_stage = [&](int j) {
+      if constexpr (kFp8Cache)
+        load_keys_fp8<D>(sk + (j % 2) * kTileRows * D, sv + (j % 2) * kTileRows * D,
+                         reinterpret_cast<const uint8_t*>(a.k_cache) + int64_t(g) * D,
+                         reinterpret_cast<const uint8_t*>(a.v_cache) + int64_t(g) * D, cs.k + g, cs.v + g, keys,
+                         j * kTileRows, bad);
+      else
+        load_keys<D>(sk + (j % 2) * kTileRows * D, sv + (j % 2) * kTileRows * D, a.k_cache + int64_t(g) * D,
+                     a.v_cache + int64_t(g) * D, keys, j * kTileRows, bad);
+    };
+    load_tile<D, kGroupRows>(sq, q, [&](int r) { return r < a.group ? q + int64_t(r) * D : nullptr; });
+    load_stage(0);
+    cp_async_commit();
+    HeldA<D> qa;
+    for (int j = 0; j < tiles; ++j) {
+      cp_async_wait<0>();
+      __syncthreads();  // tile j visible to all; everyone is done with tile j − 1's buffers
+      if (j + 1 < tiles) {
+        load_stage(j + 1);
+        cp_async_commit();
+      }
+      if (warp != 0) continue;
+      if (j == 0) qa.load(sq, 0);
+      float sc[kTileRows / 8][4];
+      multiply_transposed<D, kTileRows>(sc, qa, sk + (j % 2) * kTileRows * D, 0);
+      if (j * kTileRows + kTileRows - 1 > pos) {  // keys past the row's position (fwd_kernel's mask)
+#pragma unroll
+        for (int nb = 0; nb < kTileRows / 8; ++nb)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            if (j * kTileRows + nb * 8 + lane % 4 * 2 + e % 2 > pos) sc[nb][e] = -INFINITY;
+      }
+      softmax.update<kTileRows, D>(sc, o, a.scale_log2);
+      uint32_t p[kTileRows / 16][4];
+      to_a_fragments<kTileRows / 16>(p, sc);
+      multiply_accumulate<kChunks, kTileRows / 16, D>(o, p, sv + (j % 2) * kTileRows * D, 0, 0);
+    }
+    if (warp == 0) softmax.finish();
+  }
+  bad = __syncthreads_or(bad);  // also: every warp is done with the K/V buffers
+  if (warp != 0) return;
+
+  // The group's rows, normalized and rounded as fwd_kernel does, through sq: 16-byte row stores.
+  float inv[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) inv[r] = bad ? __int_as_float(0x7fc00000) : 1.0f / softmax.l[r];
+  const int r0 = lane / 4;
+#pragma unroll
+  for (int nb = 0; nb < D / 8; ++nb) {
+    *reinterpret_cast<uint32_t*>(sq + swizzle<kChunks>(r0, nb) + lane % 4 * 2) =
+        pack_bf16(o[nb][0] * inv[0], o[nb][1] * inv[0]);
+    *reinterpret_cast<uint32_t*>(sq + swizzle<kChunks>(r0 + 8, nb) + lane % 4 * 2) =
+        pack_bf16(o[nb][2] * inv[1], o[nb][3] * inv[1]);
+  }
+  __syncwarp();
+  uint16_t* out = a.out + int64_t(t) * a.out_width + int64_t(g) * a.group * D;
+  for (int i = lane; i < kGroupRows * kChunks; i += 32) {
+    const int r = i / kChunks, c = i % kChunks;
+    if (r < a.group)
+      *reinterpret_cast<uint4*>(out + int64_t(r) * D + c * 8) = *reinterpret_cast<const uint4*>(sq + swizzle<kChunks>(r, c));
+  }
+}
+
 // ---- backward ----------------------------------------------------------------------------------
 
 struct BwdArgs {
@@ -1459,14 +1558,14 @@ int decode_parts(int64_t S, int64_t kv_heads, int64_t max_keys) {
 }
 
 // attention_paged with its output in bf16 (out), or quantized (quantized: decode steps only).
-// decode_as_prefill: one-row sequences go through fwd_kernel too (no decode_kernel): each row then
-// sums its keys in the order the training forward's fwd_kernel does.
+// decode_as_prefill: one-row sequences go through decode_exact_kernel (not decode_kernel): each row
+// then sums its keys in the order the training forward's fwd_kernel does.
 void paged(uint16_t* out, const QuantizedOut* quantized, const Tensor& qkv, const PagedKv& cache,
            const Tensor& block_tables, const Tensor& cu_seqlens_q, const Tensor& context_lens,
            const HeadLayout& layout, bool one_row_each, bool decode_as_prefill = false) {
   if (qkv.dim(0) == 0) return;
   FwdArgs a = fwd_args(out, qkv, cu_seqlens_q, layout);
-  a.min_rows = decode_as_prefill ? 1 : 2;
+  a.min_rows = 2;  // one-row sequences: decode_kernel, or decode_exact_kernel
   a.k_cache = data<const uint16_t>(cache.k);  // e4m3 bytes in an fp8 cache: the kernels cast
   a.v_cache = data<const uint16_t>(cache.v);
   const CacheScales scales =
@@ -1509,7 +1608,13 @@ void paged(uint16_t* out, const QuantizedOut* quantized, const Tensor& qkv, cons
     constexpr bool kFp8Cache = decltype(fp8_cache)::value;
     // One-row sequences first: fwd_kernel, which takes the multi-row ones, also overwrites every
     // row with NaN when cu_seqlens_q is malformed, and must come last for that.
-    if (a.S > 0 && !decode_as_prefill) {
+    if (a.S > 0 && decode_as_prefill) {
+      constexpr auto exact = decode_exact_kernel<D, kFp8Cache>;
+      constexpr size_t smem = (kGroupRows + 4 * kTileRows) * D * sizeof(uint16_t);
+      allow_dynamic_smem<exact>(smem);
+      exact<<<dim3(unsigned(a.kv_heads), unsigned(a.S)), kThreads, smem, current_stream()>>>(a, scales, one_row_each);
+      LOCKSTEP_CUDA_CHECK_LAUNCH();
+    } else if (a.S > 0) {
       // A grid of at most one CTA an SM requests both ring tiles early (bf16 cache only): at batch 64
       // both in flight was slower (H200, 2026-11-21).
       const bool small_grid = int64_t(d.max_parts) * a.kv_heads * a.S <= device_sm_count();
@@ -1529,8 +1634,7 @@ void paged(uint16_t* out, const QuantizedOut* quantized, const Tensor& qkv, cons
       else if (small_grid) launch(std::true_type());
       else launch(std::false_type());
     }
-    if (one_row_each && !decode_as_prefill) return;  // no multi-row sequence; decode_kernel NaNs
-                                                     // misplaced rows itself
+    if (one_row_each) return;  // no multi-row sequence; the decode kernels NaN misplaced rows themselves
     // Persistent CTAs: how many rows belong to multi-row sequences is known only on the device.
     constexpr auto fwd = fwd_kernel<D, true, kFp8Cache>;
     const int resident = resident_blocks<fwd>(kThreads, kFwdSmem<D>);

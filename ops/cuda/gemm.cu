@@ -12,7 +12,8 @@
 // multiple of 16 tokens in a per-stream scratch buffer. FP8 GEMMs of few tokens (decoding) may go
 // to ops/cuda/gemm_fp8_small_t.cu instead: per shape, whichever of the two timed faster on its
 // first call (gemm_set_fp8_small_t in ops/gemm_backends.h). Under the exact forward kernels
-// (ops/forward_kernels.h) no plan splits K and the fp8 GEMMs never take the small-T kernel.
+// (ops/forward_kernels.h) bf16 FProp plans do not split K and fp8 FProp runs the batch-invariant
+// kernel (ops/cuda/gemm_fp8_small_t.h) at every T.
 //
 // Autotuning: the heuristic's first choice is often not the fastest kernel (block-scaled FP8
 // WGrad in particular), so a plan times up to 17 candidates on its first call's operands and keeps
@@ -96,7 +97,7 @@ struct MatmulShape {
   bool accumulate;
   int alignment;         // bytes every pointer is aligned to: 256 or 16
   int choice = kAutotune;  // how the algorithm was picked (set by plan_for, see gemm_set_algo_choice)
-  bool split_k = true;     // whether it may split K: not under the exact forward kernels (plan_for)
+  bool split_k = true;     // whether it may split K: not bf16 FProp under the exact forward kernels
   auto operator<=>(const MatmulShape&) const = default;
 };
 
@@ -373,7 +374,6 @@ const Plan* plan_for(MatmulShape s, const Operands& in) {
   std::lock_guard lock(ctx.mutex);
   if (ctx.force_padding && s.n % kTokenPad) return nullptr;
   s.choice = ctx.choice;
-  s.split_k = !exact_forward();
   auto it = ctx.plans.find(s);
   if (it == ctx.plans.end()) it = ctx.plans.emplace(s, make_plan(ctx.handle, s, in, ctx.verbose)).first;
   return it->second.found ? &it->second : nullptr;
@@ -556,7 +556,7 @@ int gemm_set_fp8_small_t(int tokens) {
 }
 
 bool gemm_fp8_uses_small_t(int64_t tokens, int64_t rows, int64_t k, DType out) {
-  if (exact_forward() || !small_t_takes(rows)) return false;
+  if (!small_t_takes(rows)) return false;
   Context& ctx = context();
   std::lock_guard lock(ctx.mutex);
   return small_t_decided(ctx, {tokens, rows, k, out}).value_or(tokens <= kSmallTUntunedTokens);
@@ -568,6 +568,8 @@ void gemm_fprop_bf16(Tensor& y, const Tensor& x, const Tensor& w) {
   const int64_t T = x.dim(0), K = x.dim(1), N = w.dim(0);
   MatmulShape s{CUBLAS_OP_T, CUBLAS_OP_N, CUDA_R_16BF, CUDA_R_16BF, cuda_type(y.dtype()),
                 N, T, K, K, K, N, kNoScale, kNoScale, false, 0};
+  // The exact forward kernels (ops/forward_kernels.h): a row's sum over K in one pass, whatever T.
+  s.split_k = !exact_forward();
   run_token_gemm(s, w.data(), nullptr, x, nullptr, y);
 }
 
@@ -600,10 +602,15 @@ void gemm_wgrad_bf16(Tensor& dw, const Tensor& dy, const Tensor& x, bool accumul
 void gemm_fp8(Tensor& out, const Fp8Rows& act, const Fp8Blocks& weight) {
   check_aligned16(act.data, "fp8 gemm: activation");
   check_aligned16(weight.data, "fp8 gemm: weight");
-  // The exact forward kernels (ops/forward_kernels.h): one kernel, one K order for every T.
-  if (exact_forward()) return gemm_fp8_cublaslt(out, act, weight);
   if (small_t_runs(out, act, weight)) return gemm_fp8_small_t(out, act, weight);
   gemm_fp8_cublaslt(out, act, weight);
+}
+
+void gemm_fp8_fprop(Tensor& y, const Fp8Rows& x, const Fp8Blocks& w) {
+  if (!exact_forward()) return gemm_fp8(y, x, w);
+  check_aligned16(x.data, "fp8 gemm: activation");
+  check_aligned16(w.data, "fp8 gemm: weight");
+  gemm_fp8_batch_invariant(y, x, w);
 }
 
 void gemm_wgrad_fp8(Tensor& dw, const Fp8Rows& dy_t, const Fp8Rows& x_t, bool accumulate) {

@@ -64,12 +64,15 @@ constexpr int kSwizzleAtom = 1024;    // 8 rows × 128 bytes: every tile starts 
 template <int NT>
 struct Layout {
   static constexpr int kTokens = 8 * NT;
+  // CTAs an SM: kCtasPerSm, but two for the 128-token tile (its partial and accumulator tiles
+  // take 128 registers a thread; a third CTA would leave too few for the rest).
+  static constexpr int kCtas = NT > 8 ? 2 : kCtasPerSm;
   // A stage: the weight tile, then the act tile.
   static constexpr int kActOffset = kRows * kBlockK;
   static constexpr int kStageBytes = kActOffset + kTokens * kBlockK;
   static constexpr int kScaleBytes = kTokens * 4 + 16;  // per stage: kTokens act scales, the weight scale
-  // Up to 8 stages, as many as kCtasPerSm CTAs an SM leave room for (228 KiB, 1 KiB reserved each).
-  static constexpr int kStages = std::min(8, (228 * 1024 / kCtasPerSm - 1024) / (kStageBytes + kScaleBytes));
+  // Up to 8 stages, as many as kCtas CTAs an SM leave room for (228 KiB, 1 KiB reserved each).
+  static constexpr int kStages = std::min(8, (228 * 1024 / kCtas - 1024) / (kStageBytes + kScaleBytes));
   // After the stages, the scales of every stage.
   static constexpr int kScalesOffset = kStages * kStageBytes;
   // After the main loop the shared memory holds the CTA's partial tile, token-major, rows padded to
@@ -78,7 +81,7 @@ struct Layout {
   static constexpr int kSmem = std::max(kScalesOffset + kStages * kScaleBytes, kTokens * kRedStride * 4);
   static_assert(kStageBytes % kSwizzleAtom == 0);
   static_assert(kStages >= 3, "a stage in use, two in flight");
-  static_assert(kCtasPerSm * (kSmem + 1024) <= 228 * 1024);
+  static_assert(kCtas * (kSmem + 1024) <= 228 * 1024);
 };
 
 struct Args {
@@ -89,6 +92,18 @@ struct Args {
   void* out;                    // [T, M]
   int64_t T, M, K, ld_weight_scales;
 };
+
+// The tokens of this CTA: tile blockIdx.z of 8·NT tokens (one tile when T ≤ 8·NT).
+struct TokenTile {
+  int64_t first;  // its first token
+  int count;      // its tokens: 8·NT, or fewer in the last tile
+};
+
+template <int NT>
+__device__ __forceinline__ TokenTile token_tile(const Args& a) {
+  const int64_t first = int64_t(blockIdx.z) * (8 * NT);
+  return {first, int(min(int64_t(8 * NT), a.T - first))};
+}
 
 // The shared-memory descriptor of a K-major e4m3 tile for wgmma (PTX ISA, "Matrix Descriptor
 // Format"): start address >> 4 (bits 0-13); leading byte offset (16-29) unused with a swizzle, 1 as
@@ -123,6 +138,17 @@ __device__ __forceinline__ void wgmma_e4m3(float (&d)[NT][4], uint64_t a, uint64
         "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, "
         "%11, %12, %13, %14, %15}, %16, %17, p, 1, 1;\n}\n"
         : LOCKSTEP_D(0), LOCKSTEP_D(1), LOCKSTEP_D(2), LOCKSTEP_D(3)
+        : "l"(a), "l"(b), "r"(int(accumulate)));
+  } else if constexpr (NT == 16) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1;\n}\n"
+        : LOCKSTEP_D(0), LOCKSTEP_D(1), LOCKSTEP_D(2), LOCKSTEP_D(3), LOCKSTEP_D(4), LOCKSTEP_D(5),
+          LOCKSTEP_D(6), LOCKSTEP_D(7), LOCKSTEP_D(8), LOCKSTEP_D(9), LOCKSTEP_D(10), LOCKSTEP_D(11),
+          LOCKSTEP_D(12), LOCKSTEP_D(13), LOCKSTEP_D(14), LOCKSTEP_D(15)
         : "l"(a), "l"(b), "r"(int(accumulate)));
   } else {
     static_assert(NT == 8);
@@ -173,10 +199,10 @@ struct Copier {
   int token;              // tid/8
 };
 
-__device__ __forceinline__ Copier copier(const Args& a, int64_t row0) {
+__device__ __forceinline__ Copier copier(const Args& a, int64_t row0, const TokenTile& tile) {
   const int tid = threadIdx.x, r = tid / 8, c = tid % 8;
-  return {a.weight + (row0 + r) * a.K + c * 16, a.act + r * a.K + c * 16, a.act_scales + tid, 16 * a.K,
-          chunk_offset(r, c), r};
+  return {a.weight + (row0 + r) * a.K + c * 16, a.act + (tile.first + r) * a.K + c * 16,
+          a.act_scales + tile.first + tid, 16 * a.K, chunk_offset(r, c), r};
 }
 
 // Issues the cp.async copies of K block kb into a stage: load_weight the weight tile and its
@@ -193,17 +219,18 @@ __device__ __forceinline__ void load_weight(uint8_t* tiles, uint8_t* scales, con
 }
 
 template <int NT>
-__device__ __forceinline__ void load_act(uint8_t* tiles, uint8_t* scales, const Copier& cp, const Args& a, int kb) {
+__device__ __forceinline__ void load_act(uint8_t* tiles, uint8_t* scales, const Copier& cp, const Args& a,
+                                         int tokens, int kb) {
   using L = Layout<NT>;
   const int tid = threadIdx.x;
   const uint8_t* x = cp.act + kb * kBlockK;
 #pragma unroll
   for (int j = 0; j < (L::kTokens + 15) / 16; ++j, x += cp.stride) {
     const int t = cp.token + 16 * j;
-    if (t < L::kTokens) cp_async16(tiles + L::kActOffset + cp.dst + j * 16 * kBlockK, t < a.T ? x : a.act, t < a.T);
+    if (t < L::kTokens) cp_async16(tiles + L::kActOffset + cp.dst + j * 16 * kBlockK, t < tokens ? x : a.act, t < tokens);
   }
   if (tid < L::kTokens)
-    cp_async4(scales + tid * 4, tid < a.T ? cp.act_scale + kb * a.T : a.act_scales, tid < a.T);
+    cp_async4(scales + tid * 4, tid < tokens ? cp.act_scale + kb * a.T : a.act_scales, tid < tokens);
 }
 
 // p = Σ over the K block in `tiles` of the weight rows × the tokens, with wgmma: 4 k32 steps in
@@ -245,9 +272,10 @@ __device__ __forceinline__ void store4(uint16_t* out, const float4& v) {
   *reinterpret_cast<uint2*>(out) = make_uint2(pack_bf16x2(v.x, v.y), pack_bf16x2(v.z, v.w));
 }
 
-// Grid (splits, M/kRows), clusters of (splits, 1, 1): blockIdx.x is the rank in the cluster.
+// Grid (splits, M/kRows, token tiles), clusters of (splits, 1, 1): blockIdx.x is the rank in the
+// cluster.
 template <int NT, class Out>
-__global__ void __launch_bounds__(kThreads, kCtasPerSm) small_t_kernel(const Args a) {
+__global__ void __launch_bounds__(kThreads, Layout<NT>::kCtas) small_t_kernel(const Args a) {
   using L = Layout<NT>;
   // The swizzle needs 1024-byte aligned tiles. (The compiler takes this alignment as given; on
   // sm_90 dynamic shared memory starts at 1024, after the reserved kilobyte.)
@@ -261,7 +289,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) small_t_kernel(const Arg
   auto tiles = [&](int i) { return smem + i % kStages * L::kStageBytes; };
   auto scales = [&](int i) { return smem + L::kScalesOffset + i % kStages * L::kScaleBytes; };
 
-  const Copier cp = copier(a, row0);
+  const TokenTile tile = token_tile<NT>(a);
+  const Copier cp = copier(a, row0, tile);
   float acc[NT][4] = {}, p[NT][4] = {};
   // Launched early (core/early_start.h), the kernel requests its first stages' weight tiles while
   // the kernel before it (which writes the act) still runs: all of them from 16 tokens on, two at up
@@ -279,7 +308,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) small_t_kernel(const Arg
 #pragma unroll
   for (int i = 0; i < kStages - 1; ++i) {
     if (i >= kStagesBeforeWait && i < count) load_weight<NT>(tiles(i), scales(i), cp, a, row0, kb0 + i);
-    if (i < count) load_act<NT>(tiles(i), scales(i), cp, a, kb0 + i);
+    if (i < count) load_act<NT>(tiles(i), scales(i), cp, a, tile.count, kb0 + i);
     cp_async_commit();
   }
   for (int i = 0; i < count; ++i) {
@@ -289,7 +318,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) small_t_kernel(const Arg
     const int next = i + kStages - 1;  // into the stage block i - 1 used
     if (next < count) {
       load_weight<NT>(tiles(next), scales(next), cp, a, row0, kb0 + next);
-      load_act<NT>(tiles(next), scales(next), cp, a, kb0 + next);
+      load_act<NT>(tiles(next), scales(next), cp, a, tile.count, kb0 + next);
     }
     cp_async_commit();
     partial_wgmma<NT>(tiles(i), p);
@@ -310,8 +339,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) small_t_kernel(const Arg
   // over the cluster's partial tiles in rank order, 4 rows at a time. Every rank's load is issued
   // before the first add: one distributed-shared-memory latency per item, not one per rank.
   const int rows = kRows / splits, quads = rows / 4;
-  Out* out = static_cast<Out*>(a.out);
-  for (int i = tid; i < a.T * quads; i += kThreads) {
+  Out* out = static_cast<Out*>(a.out) + tile.first * a.M;
+  for (int i = tid; i < tile.count * quads; i += kThreads) {
     const int t = i / quads, r = split * rows + i % quads * 4;
     float4 v[kMaxSplits];
 #pragma unroll
@@ -334,10 +363,10 @@ auto prepared_kernel() {
   return kernel;
 }
 
-// Grid (splits, row blocks) in clusters of (splits, 1, 1).
-LaunchConfig launch_config(int splits, int64_t row_blocks, int smem) {
-  return LaunchConfig(dim3(unsigned(splits), unsigned(row_blocks)), dim3(kThreads), size_t(smem),
-                      dim3(unsigned(splits), 1, 1));
+// Grid (splits, row blocks, token tiles) in clusters of (splits, 1, 1).
+LaunchConfig launch_config(int splits, int64_t row_blocks, int smem, int64_t token_tiles = 1) {
+  return LaunchConfig(dim3(unsigned(splits), unsigned(row_blocks), unsigned(token_tiles)), dim3(kThreads),
+                      size_t(smem), dim3(unsigned(splits), 1, 1));
 }
 
 // CTAs in clusters of `splits` that the GPU holds at once, for the 64-token kernel (every token
@@ -368,7 +397,10 @@ int splits_for(int64_t M, int64_t K) {
 
 template <int NT, class Out>
 void launch(const Args& a, int splits) {
-  launch_config(splits, a.M / kRows, Layout<NT>::kSmem).early_start_in_scope().run(prepared_kernel<NT, Out>(), a);
+  const int64_t token_tiles = (a.T + 8 * NT - 1) / (8 * NT);
+  launch_config(splits, a.M / kRows, Layout<NT>::kSmem, token_tiles)
+      .early_start_in_scope()
+      .run(prepared_kernel<NT, Out>(), a);
 }
 
 template <class Out>
@@ -376,26 +408,45 @@ void launch_for_tokens(const Args& a, int splits) {
   if (a.T <= 8) return launch<1, Out>(a, splits);
   if (a.T <= 16) return launch<2, Out>(a, splits);
   if (a.T <= 32) return launch<4, Out>(a, splits);
-  launch<8, Out>(a, splits);
+  if (a.T <= 64) return launch<8, Out>(a, splits);
+  launch<16, Out>(a, splits);  // gemm_fp8_batch_invariant only
+}
+
+// The arguments of either entry point, checked (T by the caller).
+Args checked_args(Tensor& out, const Fp8Rows& act, const Fp8Blocks& weight) {
+  const int64_t T = act.rows(), K = act.cols(), M = weight.rows();
+  LOCKSTEP_CHECK(reinterpret_cast<uintptr_t>(out.data()) % 16 == 0,
+                 "fp8 weight-streaming GEMM: the output must be 16-byte aligned, got ", out.describe(), " at ", out.data());
+  LOCKSTEP_CHECK(M / kRows <= 65535, "fp8 weight-streaming GEMM: at most 65535 row blocks, got ", weight.data.describe());
+  LOCKSTEP_CHECK(M % kRows == 0, "fp8 weight-streaming GEMM: the weight's rows must be a multiple of ", kRows, ", got ",
+                 weight.data.describe());
+  return Args{static_cast<const uint8_t*>(act.data.data()), act.scales.data_as<float>(),
+              static_cast<const uint8_t*>(weight.data.data()), weight.scales.data_as<float>(), out.data(),
+              T, M, K, weight.scales.dim(1)};
+}
+
+// T tokens: one tile of the narrowest width that holds them up to 64, else tiles of 128.
+void run(Tensor& out, const Fp8Rows& act, const Fp8Blocks& weight) {
+  const Args a = checked_args(out, act, weight);
+  const int splits = splits_for(a.M, a.K);
+  if (out.dtype() == DType::f32) return launch_for_tokens<float>(a, splits);
+  launch_for_tokens<uint16_t>(a, splits);
 }
 
 }  // namespace
 
 void gemm_fp8_small_t(Tensor& out, const Fp8Rows& act, const Fp8Blocks& weight) {
-  const int64_t T = act.rows(), K = act.cols(), M = weight.rows();
+  const int64_t T = act.rows();
   LOCKSTEP_CHECK(T >= 1 && T <= kFp8SmallTMaxTokens, "fp8 small-T GEMM: 1 .. ", kFp8SmallTMaxTokens,
                  " tokens, got ", T);
-  LOCKSTEP_CHECK(reinterpret_cast<uintptr_t>(out.data()) % 16 == 0,
-                 "fp8 small-T GEMM: the output must be 16-byte aligned, got ", out.describe(), " at ", out.data());
-  LOCKSTEP_CHECK(M / kRows <= 65535, "fp8 small-T GEMM: at most 65535 row blocks, got ", weight.data.describe());
-  LOCKSTEP_CHECK(M % kRows == 0, "fp8 small-T GEMM: the weight's rows must be a multiple of ", kRows, ", got ",
-                 weight.data.describe());
-  const Args a{static_cast<const uint8_t*>(act.data.data()), act.scales.data_as<float>(),
-               static_cast<const uint8_t*>(weight.data.data()), weight.scales.data_as<float>(), out.data(),
-               T, M, K, weight.scales.dim(1)};
-  const int splits = splits_for(M, K);
-  if (out.dtype() == DType::f32) return launch_for_tokens<float>(a, splits);
-  launch_for_tokens<uint16_t>(a, splits);
+  run(out, act, weight);
+}
+
+void gemm_fp8_batch_invariant(Tensor& out, const Fp8Rows& act, const Fp8Blocks& weight) {
+  const int64_t T = act.rows();
+  LOCKSTEP_CHECK(T >= 1 && (T + 63) / 64 <= 65535, "fp8 batch-invariant GEMM: 1 .. ", int64_t(65535) * 64,
+                 " tokens, got ", T);
+  run(out, act, weight);
 }
 
 }  // namespace lockstep::cuda

@@ -32,4 +32,13 @@ constexpr int kFp8SmallTRows = 64;  // weight rows of a CTA: M must be a multipl
 // out: bf16 or f32 [T, M], 16-byte aligned; 1 ≤ T ≤ kFp8SmallTMaxTokens.
 void gemm_fp8_small_t(Tensor& out, const Fp8Rows& act, const Fp8Blocks& weight);
 
+// The same kernel at any T ≥ 1: past 64 tokens, tiles of 128 (a grid dimension; each tile streams
+// the weight again, from L2 mostly, with wgmma m64n128k32); up to 64, one tile of the narrowest
+// width, as gemm_fp8_small_t. Every token's output
+// row is the same bits whatever T and wherever the token sits in the batch (the K split and the
+// order of the K blocks are the shape's alone, and wgmma sums a token's column alike at every tile
+// width and column): the fp8 FProp of the exact forward kernels (ops/forward_kernels.h,
+// gemm_fp8_fprop), where the rollout's decode rows and the training forward's rows must agree.
+void gemm_fp8_batch_invariant(Tensor& out, const Fp8Rows& act, const Fp8Blocks& weight);
+
 }  // namespace lockstep::cuda

@@ -62,7 +62,16 @@ void own_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Ten
                   const Tensor& cu, const HeadLayout& layout) {
   cuda::attention_backward(dqkv, dout, qkv, out, lse, cu, layout);
 }
+// attention_paged with the decode rows through decode_exact_kernel (the exact rollout mode).
+void exact_paged(Tensor& out, const Tensor& qkv, const PagedKv& cache, const Tensor& tables, const Tensor& cu,
+                 const Tensor& lens, const HeadLayout& layout, bool one_row_each) {
+  cuda::attention_paged(out, qkv, cache, tables, cu, lens, layout, one_row_each, /*decode_as_prefill=*/true);
+}
 #else
+void exact_paged(Tensor&, const Tensor&, const PagedKv&, const Tensor&, const Tensor&, const Tensor&,
+                 const HeadLayout&, bool) {
+  fail("no CUDA backend");
+}
 void own_forward(Tensor&, Tensor&, const Tensor&, const Tensor&, const HeadLayout&) { fail("no CUDA backend"); }
 void own_backward(Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                   const HeadLayout&) {
@@ -289,10 +298,15 @@ struct PagedBatch {
     attention_paged(out, qkv, cache(Device::cpu), block_tables, cu_q, context_lens, layout);
     return out;
   }
-  Tensor run_gpu(const HeadLayout& layout, bool one_row_each = false) const {
+  // exact: the decode rows through decode_exact_kernel (exact_paged).
+  Tensor run_gpu(const HeadLayout& layout, bool one_row_each = false, bool exact = false) const {
     Tensor out = poisoned({rows(), layout.q_width()}, DType::bf16, Device::cuda);
-    attention_paged(out, qkv.to(Device::cuda), cache(Device::cuda), block_tables.to(Device::cuda),
-                    cu_q.to(Device::cuda), context_lens.to(Device::cuda), layout, one_row_each);
+    if (exact)
+      exact_paged(out, qkv.to(Device::cuda), cache(Device::cuda), block_tables.to(Device::cuda), cu_q.to(Device::cuda),
+                  context_lens.to(Device::cuda), layout, one_row_each);
+    else
+      attention_paged(out, qkv.to(Device::cuda), cache(Device::cuda), block_tables.to(Device::cuda),
+                      cu_q.to(Device::cuda), context_lens.to(Device::cuda), layout, one_row_each);
     return out;
   }
 };
@@ -490,13 +504,18 @@ TEST(KvCacheWriteGpu, SameBytesAsCpu) {
 // run the training forward's kernel, whose arithmetic for a row does not depend on where the row's
 // 64-row tile starts (keys are tiled from 0, fully masked tiles leave the running sums unchanged),
 // so they must be bit-identical. Decode rows run the flash-decoding kernel (another summation
-// order): within tolerance.
+// order): within tolerance — or, in the exact mode, decode_exact_kernel (fwd_kernel's order, the
+// group's heads as rows of one MMA tile): bit-identical too, also as a decode batch (one_row_each).
 // With an e4m3 cache the training forward runs on round_kv_to_fp8 of the same qkv (ops/kv_fp8.h).
+// Groups of 2, 4 (Qwen3-8B) and 8 q heads a kv head; contexts of 1 to 1000 keys.
 TEST(PagedGpu, EqualsTheTrainingForward) {
   LOCKSTEP_REQUIRE_GPU();
+  for (const bool exact : {false, true})
   for (const bool fp8 : {false, true})
-  for (const HeadLayout layout : {HeadLayout{16, 8, 128}, HeadLayout{8, 4, 64}}) {
+  for (const HeadLayout layout : {HeadLayout{16, 8, 128}, HeadLayout{8, 4, 64}, HeadLayout{32, 8, 128},
+                                  HeadLayout{16, 2, 64}}) {
     SCOPED_TRACE(fp8 ? "fp8 cache" : "bf16 cache");
+    SCOPED_TRACE(exact ? "exact decode" : "split decode");
     const int64_t bs = 16;
     const std::vector<int32_t> cu = offsets(kLens);
     const int64_t T = cu.back(), S = int64_t(kLens.size());
@@ -535,7 +554,14 @@ TEST(PagedGpu, EqualsTheTrainingForward) {
       Tensor q = Tensor::empty({int64_t(picked.size()), layout.qkv_width()}, DType::bf16, Device::cuda);
       for (size_t i = 0; i < picked.size(); ++i) q.rows(int64_t(i), int64_t(i) + 1).copy_from(qkv.rows(picked[i], picked[i] + 1));
       Tensor paged = poisoned({q.dim(0), layout.q_width()}, DType::bf16, Device::cuda);
-      attention_paged(paged, q, cache, tables_g, i32_tensor(offsets(rows)).to(Device::cuda), lens_g, layout);
+      const Tensor cu_q = i32_tensor(offsets(rows)).to(Device::cuda);
+      if (exact) exact_paged(paged, q, cache, tables_g, cu_q, lens_g, layout, false);
+      else attention_paged(paged, q, cache, tables_g, cu_q, lens_g, layout);
+      if (exact && chunk == 1) {  // a decode batch: the same bits
+        Tensor batch = poisoned({q.dim(0), layout.q_width()}, DType::bf16, Device::cuda);
+        exact_paged(batch, q, cache, tables_g, cu_q, lens_g, layout, true);
+        EXPECT_TRUE(same_bytes(batch, paged)) << layout_name(layout) << ": one_row_each";
+      }
 
       const Vec got = to_double(paged);
       const int64_t w = layout.q_width();
@@ -546,16 +572,17 @@ TEST(PagedGpu, EqualsTheTrainingForward) {
         for (int32_t r = 0; r < rows[s]; ++r, ++i) {
           const Vec a(got.begin() + long(i * w), got.begin() + long((i + 1) * w));
           const Vec b(train.begin() + long(picked[i] * w), train.begin() + long((picked[i] + 1) * w));
-          if (rows[s] == 1) {
+          if (rows[s] == 1 && !exact) {
             decode_got.insert(decode_got.end(), a.begin(), a.end());
             decode_ref.insert(decode_ref.end(), b.begin(), b.end());
           } else if (a != b && differing++ == 0) {
-            ADD_FAILURE() << layout_name(layout) << ": prefill row " << r << " of sequence " << s << " (chunk "
-                          << chunk << ") differs from the training forward's; rel " << rel_error(a, b);
+            ADD_FAILURE() << layout_name(layout) << (rows[s] == 1 ? ": decode row " : ": prefill row ") << r
+                          << " of sequence " << s << " (chunk " << chunk << ") differs from the training forward's; rel " << rel_error(a, b);
           }
         }
-      EXPECT_EQ(differing, 0) << "prefill rows that differ from the training forward's";
-      expect_close(decode_got, decode_ref, layout.head_dim, kOutTol, kOutRowTol,
+      EXPECT_EQ(differing, 0) << "rows that differ from the training forward's";
+      if (!exact)
+        expect_close(decode_got, decode_ref, layout.head_dim, kOutTol, kOutRowTol,
                    "decode rows vs training forward " + layout_name(layout) + " chunk " + std::to_string(chunk));
     }
   }
@@ -616,17 +643,21 @@ TEST(AttentionGpuBadIndices, PagedBadBlockOrLengthGivesNaNRows) {
   good.qkv.rows(0, 1).copy_from(batch.qkv.rows(0, 1));
   good.qkv.rows(1, 4).copy_from(batch.qkv.rows(42, 45));
 
-  const Vec out = to_double(batch.run_gpu(layout)), ref = to_double(good.run_gpu(layout));
-  const int64_t w = layout.q_width();
-  auto rows = [&](const Vec& v, int64_t r0, int64_t r1) { return Vec(v.begin() + long(r0 * w), v.begin() + long(r1 * w)); };
-  // Prefill rows are bit-identical whatever the batch; the decode row's partitions depend on the
-  // batch size (within tolerance).
-  EXPECT_TRUE(rows(out, 42, 45) == rows(ref, 1, 4)) << "good prefill rows";
-  expect_close(rows(out, 0, 1), rows(ref, 0, 1), layout.head_dim, kOutTol, kOutRowTol, "good decode row");
-  EXPECT_TRUE(all_finite(rows(ref, 0, 4)));
-  EXPECT_TRUE(all_nan(rows(out, 1, 2))) << "decode row with a bad block id";
-  EXPECT_TRUE(all_nan(rows(out, 2, 22))) << "prefill rows with a context past the block table";
-  EXPECT_TRUE(all_nan(rows(out, 22, 42))) << "prefill rows with a bad block id";
+  for (const bool exact : {false, true}) {
+    SCOPED_TRACE(exact ? "exact decode" : "split decode");
+    const Vec out = to_double(batch.run_gpu(layout, false, exact)), ref = to_double(good.run_gpu(layout, false, exact));
+    const int64_t w = layout.q_width();
+    auto rows = [&](const Vec& v, int64_t r0, int64_t r1) { return Vec(v.begin() + long(r0 * w), v.begin() + long(r1 * w)); };
+    // Prefill rows are bit-identical whatever the batch; the split decode row's partitions depend on
+    // the batch size (within tolerance), the exact one's do not.
+    EXPECT_TRUE(rows(out, 42, 45) == rows(ref, 1, 4)) << "good prefill rows";
+    if (exact) EXPECT_TRUE(rows(out, 0, 1) == rows(ref, 0, 1)) << "good decode row";
+    else expect_close(rows(out, 0, 1), rows(ref, 0, 1), layout.head_dim, kOutTol, kOutRowTol, "good decode row");
+    EXPECT_TRUE(all_finite(rows(ref, 0, 4)));
+    EXPECT_TRUE(all_nan(rows(out, 1, 2))) << "decode row with a bad block id";
+    EXPECT_TRUE(all_nan(rows(out, 2, 22))) << "prefill rows with a context past the block table";
+    EXPECT_TRUE(all_nan(rows(out, 22, 42))) << "prefill rows with a bad block id";
+  }
   device_synchronize();
 }
 

@@ -4,12 +4,15 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <string>
+#include <utility>
 
 #include "core/cuda_graph.h"
 #include "core/error.h"
 #include "ops/gemm.h"
+#include "ops/forward_kernels.h"
 #include "ops/gemm_backends.h"
 #include "tests/gpu/small_t_settings.h"
 #include "tests/test_util.h"
@@ -43,6 +46,7 @@ int set_algo_choice(int choice) {
   return -1;
 #endif
 }
+
 
 bool uses_small_t(int64_t tokens, int64_t rows, int64_t k, DType out) {
 #if LOCKSTEP_HAS_CUDA
@@ -261,6 +265,47 @@ TEST(Fp8SmallTGpuBatch, TokenRowsIndependentOfBatch) {
   for (int64_t T : {1, 3, 16, 17, 32, 33})
     EXPECT_TRUE(same_bytes(fprop(T), full.rows(0, T))) << "T = " << T;
 }
+
+// The batch-invariant fp8 FProp (the exact forward kernels' FProp: the kernel above at any T, in
+// 64-token tiles): a token's output row is the same bits whatever the batch around it and wherever
+// it sits (a decode step's row and the training forward's row of one token), at T past one tile
+// too; and the whole batch matches the CPU reference (fp8 f32/bf16 tolerances above). Shapes: 4
+// uneven K splits (384 × 640), Qwen3-1.7B's qkv (4096 × 2048) and down projection (2048 × 6144).
+class Fp8BatchInvariantGpu : public ::testing::TestWithParam<GemmCase> {};
+
+TEST_P(Fp8BatchInvariantGpu, RowsIndependentOfBatchAndPlace) {
+  LOCKSTEP_REQUIRE_GPU();
+  const auto [T, N, K, out, pad] = GetParam();
+  struct Setting {  // on for the test's scope
+    Setting() { previous = exact_forward(); set_exact_forward(true); }
+    ~Setting() { set_exact_forward(previous); }
+    bool previous;
+  } setting;
+  const Fp8Gemms g(T, N, K, out);
+  Tensor full = poisoned({T, N}, out, Device::cuda);
+  gemm_fprop(full, g.qx, g.qw);
+  EXPECT_LE(worst_row_error(to_double(full), to_double(g.y), N), std::max(tolerance(out), kFp8F32Tol));
+  const Tensor qx_host = g.qx.data.to(Device::cpu), scales_host = g.qx.scales.to(Device::cpu);
+  // Rows [begin, begin + count) alone: their bytes and their columns of the [K/128, T] scales.
+  for (const auto [begin, count] : {std::pair<int64_t, int64_t>{0, 1}, {5, 1}, {T - 1, 1}, {3, 17}, {37, 64},
+                                    {10, 65}, {T / 3, T - T / 3}}) {
+    Fp8Rows part = Fp8Rows::empty(count, K, Device::cpu);
+    std::memcpy(part.data.data(), qx_host.rows(begin, begin + count).data(), size_t(count * K));
+    for (int64_t kb = 0; kb < scales_host.dim(0); ++kb)
+      for (int64_t t = 0; t < count; ++t)
+        part.scales.data_as<float>()[kb * count + t] = scales_host.data_as<float>()[kb * T + begin + t];
+    const Fp8Rows part_gpu{part.data.to(Device::cuda), part.scales.to(Device::cuda)};
+    Tensor y = poisoned({count, N}, out, Device::cuda);
+    gemm_fprop(y, part_gpu, g.qw);
+    EXPECT_TRUE(same_bytes(y, full.rows(begin, begin + count))) << "rows " << begin << " .. " << begin + count;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, Fp8BatchInvariantGpu,
+    ::testing::Values(GemmCase{300, 384, 640, DType::bf16, false}, GemmCase{300, 384, 640, DType::f32, false},
+                      GemmCase{200, 4096, 2048, DType::bf16, false}, GemmCase{130, 2048, 6144, DType::bf16, false}),
+    case_name);
 
 // The dispatcher (kFp8SmallTAuto): a shape's first call times the small-T kernel and cuBLASLt into
 // the caller's output, then runs the faster. Whichever it picked, FProp and DGrad match the CPU
