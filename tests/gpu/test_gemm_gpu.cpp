@@ -11,8 +11,8 @@
 
 #include "core/cuda_graph.h"
 #include "core/error.h"
-#include "ops/gemm.h"
 #include "ops/forward_kernels.h"
+#include "ops/gemm.h"
 #include "ops/gemm_backends.h"
 #include "tests/gpu/small_t_settings.h"
 #include "tests/test_util.h"
@@ -46,7 +46,6 @@ int set_algo_choice(int choice) {
   return -1;
 #endif
 }
-
 
 bool uses_small_t(int64_t tokens, int64_t rows, int64_t k, DType out) {
 #if LOCKSTEP_HAS_CUDA
