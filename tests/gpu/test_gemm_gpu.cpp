@@ -286,7 +286,7 @@ TEST_P(Fp8BatchInvariantGpu, RowsIndependentOfBatchAndPlace) {
   EXPECT_LE(worst_row_error(to_double(full), to_double(g.y), N), std::max(tolerance(out), kFp8F32Tol));
   const Tensor qx_host = g.qx.data.to(Device::cpu), scales_host = g.qx.scales.to(Device::cpu);
   // Rows [begin, begin + count) alone: their bytes and their columns of the [K/128, T] scales.
-  for (const auto [begin, count] : {std::pair<int64_t, int64_t>{0, 1}, {5, 1}, {T - 1, 1}, {3, 17}, {37, 64},
+  for (const auto& [begin, count] : {std::pair<int64_t, int64_t>{0, 1}, {5, 1}, {T - 1, 1}, {3, 17}, {37, 64},
                                     {10, 65}, {T / 3, T - T / 3}}) {
     Fp8Rows part = Fp8Rows::empty(count, K, Device::cpu);
     std::memcpy(part.data.data(), qx_host.rows(begin, begin + count).data(), size_t(count * K));
