@@ -4,8 +4,10 @@
 // memory-bound kernels (FP8 quantization, AdamW) against a measured device-to-device copy. Every
 // cuBLASLt GEMM is timed twice: with the autotuned algorithm (the default) and with cuBLASLt's
 // first heuristic choice (what LOCKSTEP_GEMM_AUTOTUNE=0 selects).
-// Usage: bench_gemm [--json out.json] [--reps N] [--decode-only] [--small-t MODEL:LINEAR:T]
+// Usage: bench_gemm [--json out.json] [--reps N] [--decode-only] [--small-t MODEL:LINEAR:T] [--exact]
 //   --decode-only: the decode table alone.
+//   --exact: the exact forward kernels (ops/forward_kernels.h): fp8 FProp on the batch-invariant
+//     kernel, bf16 FProp without split-K.
 //   --small-t qwen3-8b:o:64: only the fp8 small-T kernel at that shape, --reps calls (L2 flushed
 //     before each) and their median — one kernel to put under a profiler (ncu).
 #include <cuda_runtime.h>
@@ -26,6 +28,7 @@
 #include "ops/adamw.h"
 #include "ops/gemm.h"
 #include "ops/cuda/gemm_fp8_small_t.h"
+#include "ops/forward_kernels.h"
 #include "ops/gemm_backends.h"
 
 using namespace lockstep;
@@ -292,9 +295,10 @@ int main(int argc, char** argv) {
     else if (a == "--reps" && i + 1 < argc) g_reps = std::max(1, std::atoi(argv[++i]));
     else if (a == "--decode-only") decode_only = true;
     else if (a == "--small-t" && i + 1 < argc) small_t = argv[++i];
+    else if (a == "--exact") set_exact_forward(true);
     else {
       std::fprintf(stderr, "bench_gemm: unknown argument '%s'\nusage: bench_gemm [--json out.json] [--reps N] "
-                   "[--decode-only] [--small-t MODEL:LINEAR:T]\n", a.c_str());
+                   "[--decode-only] [--small-t MODEL:LINEAR:T] [--exact]\n", a.c_str());
       return 2;
     }
   }

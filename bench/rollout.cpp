@@ -36,11 +36,12 @@
 //
 // --model-path DIR runs a Hugging Face checkpoint folder (config.json + safetensors) instead of a
 // random model of a named shape: a real model's weights, the same random prompt tokens.
+// --exact on runs the exact forward kernels (ops/forward_kernels.h, rollout.exact).
 //
 // Usage: bench_rollout [--model qwen3-8b|qwen3-1.7b | --model-path DIR] [--layers N] [--prompt 512] [--new 1024,4096]
 //                      [--batch 1,16,64,256] [--recipes bf16,fp8[,bf16-kv8,fp8-kv8]] [--max-seconds 60]
 //                      [--memory-fraction 0.9] [--max-step-tokens 8192] [--graphs 1|0|0,1]
-//                      [--json FILE]
+//                      [--exact on|off] [--json FILE]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -59,6 +60,7 @@
 #include "io/config.h"
 #include "model/hf_checkpoint.h"
 #include "model/transformer.h"
+#include "ops/forward_kernels.h"
 #include "rollout/engine.h"
 
 using namespace lockstep;
@@ -117,7 +119,8 @@ Options parse(int argc, char** argv) {
     else if (arg == "--max-step-tokens") o.max_step_tokens = parse_int(arg, value);
     else if (arg == "--graphs") o.graphs = parse_ints(arg, value, 0);
     else if (arg == "--json") o.json = value;
-    else fail("unknown option " + arg);
+    else if (arg == "--exact" && (value == "on" || value == "off")) set_exact_forward(value == "on");
+    else fail("unknown option or value: " + arg + " " + value);
   }
   LOCKSTEP_CHECK(o.prompt > 0, "--prompt must be positive");
   LOCKSTEP_CHECK(o.model_path.empty() || o.layers < 0, "--layers applies to a named --model, not to --model-path");

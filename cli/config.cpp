@@ -10,6 +10,8 @@
 #include <cstring>
 #include <functional>
 #include <optional>
+#include <set>
+#include <string>
 #include <toml++/toml.h>
 #include <type_traits>
 
@@ -306,6 +308,18 @@ const std::vector<Section>& schema() {
       field("kv_cache_fraction", &R::kv_cache_fraction, "share of free GPU memory for the KV cache",
             in_open_closed(0, 1)),
       field("block_size", &R::block_size, "tokens per KV-cache block", at_least(1)),
+      field("exact", &R::exact,
+            "GPU: the rollout and the training forward run the same kernels in the same summation "
+            "order (no cuDNN attention, decode rows in the training attention's key order, bf16 "
+            "GEMMs without split-K, fp8 FProp batch-invariant), so the rollout's logprobs are the "
+            "training forward's bit for bit and the old-logprob recompute is skipped "
+            "(loss.reuse_rollout_logprobs defaults to true); slower decoding and fp8 training "
+            "forward. The CPU is exact always. Not with model.precision = fp8-rollout"),
+      field("exact_check_every", &R::exact_check_every,
+            "with reused rollout logprobs (rollout.exact or loss.reuse_rollout_logprobs): the first "
+            "step and every N-th after it recompute the old logprobs anyway, only to log "
+            "mismatch_abs and mismatch_tokens_differ against the rollout's (0: never)",
+            at_least(0)),
     }),
     section<L>("loss", "advantages and the policy loss", {"train"}, &Config::loss, {
       field("scale_rewards", &L::scale_rewards,
@@ -524,9 +538,10 @@ std::string suggest_section(std::string_view name) {
 
 // ---- Reading ---------------------------------------------------------------------------------
 
-// `where` names the source for messages: "run.toml:12" or "option --rollout.top_p".
+// `where` names the source for messages: "run.toml:12" or "option --rollout.top_p". The key's
+// name goes into `given`.
 void set_key(Config& config, std::string_view name, const toml::node& node,
-             const std::string& where) {
+             const std::string& where, std::set<std::string>& given) {
   const Field<Config>* key = find_key(name);
   if (!key) {
     if (find_section(name))
@@ -538,6 +553,7 @@ void set_key(Config& config, std::string_view name, const toml::node& node,
   } catch (const Error& e) {
     fail(concat(where, ": ", name, " ", e.what()));
   }
+  given.insert(key->name);
 }
 
 // toml++ 3.3 (Debian 12's) reaches __builtin_unreachable, undefined behaviour, when it asks whether
@@ -637,7 +653,7 @@ void check_non_ascii_placement(std::string_view text, const std::string& where) 
   }
 }
 
-void apply_file(Config& config, const std::filesystem::path& file) {
+void apply_file(Config& config, const std::filesystem::path& file, std::set<std::string>& given) {
   const std::string path = file.string();
   const std::string text = read_file(path, "config");
   check_non_ascii_placement(text, path);
@@ -652,7 +668,7 @@ void apply_file(Config& config, const std::filesystem::path& file) {
   for (auto&& [name, node] : root) {
     const toml::table* table = node.as_table();
     if (!table) {
-      set_key(config, name.str(), node, where(name));
+      set_key(config, name.str(), node, where(name), given);
       continue;
     }
     // The keys of an unknown section are unknown keys, each with its suggestion; only an empty
@@ -661,12 +677,12 @@ void apply_file(Config& config, const std::filesystem::path& file) {
       fail(concat(where(name), ": unknown section [", name.str(), "]",
                   suggest_section(name.str())));
     for (auto&& [key, value] : *table)
-      set_key(config, concat(name.str(), ".", key.str()), value, where(key));
+      set_key(config, concat(name.str(), ".", key.str()), value, where(key), given);
   }
 }
 
 // `--section.key=value` or `--section.key value`; the value is parsed as TOML (see config.h).
-void apply_overrides(Config& config, std::span<const std::string> args) {
+void apply_overrides(Config& config, std::span<const std::string> args, std::set<std::string>& given) {
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
     if (!arg.starts_with("--") || arg.size() == 2)
@@ -696,7 +712,7 @@ void apply_overrides(Config& config, std::span<const std::string> args) {
     }
     if (parsed.size() != 1)
       fail(concat(where, ": ", name, " must be one TOML value, got '", value, "'"));
-    set_key(config, name, *parsed.get("v"), where);
+    set_key(config, name, *parsed.get("v"), where, given);
   }
 }
 
@@ -709,8 +725,14 @@ void check_consistency(const Config& c) {
                  "loss.tis_cap ≥ 1 (got 0)");
   LOCKSTEP_CHECK(c.loss.tis_cap == 0 || !c.loss.reuse_rollout_logprobs,
                  "config: loss.tis_cap = ", toml_float(c.loss.tis_cap),
-                 " cannot act with loss.reuse_rollout_logprobs = true: the old logprobs are then "
-                 "the rollout's, so the weight exp(old - rollout) is 1 everywhere; turn one off");
+                 " cannot act with loss.reuse_rollout_logprobs = true", c.rollout.exact ? " (rollout.exact's default)" : "",
+                 ": the old logprobs are then the rollout's, so the weight exp(old - rollout) is 1 "
+                 "everywhere; turn one off");
+  LOCKSTEP_CHECK(!c.rollout.exact || c.model.precision != "fp8-rollout",
+                 "config: rollout.exact = true cannot hold with model.precision = \"fp8-rollout\": its "
+                 "rollout runs fp8 GEMMs and its training forward bf16 ones, so their logprobs differ "
+                 "by construction; choose model.precision = \"bf16\" or \"fp8\" (one recipe for both), "
+                 "or rollout.exact = false");
   LOCKSTEP_CHECK(c.loss.overlong_buffer <= c.rollout.max_new_tokens, "config: loss.overlong_buffer (",
                  c.loss.overlong_buffer, ") must be ≤ rollout.max_new_tokens (",
                  c.rollout.max_new_tokens, ")");
@@ -720,8 +742,12 @@ void check_consistency(const Config& c) {
 
 Config load_config(const std::filesystem::path* file, std::span<const std::string> overrides) {
   Config config;
-  if (file) apply_file(config, *file);
-  apply_overrides(config, overrides);
+  std::set<std::string> given;  // the keys a source set
+  if (file) apply_file(config, *file, given);
+  apply_overrides(config, overrides, given);
+  // Exact rollout logprobs are the old policy's: no recompute, unless asked for.
+  if (config.rollout.exact && !given.contains("loss.reuse_rollout_logprobs"))
+    config.loss.reuse_rollout_logprobs = true;
   check_consistency(config);
   return config;
 }

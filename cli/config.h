@@ -18,7 +18,9 @@
 //   - TOML syntax error: toml++'s description with file:line:column.
 // After all sources, keys that constrain each other are checked together (optim.min_lr ≤
 // optim.lr; loss.adaptive_clip needs loss.tis_cap > 0; loss.tis_cap cannot act with
-// loss.reuse_rollout_logprobs; loss.overlong_buffer ≤ rollout.max_new_tokens).
+// loss.reuse_rollout_logprobs; loss.overlong_buffer ≤ rollout.max_new_tokens; rollout.exact
+// cannot hold with model.precision = "fp8-rollout"). rollout.exact = true sets
+// loss.reuse_rollout_logprobs = true unless a source sets that key itself.
 //
 // Enumerated settings (precision, device, format, chat_template, scale_rewards, aggregation,
 // kl_estimator, schedule) are held as their validated strings; the code that uses one maps it to its enum.
@@ -72,6 +74,13 @@ struct RolloutOptions {
   std::vector<std::string> stop;
   double kv_cache_fraction = 0.5;  // (0, 1]
   int64_t block_size = 16;
+  // The exact forward kernels (ops/forward_kernels.h): the rollout's logprobs are the training
+  // forward's bit for bit, so the old-logprob recompute can be skipped (load_config makes exact
+  // imply loss.reuse_rollout_logprobs unless that key is given).
+  bool exact = false;
+  // With reused rollout logprobs: the first step and every N-th after it recompute them anyway
+  // and log how far they are (mismatch_abs, mismatch_tokens_differ); 0: never.
+  int64_t exact_check_every = 10;
   bool operator==(const RolloutOptions&) const = default;
 };
 

@@ -6,16 +6,15 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <initializer_list>
 #include <string>
-#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "core/error.h"
 #include "ops/act_check.h"
 #include "ops/attention_backends.h"
+#include "ops/forward_kernels.h"
 #if LOCKSTEP_HAS_CUDNN
 #include "ops/cuda/attention_cudnn.h"
 #endif
@@ -106,31 +105,13 @@ int64_t check_caches(const std::string& op, const PagedKv& cache, const HeadLayo
 
 }  // namespace
 
-namespace {
-// LOCKSTEP_DECODE_ATTENTION=prefill: on CUDA the paged path's one-row (decode) sequences take the
-// prefill kernel, the training forward's own kernel, instead of the split-context decode kernel,
-// so that each row sums its keys in the training forward's order (with LOCKSTEP_ATTENTION=own:
-// cuDNN's order is its own). An experiment towards rollout = training on the GPU; default "split".
-[[maybe_unused]] bool decode_as_prefill() {
-  static const bool on = [] {
-    const char* env = std::getenv("LOCKSTEP_DECODE_ATTENTION");
-    const std::string_view v = env ? env : "split";
-    LOCKSTEP_CHECK(v == "split" || v == "prefill", "LOCKSTEP_DECODE_ATTENTION: expected split or "
-                   "prefill, got '", v, "'");
-    return v == "prefill";
-  }();
-  return on;
-}
-}  // namespace
-
 #if LOCKSTEP_HAS_CUDNN
 namespace {
-// Training attention on bf16 CUDA tensors goes through cuDNN's SDPA where it can run, unless the
-// environment says LOCKSTEP_ATTENTION=own.
+// Training attention on bf16 CUDA tensors goes through cuDNN's SDPA where it can run, except
+// under the exact forward kernels (ops/forward_kernels.h).
 bool use_cudnn(const Tensor& qkv) {
-  const char* choice = std::getenv("LOCKSTEP_ATTENTION");
-  return qkv.device() == Device::cuda && qkv.dtype() == DType::bf16 &&
-         !(choice && std::string_view(choice) == "own") && cudnn::sdpa_available();
+  return qkv.device() == Device::cuda && qkv.dtype() == DType::bf16 && !exact_forward() &&
+         cudnn::sdpa_available();
 }
 }  // namespace
 #endif
@@ -274,7 +255,7 @@ void attention_paged(Tensor& out, const Tensor& qkv, const PagedKv& cache, const
 #if LOCKSTEP_HAS_CUDA
     check_paged_cuda(op, cache, layout, {{"out", &out}, {"qkv", &qkv}});
     return cuda::attention_paged(out, qkv, cache, block_tables, cu_seqlens_q, context_lens,
-                                 layout, one_row_each, decode_as_prefill());
+                                 layout, one_row_each, exact_forward());
 #else
     LOCKSTEP_NO_CUDA_OP("attention_paged");
 #endif
@@ -315,7 +296,7 @@ void attention_paged_fp8(Fp8Rows& out, const Tensor& qkv, const PagedKv& cache, 
                                 one_row_each);
   check_fp8_rows(out, "attention_paged_fp8: out", T, layout.q_width(), qkv.device());
 #if LOCKSTEP_HAS_CUDA
-  if (qkv.device() == Device::cuda && one_row_each && !decode_as_prefill() &&
+  if (qkv.device() == Device::cuda && one_row_each && !exact_forward() &&
       cuda::decode_quantizes_output(T, layout, block_tables.dim(1) * cache.k.dim(1))) {
     check_paged_cuda(op, cache, layout, {{"qkv", &qkv}});
     return cuda::attention_paged_fp8(out, qkv, cache, block_tables, cu_seqlens_q, context_lens,

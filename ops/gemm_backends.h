@@ -26,15 +26,13 @@ void gemm_fprop_bf16(Tensor& y, const Tensor& x, const Tensor& w);
 void gemm_dgrad_bf16(Tensor& dx, const Tensor& dy, const Tensor& w, bool accumulate);
 void gemm_wgrad_bf16(Tensor& dw, const Tensor& dy, const Tensor& x, bool accumulate);
 void gemm_fp8(Tensor& out, const Fp8Rows& act, const Fp8Blocks& weight);  // DGrad, FProp …
-// … FProp goes through here: gemm_fp8, or under gemm_set_fp8_batch_invariant(true) the
-// batch-invariant kernel (ops/cuda/gemm_fp8_small_t.h) at every T.
+// … FProp goes through here: gemm_fp8, or under the exact forward kernels (ops/forward_kernels.h)
+// the batch-invariant kernel (ops/cuda/gemm_fp8_small_t.h) at every T: each output row the same
+// bits whatever the token count and the row's place (cuBLASLt's block-scaled kernels split K by
+// shape and T, and promote partial sums in their own order, so a decode row and the training
+// forward's row of the same token differ). Slower at training token counts; the weight's rows
+// must be a multiple of 64.
 void gemm_fp8_fprop(Tensor& y, const Fp8Rows& x, const Fp8Blocks& w);
-// Whether fp8 FProp runs batch-invariant from now on: each output row the same bits whatever the
-// token count and the row's place (cuBLASLt's block-scaled kernels split K by shape and T, and
-// promote partial sums in their own order, so a decode row and the training forward's row of the
-// same token differ). Slower at training token counts; the weight's rows must be a multiple of 64.
-// Default off. Returns the previous setting.
-bool gemm_set_fp8_batch_invariant(bool on);
 void gemm_wgrad_fp8(Tensor& dw, const Fp8Rows& dy_t, const Fp8Rows& x_t, bool accumulate);
 // Tests: take the padded-token path even where cuBLASLt could run the odd token count natively.
 void gemm_force_token_padding(bool on);
@@ -51,8 +49,8 @@ int gemm_set_algo_choice(int choice);
 // capture (remembered so; timing would synchronize). A token's bits are independent of the batch
 // size among the sizes that run on the same kernel (all of 1 .. 64 when forced, as tests do).
 // Tests and benches: 0 .. 64 forces the small-T kernel for 1 .. `tokens` tokens and cuBLASLt
-// above (0: always cuBLASLt). Default kFp8SmallTAuto, or the environment's LOCKSTEP_FP8_SMALL_T
-// (auto, or 0 .. 64). Returns the previous setting.
+// above (0: always cuBLASLt). Default kFp8SmallTAuto. Returns the previous setting. (Under the
+// exact forward kernels fp8 FProp does not come here: gemm_fp8_fprop.)
 constexpr int kFp8SmallTAuto = -1;
 int gemm_set_fp8_small_t(int tokens);
 // Benches: whether gemm_fp8 now runs a GEMM of this shape (act [tokens, k], weight [rows, k]) on

@@ -87,7 +87,7 @@ std::vector<uint8_t> generated_rows(const PackedRows& rows) {
 GrpoUpdate grpo_update(const std::vector<ScoredGroup>& groups, const Config& config,
                        Transformer& model, Transformer* reference,
                        const OptimizerStepFn& optimizer_step, Communicator& comm,
-                       LayerwiseReduce* layerwise) {
+                       LayerwiseReduce* layerwise, bool check_reused_logprobs) {
   GrpoUpdate out;
   const LossOptions& lo = config.loss;
   const OptimOptions& oo = config.optim;
@@ -133,24 +133,31 @@ GrpoUpdate grpo_update(const std::vector<ScoredGroup>& groups, const Config& con
   const bool disagreement = model.config().moe && max_over_ranks(comm, double(rows.routing_width)) > 0;
   std::vector<int32_t> router_experts;
 
-  // 4. old-policy (and reference) logprobs; when the passes run hooks, as many forwards on every
-  // rank (agreed on before any: the hooks' collectives interleave with them).
+  // 4. old-policy (and reference) logprobs. Reused from the rollout, they are recomputed only on
+  // a check step, for the mismatch metrics: the update reads the rollout's either way. When the
+  // passes run hooks, as many forwards on every rank (agreed on before any: the hooks'
+  // collectives interleave with them).
   auto t0 = Clock::now();
+  const bool recompute = !lo.reuse_rollout_logprobs || check_reused_logprobs;
   const double forwards = double(plan_micro_batches(rows.lengths, budget).size());
   const double most_forwards =
-      !lo.reuse_rollout_logprobs && model.has_pass_hooks() ? max_over_ranks(comm, forwards) : 0;
-  const std::vector<float> old_logprob =
-      lo.reuse_rollout_logprobs
-          ? rows.rollout_logprob
-          : forward_logprobs(model, rows, budget, temperature, replay_k,
-                             disagreement ? &router_experts : nullptr);
+      recompute && model.has_pass_hooks() ? max_over_ranks(comm, forwards) : 0;
+  std::vector<float> recomputed;
+  if (recompute)
+    recomputed = forward_logprobs(model, rows, budget, temperature, replay_k,
+                                  disagreement && !lo.reuse_rollout_logprobs ? &router_experts : nullptr);
   for (double k = forwards; k < most_forwards; ++k) model.skip_forward();
+  const std::vector<float>& old_logprob = lo.reuse_rollout_logprobs ? rows.rollout_logprob : recomputed;
   std::vector<float> ref_logprob;
   if (reference) ref_logprob = forward_logprobs(*reference, rows, budget, temperature);
   out.recompute_seconds = device_seconds_since(t0);
-  {
+  if (!recompute) {
+    // Nothing to compare the rollout's logprobs with: not measured at this step.
+    out.metrics = {{"mismatch_abs", NAN}, {"mismatch_tokens_differ", NAN},
+                   {"mismatch_mult_prob_error", NAN}, {"mismatch_k3", NAN}};
+  } else {
     // The mismatch metrics of the global batch: every rank's rows, in rank order.
-    const std::vector<float> old_all = gather_over_ranks(comm, std::span<const float>(old_logprob));
+    const std::vector<float> old_all = gather_over_ranks(comm, std::span<const float>(recomputed));
     const std::vector<float> rollout_all = gather_over_ranks(comm, std::span<const float>(rows.rollout_logprob));
     const std::vector<float> mask_all = gather_over_ranks(comm, std::span<const float>(rows.mask));
     const std::vector<double> position_all = gather_over_ranks(
@@ -163,6 +170,7 @@ GrpoUpdate grpo_update(const std::vector<ScoredGroup>& groups, const Config& con
     out.series = {{"mismatch_abs_by_position", by_position.mean_abs_diff},
                   {"mismatch_tokens_by_position", by_position.tokens}};
     out.metrics = {{"mismatch_abs", mismatch.mean_abs_diff},
+                   {"mismatch_tokens_differ", mismatch.tokens_differ},
                    {"mismatch_mult_prob_error", mismatch.mult_prob_error},
                    {"mismatch_k3", mismatch.kl_k3}};
   }

@@ -5,7 +5,9 @@
 //   3. advantages: group_advantages (train/advantages.h) over the rewards of `groups`, with
 //      loss.scale_rewards; every token of a response gets its sample's advantage.
 //   4. old logprobs: the training forward at the rollout temperature (the proximal policy), or the
-//      rollout's own with loss.reuse_rollout_logprobs; the reference's when `reference` is given.
+//      rollout's own with loss.reuse_rollout_logprobs (then the training forward runs only when
+//      `check_reused_logprobs` asks, for the mismatch metrics); the reference's when `reference`
+//      is given.
 //   5. optim.ppo_epochs passes; each splits the sequences, in order, into optim.mini_batches
 //      mini-batches of ⌊S·k/M⌋..⌊S·(k+1)/M⌋ (M = min(mini_batches, S)) and takes one optimizer
 //      step per mini-batch; inside one, micro-batches of at most optim.micro_batch_tokens tokens
@@ -58,7 +60,10 @@ using OptimizerStepFn = std::function<OptimizerStep(ModelParameters& params, Mod
 struct GrpoUpdate {
   // loss, entropy, kl_ref, clip_frac, clip_frac_dual, grad_norm, lr, the mismatch metrics and
   // tis_clip_frac (token means over the update; grad_norm and lr of the last applied step, NaN
-  // when none was); optimizer_steps: the steps applied.
+  // when none was); optimizer_steps: the steps applied. The mismatch metrics (mismatch_abs,
+  // mismatch_tokens_differ, mismatch_mult_prob_error, mismatch_k3: train/rollout_mismatch.h)
+  // compare the training forward's recomputed logprobs with the rollout's; NaN, and no
+  // mismatch series, where nothing was recomputed (reused logprobs, no check).
   Metrics metrics;
   // Sparse models also: router_aux_loss (the load-balancing loss, model/moe.h, row-weighted mean
   // over the update's forwards, whether or not loss.router_aux_loss_coef adds it to the loss);
@@ -89,9 +94,11 @@ struct GrpoUpdate {
 // or weight copies gathered per layer, train/sharded_weights.h) the ranks agree on the number of
 // forwards of the old-logprob recompute and of micro-batches of each mini-batch, and make up for
 // the passes they lack (Transformer::skip_forward, skip_backward).
+// `check_reused_logprobs` (with loss.reuse_rollout_logprobs; the same on every rank): recompute
+// the old logprobs too, only to measure the mismatch (rollout.exact_check_every).
 GrpoUpdate grpo_update(const std::vector<ScoredGroup>& groups, const Config& config,
                        Transformer& model, Transformer* reference,
                        const OptimizerStepFn& optimizer_step, Communicator& comm = single_rank(),
-                       LayerwiseReduce* layerwise = nullptr);
+                       LayerwiseReduce* layerwise = nullptr, bool check_reused_logprobs = false);
 
 }  // namespace lockstep

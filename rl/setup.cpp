@@ -9,6 +9,7 @@
 #include "core/philox.h"
 #include "io/chat.h"
 #include "model/hf_checkpoint.h"
+#include "ops/forward_kernels.h"
 #include "rl/sharded_checkpoint.h"
 
 namespace lockstep {
@@ -141,6 +142,8 @@ Setup make_setup(const Config& config, bool need_data) {
   Setup s;
   s.config = config;
   s.device = resolve_device(config.model.device);
+  // The whole process's forward kernels (ops/forward_kernels.h), before any forward runs.
+  set_exact_forward(config.rollout.exact);
   const bool builtin = config.model.path == "builtin";
   if (builtin) {
     for (const auto& [key, value] : {std::pair{"data.train", &config.data.train}, {"data.test", &config.data.test}})

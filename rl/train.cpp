@@ -443,9 +443,12 @@ Metrics grpo_step(Run& run, Transformer* reference, int64_t step, const TrainHoo
     return step;
   };
   const MemoryPurpose purpose = training_memory(s.config);
+  // Reused rollout logprobs are checked against a recompute at the first step and every
+  // rollout.exact_check_every-th after it.
+  const bool check = lo.reuse_rollout_logprobs && ro.exact_check_every > 0 && step % ro.exact_check_every == 0;
   const GrpoUpdate u =
       grpo_update(collected.kept, s.config, run.policy->trainer(), reference, optimizer_step, comm,
-                  run.layerwise.get());
+                  run.layerwise.get(), check);
   times.recompute = u.recompute_seconds;
   times.update = u.update_seconds;
   skipped = u.skipped;
@@ -478,7 +481,8 @@ std::vector<std::string> grpo_fields(const Metrics& m) {
   std::vector<std::string> f = {metric_field("reward", metric(m, "reward_mean"))};
   for (std::string& e : eval_fields(m)) f.push_back(std::move(e));
   for (auto [label, key] : {std::pair{"len", "response_length"}, {"entropy", "entropy"},
-                            {"mismatch", "mismatch_abs"}, {"tok/s", "tokens_per_s"}})
+                            {"mismatch", "mismatch_abs"}, {"differ", "mismatch_tokens_differ"},
+                            {"tok/s", "tokens_per_s"}})
     f.push_back(metric_field(label, metric(m, key)));
   return f;
 }

@@ -5,7 +5,7 @@
 //   lockstep_compare_rollout_forward [--model qwen3-1.7b|qwen3-8b | --model-path DIR] [--layers N]
 //       [--device cpu|cuda] [--precision fp32|bf16|fp8] [--kv-cache bf16|fp8] [--batch B]
 //       [--prompt-tokens P] [--prefill-chunk N] [--new-tokens N] [--temperature T] [--seed S]
-//       [--tapped-sequences M] [--train-tokens N] [--cuda-graphs on|off]
+//       [--tapped-sequences M] [--train-tokens N] [--cuda-graphs on|off] [--exact on|off]
 //
 // --model: a random model (ModelParameters::initialized, seed 7) of that Qwen3 shape; --model-path:
 // a Hugging Face checkpoint folder. --layers keeps the first N layers. The prompts are B random
@@ -14,6 +14,8 @@
 // (max_step_tokens: prompt chunks, and the B rows of a decode step, so at least B); its decode steps
 // are tapped without CUDA graphs; --cuda-graphs on (the default on cuda) also generates with graphs
 // and compares those logprobs. The training forward runs in micro-batches of --train-tokens tokens.
+// --exact on: both sides run the exact forward kernels (ops/forward_kernels.h, rollout.exact);
+// default off, the fast ones.
 //
 // Output: one line per layer, op and phase (prompt rows: the chunked prefill; gen rows: the decode
 // steps), for the rows of the first M sequences: rows compared, the fraction bit-identical, the
@@ -35,6 +37,7 @@
 #include "model/hf_checkpoint.h"
 #include "model/recipe.h"
 #include "model/transformer.h"
+#include "ops/forward_kernels.h"
 #include "rollout/forward_comparison.h"
 
 using namespace lockstep;
@@ -172,6 +175,9 @@ int main(int argc, char** argv) try {
     } else if (arg == "--cuda-graphs") {
       one_of({"on", "off"});
       o.cuda_graphs = v == "on";
+    } else if (arg == "--exact") {
+      one_of({"on", "off"});
+      set_exact_forward(v == "on");
     } else {
       fail("unknown option: " + arg);
     }

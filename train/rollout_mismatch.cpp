@@ -24,6 +24,7 @@ RolloutMismatch rollout_mismatch(std::span<const float> train_logprob,
     const double delta = double(train_logprob[t]) - double(rollout_logprob[t]);
     const double abs_delta = std::abs(delta);
     out.tokens += m;
+    out.tokens_differ += train_logprob[t] == rollout_logprob[t] ? 0 : 1;
     abs_sum += m * abs_delta;
     // Written so that a NaN difference propagates (std::max would drop it).
     out.max_abs_diff = abs_delta > out.max_abs_diff || std::isnan(abs_delta) ? abs_delta

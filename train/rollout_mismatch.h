@@ -8,6 +8,8 @@
 //                    (docs/adding-new-models.md; 1 when the two agree)
 //   kl_k3            Σ m·(exp(Δ) − 1 − Δ) / Σ m: the k3 estimate of KL(π_rollout ‖ π_train) — the
 //                    tokens are samples of the rollout policy, r = π_train / π_rollout
+//   tokens_differ    how many tokens with m > 0 have logp_train ≠ logp_rollout (a NaN differs):
+//                    0 exactly where the rollout computes the training forward's logprobs
 // Sums run in double. Non-finite logprobs of counted tokens propagate into the results.
 #pragma once
 
@@ -23,6 +25,7 @@ struct RolloutMismatch {
   double mult_prob_error = 0;
   double kl_k3 = 0;
   double tokens = 0;  // Σ m
+  double tokens_differ = 0;
 };
 
 // All three of one length T; the mask selects at least one token.

@@ -11,7 +11,9 @@
 // workspace. When cuBLASLt has no algorithm for an odd token count, the activation is padded to a
 // multiple of 16 tokens in a per-stream scratch buffer. FP8 GEMMs of few tokens (decoding) may go
 // to ops/cuda/gemm_fp8_small_t.cu instead: per shape, whichever of the two timed faster on its
-// first call (gemm_set_fp8_small_t in ops/gemm_backends.h).
+// first call (gemm_set_fp8_small_t in ops/gemm_backends.h). Under the exact forward kernels
+// (ops/forward_kernels.h) bf16 FProp plans do not split K and fp8 FProp runs the batch-invariant
+// kernel (ops/cuda/gemm_fp8_small_t.h) at every T.
 //
 // Autotuning: the heuristic's first choice is often not the fastest kernel (block-scaled FP8
 // WGrad in particular), so a plan times up to 17 candidates on its first call's operands and keeps
@@ -25,7 +27,6 @@
 #include <cublasLt.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <compare>
 #include <cstdio>
@@ -43,6 +44,7 @@
 #include "core/cuda_check.h"
 #include "core/cuda_stream.h"
 #include "ops/cuda/gemm_fp8_small_t.h"
+#include "ops/forward_kernels.h"
 #include "ops/gemm_backends.h"
 
 #define LOCKSTEP_CUBLAS_CHECK(call)                                                          \
@@ -95,6 +97,7 @@ struct MatmulShape {
   bool accumulate;
   int alignment;         // bytes every pointer is aligned to: 256 or 16
   int choice = kAutotune;  // how the algorithm was picked (set by plan_for, see gemm_set_algo_choice)
+  bool split_k = true;     // whether it may split K: not bf16 FProp under the exact forward kernels
   auto operator<=>(const MatmulShape&) const = default;
 };
 
@@ -129,20 +132,8 @@ struct Context {
   int choice = kAutotune;
   bool verbose = false;  // LOCKSTEP_GEMM_AUTOTUNE=verbose: one line per tuned plan on stderr
   int small_t = kFp8SmallTAuto;                // gemm_set_fp8_small_t
-  std::atomic<bool> fp8_batch_invariant = false;  // gemm_set_fp8_batch_invariant
   std::map<SmallTShape, bool> small_t_picks;   // kFp8SmallTAuto: true = the small-T kernel
 };
-
-// LOCKSTEP_FP8_SMALL_T: auto, or a token count 0 .. 64.
-int small_t_from_env() {
-  const char* env = std::getenv("LOCKSTEP_FP8_SMALL_T");
-  if (!env || std::string_view(env) == "auto") return kFp8SmallTAuto;
-  char* end = nullptr;
-  const long v = std::strtol(env, &end, 10);
-  LOCKSTEP_CHECK(*env && !*end && v >= 0 && v <= kFp8SmallTMaxTokens, "LOCKSTEP_FP8_SMALL_T: expected auto or a "
-                 "token count from 0 (always cuBLASLt) to ", kFp8SmallTMaxTokens, ", got '", env, "'");
-  return int(v);
-}
 
 Context& context() {
   static Context* ctx = [] {
@@ -152,9 +143,6 @@ Context& context() {
     const std::string_view mode = env ? env : "";
     if (mode == "0") c->choice = 0;
     c->verbose = mode == "verbose";
-    c->small_t = small_t_from_env();
-    // LOCKSTEP_FP8_BATCH_INVARIANT=1: gemm_set_fp8_batch_invariant(true) (the exact-rollout experiment).
-    if (const char* bi = std::getenv("LOCKSTEP_FP8_BATCH_INVARIANT")) c->fp8_batch_invariant = std::string_view(bi) == "1";
     return c;
   }();
   return *ctx;
@@ -224,26 +212,15 @@ std::vector<Candidate> heuristic(cublasLtHandle_t handle, const Plan& p, const M
   return list;
 }
 
-// LOCKSTEP_GEMM_SPLIT_K=off: only algorithms that do not split K (no reduction scheme), so that an
-// output row's sum over K does not depend on how many rows the GEMM has (cuBLASLt splits K for
-// few rows): an experiment towards rollout = training on the GPU; default "on".
-bool split_k_allowed() {
-  static const bool on = [] {
-    const char* env = std::getenv("LOCKSTEP_GEMM_SPLIT_K");
-    const std::string_view v = env ? env : "on";
-    LOCKSTEP_CHECK(v == "on" || v == "off", "LOCKSTEP_GEMM_SPLIT_K: expected on or off, got '", v, "'");
-    return v == "on";
-  }();
-  return on;
-}
-
 // Candidate 0 is the heuristic's first choice within the default workspace (what a plan took
 // before autotuning, with any reduction scheme if there is no other); unless only that one is
 // wanted, the heuristic's next best follow, with a larger workspace allowed, without repeats.
+// Without split-K (s.split_k false): only algorithms that reduce in one pass (no reduction scheme),
+// so that an output row's sum over K does not depend on how many rows the GEMM has.
 std::vector<Candidate> candidates(cublasLtHandle_t handle, const Plan& p, const MatmulShape& s) {
-  const uint32_t reductions = split_k_allowed() ? kReductions : CUBLASLT_REDUCTION_SCHEME_NONE;
+  const uint32_t reductions = s.split_k ? kReductions : CUBLASLT_REDUCTION_SCHEME_NONE;
   auto list = heuristic(handle, p, s, kWorkspaceBytes, 1, reductions);
-  if (list.empty() && split_k_allowed())
+  if (list.empty() && s.split_k)
     list = heuristic(handle, p, s, kWorkspaceBytes, 1, CUBLASLT_REDUCTION_SCHEME_MASK);
   if (s.choice == 0) return list;
   for (const auto& r : heuristic(handle, p, s, kTuneWorkspaceBytes, kTuneCandidates, reductions)) {
@@ -444,7 +421,8 @@ void run(const Plan& p, const MatmulShape& s, const Operands& in, void* d) {
 }
 
 [[noreturn]] void no_algorithm(const MatmulShape& s) {
-  fail(detail::concat("cuBLASLt has no algorithm for GEMM m=", s.m, " n=", s.n, " k=", s.k));
+  fail(detail::concat("cuBLASLt has no algorithm for GEMM m=", s.m, " n=", s.n, " k=", s.k,
+                      s.split_k ? "" : " without split-K (the exact forward kernels, ops/forward_kernels.h)"));
 }
 
 // A GEMM whose n is the token count T of a row-major activation `act` [T, k] (with optional
@@ -590,6 +568,8 @@ void gemm_fprop_bf16(Tensor& y, const Tensor& x, const Tensor& w) {
   const int64_t T = x.dim(0), K = x.dim(1), N = w.dim(0);
   MatmulShape s{CUBLAS_OP_T, CUBLAS_OP_N, CUDA_R_16BF, CUDA_R_16BF, cuda_type(y.dtype()),
                 N, T, K, K, K, N, kNoScale, kNoScale, false, 0};
+  // The exact forward kernels (ops/forward_kernels.h): a row's sum over K in one pass, whatever T.
+  s.split_k = !exact_forward();
   run_token_gemm(s, w.data(), nullptr, x, nullptr, y);
 }
 
@@ -627,13 +607,11 @@ void gemm_fp8(Tensor& out, const Fp8Rows& act, const Fp8Blocks& weight) {
 }
 
 void gemm_fp8_fprop(Tensor& y, const Fp8Rows& x, const Fp8Blocks& w) {
-  if (!context().fp8_batch_invariant) return gemm_fp8(y, x, w);
+  if (!exact_forward()) return gemm_fp8(y, x, w);
   check_aligned16(x.data, "fp8 gemm: activation");
   check_aligned16(w.data, "fp8 gemm: weight");
   gemm_fp8_batch_invariant(y, x, w);
 }
-
-bool gemm_set_fp8_batch_invariant(bool on) { return context().fp8_batch_invariant.exchange(on); }
 
 void gemm_wgrad_fp8(Tensor& dw, const Fp8Rows& dy_t, const Fp8Rows& x_t, bool accumulate) {
   check_aligned16(dy_t.data, "gemm_wgrad: dy_t");

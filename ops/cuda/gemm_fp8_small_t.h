@@ -37,8 +37,8 @@ void gemm_fp8_small_t(Tensor& out, const Fp8Rows& act, const Fp8Blocks& weight);
 // width, as gemm_fp8_small_t. Every token's output
 // row is the same bits whatever T and wherever the token sits in the batch (the K split and the
 // order of the K blocks are the shape's alone, and wgmma sums a token's column alike at every tile
-// width and column): the fp8 FProp of the batch-invariant forward (gemm_set_fp8_batch_invariant in
-// ops/gemm_backends.h), where the rollout's decode rows and the training forward's rows must agree.
+// width and column): the fp8 FProp of the exact forward kernels (ops/forward_kernels.h,
+// gemm_fp8_fprop), where the rollout's decode rows and the training forward's rows must agree.
 void gemm_fp8_batch_invariant(Tensor& out, const Fp8Rows& act, const Fp8Blocks& weight);
 
 }  // namespace lockstep::cuda

@@ -218,14 +218,48 @@ TEST(RunConfig, KeysThatConstrainEachOther) {
                {"loss.clip_ratio_c must be 0 (off) or > 1, got 1.0"});
 }
 
+TEST(RunConfig, ExactRolloutReusesItsLogprobsUnlessToldNot) {
+  EXPECT_FALSE(load({}).rollout.exact);
+  EXPECT_FALSE(load({}).loss.reuse_rollout_logprobs);
+  EXPECT_EQ(load({}).rollout.exact_check_every, 10);
+  const Config exact = load({"--rollout.exact=true", "--rollout.exact_check_every=1"});
+  EXPECT_TRUE(exact.rollout.exact);
+  EXPECT_TRUE(exact.loss.reuse_rollout_logprobs);  // implied
+  EXPECT_EQ(exact.rollout.exact_check_every, 1);
+  EXPECT_TRUE(load_text("[rollout]\nexact = true\n").loss.reuse_rollout_logprobs);
+  // Given by a source, in either order, it stays as given.
+  EXPECT_FALSE(load({"--loss.reuse_rollout_logprobs=false", "--rollout.exact=true"}).loss.reuse_rollout_logprobs);
+  EXPECT_FALSE(load_text("[loss]\nreuse_rollout_logprobs = false\n", {"--rollout.exact=true"})
+                   .loss.reuse_rollout_logprobs);
+  EXPECT_FALSE(load({"--rollout.exact=false"}).loss.reuse_rollout_logprobs);
+
+  expect_error([] { load({"--rollout.exact=yes"}); },
+               {"option --rollout.exact", "rollout.exact expects boolean, got 'yes'"});
+  expect_error([] { load_text("[rollout]\nexact = 1\n"); },
+               {"run.toml:2:", "rollout.exact must be a boolean, got integer 1"});
+  expect_error([] { load({"--rollout.exact_check_every=-1"}); },
+               {"rollout.exact_check_every must be ≥ 0, got -1"});
+  // fp8-rollout's rollout and training forward run different recipes: never exact.
+  expect_error([] { load({"--rollout.exact=true", "--model.precision=fp8-rollout"}); },
+               {"rollout.exact = true cannot hold with model.precision = \"fp8-rollout\"",
+                "choose model.precision = \"bf16\" or \"fp8\"", "or rollout.exact = false"});
+  EXPECT_TRUE(load({"--rollout.exact=true", "--model.precision=bf16"}).rollout.exact);
+  // TIS against logprobs that are the rollout's by exact's default: the message says where from.
+  expect_error([] { load({"--rollout.exact=true", "--loss.tis_cap=2"}); },
+               {"loss.tis_cap = 2.0 cannot act with loss.reuse_rollout_logprobs = true (rollout.exact's default)"});
+  EXPECT_EQ(load({"--rollout.exact=true", "--loss.tis_cap=2", "--loss.reuse_rollout_logprobs=false"}).loss.tis_cap, 2.0);
+}
+
 // Every member differs from its default, with values whose text is easy to get wrong.
 Config every_key_changed() {
   Config c;
-  c.model = {"/models/Qwen3-1.7B", "fp8-rollout", "cuda", "fp8", true, true, true, 256, 4};
+  // precision bf16: rollout.exact = true cannot hold with fp8-rollout (tested above).
+  c.model = {"/models/Qwen3-1.7B", "bf16", "cuda", "fp8", true, true, true, 256, 4};
   c.data = {"train \"q\".jsonl", "C:\\data\\test.jsonl", "gsm8k", true, 3, 1, "qwen3-no-think",
             "You are\ta tutor.\nBe brief. é ✓ \x01"};
-  c.rollout = {32, 8, 0.1, 0.95, 50, 1024, {"\n\n", "</s>", "'"}, 1.0 / 3.0, 32};
-  // reuse_rollout_logprobs stays false: with tis_cap > 0 the config rejects it (tested above).
+  c.rollout = {32, 8, 0.1, 0.95, 50, 1024, {"\n\n", "</s>", "'"}, 1.0 / 3.0, 32, true, 3};
+  // reuse_rollout_logprobs stays false: with tis_cap > 0 the config rejects it (tested above); the
+  // file says so, so rollout.exact does not turn it on.
   c.loss = {"none", 0.25, 0.28, 2.5, "token-sum-norm", 1.0 / 3000, "k1", 2.5, true, true, 7, 512,
             0.5, false, 1e-3, 2e-3};
   c.optim = {1e-6, 1e-7, "cosine", 20, 0.1, 0.8, 0.95, 1e-12, 0.5, 2, 4, 16384};
@@ -281,7 +315,7 @@ std::set<std::string> listed_keys(const std::string& text, const std::string& in
 
 TEST(RunConfig, HelpListsEveryKeyWithTypeDefaultAndDescription) {
   const std::set<std::string> all = listed_keys(to_toml(Config{}), "");
-  EXPECT_EQ(all.size(), 78u);  // the keys of config.h
+  EXPECT_EQ(all.size(), 80u);  // the keys of config.h
   EXPECT_EQ(listed_keys(config_help(""), "  "), all);
 
   const std::string help = config_help("");

@@ -110,8 +110,9 @@ void expect_identical_on_every_rank(Communicator& comm, const std::vector<uint64
 // Metrics that are the same sums in any order (counts, or computed from the gathered rows).
 const char* kExactMetrics[] = {"accuracy", "answer_found", "response_length", "groups_kept",
                                "rollout_batches", "overlong_frac", "mismatch_abs",
-                               "mismatch_mult_prob_error", "mismatch_k3", "grad_norm", "lr",
-                               "skipped", "mismatch_abs_by_position", "mismatch_tokens_by_position"};
+                               "mismatch_tokens_differ", "mismatch_mult_prob_error", "mismatch_k3",
+                               "grad_norm", "lr", "skipped", "mismatch_abs_by_position",
+                               "mismatch_tokens_by_position"};
 // Metrics summed in double over micro-batches and then over ranks: another order than one rank's
 // running sum, so they agree to the double's rounding (relative 1e-12 covers a few dozen terms).
 const char* kSummedMetrics[] = {"reward_mean", "loss", "entropy", "kl_ref", "clip_frac",

@@ -11,6 +11,7 @@
 
 #include "core/cuda_graph.h"
 #include "core/error.h"
+#include "ops/forward_kernels.h"
 #include "ops/gemm.h"
 #include "ops/gemm_backends.h"
 #include "tests/gpu/small_t_settings.h"
@@ -46,15 +47,6 @@ int set_algo_choice(int choice) {
 #endif
 }
 
-bool set_fp8_batch_invariant(bool on) {
-#if LOCKSTEP_HAS_CUDA
-  return cuda::gemm_set_fp8_batch_invariant(on);
-#else
-  (void)on;
-  return false;
-#endif
-}
-
 bool uses_small_t(int64_t tokens, int64_t rows, int64_t k, DType out) {
 #if LOCKSTEP_HAS_CUDA
   return cuda::gemm_fp8_uses_small_t(tokens, rows, k, out);
@@ -85,7 +77,7 @@ std::string shape_name(const GemmCase& c) {
 
 std::string case_name(const ::testing::TestParamInfo<GemmCase>& info) { return shape_name(info.param); }
 
-// cuBLASLt only (LOCKSTEP_FP8_SMALL_T=0 still selects it at small T); the small-T kernel has its own
+// cuBLASLt only (gemm_set_fp8_small_t(0) still selects it at small T); the small-T kernel has its own
 // tests below.
 class GemmGpu : public ::testing::TestWithParam<GemmCase> {
  protected:
@@ -273,7 +265,7 @@ TEST(Fp8SmallTGpuBatch, TokenRowsIndependentOfBatch) {
     EXPECT_TRUE(same_bytes(fprop(T), full.rows(0, T))) << "T = " << T;
 }
 
-// The batch-invariant fp8 FProp (gemm_set_fp8_batch_invariant: the kernel above at any T, in
+// The batch-invariant fp8 FProp (the exact forward kernels' FProp: the kernel above at any T, in
 // 64-token tiles): a token's output row is the same bits whatever the batch around it and wherever
 // it sits (a decode step's row and the training forward's row of one token), at T past one tile
 // too; and the whole batch matches the CPU reference (fp8 f32/bf16 tolerances above). Shapes: 4
@@ -284,8 +276,8 @@ TEST_P(Fp8BatchInvariantGpu, RowsIndependentOfBatchAndPlace) {
   LOCKSTEP_REQUIRE_GPU();
   const auto [T, N, K, out, pad] = GetParam();
   struct Setting {  // on for the test's scope
-    Setting() { previous = set_fp8_batch_invariant(true); }
-    ~Setting() { set_fp8_batch_invariant(previous); }
+    Setting() { previous = exact_forward(); set_exact_forward(true); }
+    ~Setting() { set_exact_forward(previous); }
     bool previous;
   } setting;
   const Fp8Gemms g(T, N, K, out);
@@ -294,7 +286,7 @@ TEST_P(Fp8BatchInvariantGpu, RowsIndependentOfBatchAndPlace) {
   EXPECT_LE(worst_row_error(to_double(full), to_double(g.y), N), std::max(tolerance(out), kFp8F32Tol));
   const Tensor qx_host = g.qx.data.to(Device::cpu), scales_host = g.qx.scales.to(Device::cpu);
   // Rows [begin, begin + count) alone: their bytes and their columns of the [K/128, T] scales.
-  for (const auto [begin, count] : {std::pair<int64_t, int64_t>{0, 1}, {5, 1}, {T - 1, 1}, {3, 17}, {37, 64},
+  for (const auto& [begin, count] : {std::pair<int64_t, int64_t>{0, 1}, {5, 1}, {T - 1, 1}, {3, 17}, {37, 64},
                                     {10, 65}, {T / 3, T - T / 3}}) {
     Fp8Rows part = Fp8Rows::empty(count, K, Device::cpu);
     std::memcpy(part.data.data(), qx_host.rows(begin, begin + count).data(), size_t(count * K));

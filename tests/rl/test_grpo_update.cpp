@@ -282,24 +282,33 @@ TEST(GrpoUpdate, SecondEpochUsesTheRatioToTheOldPolicy) {
 
 TEST(GrpoUpdate, ReuseRolloutLogprobsMakesThemTheOldPolicy) {
   // Rollout logprobs 0.1 above the model's: with reuse, old = rollout and R = e^−0.1 = 0.9048374
-  // (inside the clip), so ∂ = −A·0.9048374/N; without, old is recomputed (R = 1) and the
-  // mismatch metric reads the 0.1.
+  // (inside the clip), so ∂ = −A·0.9048374/N, and the mismatch is not measured (NaN) unless the
+  // step checks, which recomputes the logprobs for the metrics only (the gradient stays); without
+  // reuse, old is recomputed (R = 1). Measured, the mismatch reads the 0.1 on every token.
   auto model = tiny_model(1);
   auto rollout = response_logprobs(*model, kSequences);
   for (auto& seq : rollout)
     for (float& x : seq) x += 0.1f;
   const auto groups = groups_of(kSequences, kRewards, rollout);
   const double n = response_tokens(0, 8);
-  for (bool reuse : {true, false}) {
+  for (const auto& [reuse, check] : {std::pair{true, false}, {true, true}, {false, false}}) {
+    SCOPED_TRACE(::testing::Message() << "reuse " << reuse << ", check " << check);
     Config c = update_config();
     c.loss.reuse_rollout_logprobs = reuse;
     GradientRecorder rec;
-    const GrpoUpdate u = grpo_update(groups, c, *model, nullptr, rec.fn());
+    const GrpoUpdate u = grpo_update(groups, c, *model, nullptr, rec.fn(), single_rank(), nullptr, check);
     const double r = reuse ? 0.9048374 : 1.0;
     const auto expected = expected_gradient(
         *model, kSequences, coefficients(kAdvantages, 0, 8, [&](size_t) { return r / n; }));
-    EXPECT_LE(rel_error(rec.steps.at(0), expected), kTol) << "reuse " << reuse;
-    EXPECT_NEAR(metric(u.metrics, "mismatch_abs"), reuse ? 0.0 : 0.1, 1e-6) << "reuse " << reuse;
+    EXPECT_LE(rel_error(rec.steps.at(0), expected), kTol);
+    if (reuse && !check) {
+      EXPECT_TRUE(std::isnan(metric(u.metrics, "mismatch_abs")));
+      EXPECT_TRUE(std::isnan(metric(u.metrics, "mismatch_tokens_differ")));
+      EXPECT_TRUE(u.series.empty());
+    } else {
+      EXPECT_NEAR(metric(u.metrics, "mismatch_abs"), 0.1, 1e-6);
+      EXPECT_EQ(metric(u.metrics, "mismatch_tokens_differ"), n);
+    }
   }
 }
 

@@ -143,6 +143,85 @@ TEST(Train, MismatchIsExactlyZeroInEveryPositionBin) {
   }
 }
 
+// Every parameter's bits after each GRPO step of `config`, and metrics.jsonl's GRPO lines.
+struct ExactRun {
+  std::vector<std::vector<float>> weights;
+  std::vector<nlohmann::json> metrics;
+};
+ExactRun run_recorded(const Config& config) {
+  ExactRun r;
+  TrainHooks hooks;
+  hooks.after_step = [&](int64_t step, const ModelParameters& p) {
+    if (step < 1) return;
+    r.weights.emplace_back();
+    p.for_each([&](const std::string&, const Tensor& t) {
+      r.weights.back().insert(r.weights.back().end(), t.data_as<float>(), t.data_as<float>() + t.numel());
+    });
+  };
+  run_train(config, hooks);
+  std::ifstream in(fs::path(config.run.out_dir) / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) r.metrics.push_back(nlohmann::json::parse(line));
+  return r;
+}
+
+// On the CPU the rollout's logprobs are the training forward's bit for bit, so a run with
+// rollout.exact, which reuses them as the old policy's instead of recomputing them
+// (loss.reuse_rollout_logprobs, which load_config makes exact imply), trains the same weights bit
+// for bit as the default run that recomputes them, at every step. Its check steps
+// (rollout.exact_check_every = 1: every step) recompute them anyway and measure a mismatch of
+// exactly 0 with no token differing; without checks the mismatch is not measured (null).
+TEST(Train, ExactRolloutTrainsTheSameWeightsWithoutTheRecompute) {
+  for (const char* precision : {"fp8", "bf16"}) {
+    SCOPED_TRACE(precision);
+    Config recompute = small_config(fresh_dir(std::string("exact_off_") + precision));
+    recompute.model.precision = precision;
+    recompute.sft.steps = 0;
+    recompute.run.steps = 3;
+    recompute.run.eval_every = 0;
+    Config checked = recompute, unchecked = recompute;
+    for (Config* c : {&checked, &unchecked}) {
+      c->rollout.exact = true;
+      c->loss.reuse_rollout_logprobs = true;
+    }
+    checked.rollout.exact_check_every = 1;
+    checked.run.out_dir = fresh_dir(std::string("exact_checked_") + precision).string();
+    unchecked.rollout.exact_check_every = 0;
+    unchecked.run.out_dir = fresh_dir(std::string("exact_unchecked_") + precision).string();
+
+    const ExactRun a = run_recorded(recompute), b = run_recorded(checked), c = run_recorded(unchecked);
+    ASSERT_EQ(a.weights.size(), 3u);
+    EXPECT_EQ(b.weights, a.weights);
+    EXPECT_EQ(c.weights, a.weights);
+    EXPECT_NE(a.weights.front(), a.weights.back());  // the steps did train
+    ASSERT_EQ(b.metrics.size(), 3u);
+    ASSERT_EQ(c.metrics.size(), 3u);
+    for (size_t i = 0; i < 3; ++i) {
+      EXPECT_EQ(a.metrics[i].at("mismatch_abs").get<double>(), 0.0);
+      EXPECT_EQ(b.metrics[i].at("mismatch_abs").get<double>(), 0.0);
+      EXPECT_EQ(b.metrics[i].at("mismatch_tokens_differ").get<double>(), 0.0);
+      EXPECT_EQ(b.metrics[i].at("mismatch_k3").get<double>(), 0.0);
+      EXPECT_EQ(b.metrics[i].at("reward_mean"), a.metrics[i].at("reward_mean"));
+      EXPECT_TRUE(c.metrics[i].at("mismatch_abs").is_null());
+      EXPECT_TRUE(c.metrics[i].at("mismatch_tokens_differ").is_null());
+      EXPECT_FALSE(c.metrics[i].contains("mismatch_abs_by_position"));
+    }
+  }
+}
+
+// Check steps are the first and every exact_check_every-th after it: steps 1 and 3 of 4 at 2.
+TEST(Train, ExactCheckEveryPicksTheCheckedSteps) {
+  Config c = small_config(fresh_dir("exact_check_every"));
+  c.sft.steps = 0;
+  c.run.eval_every = 0;
+  c.rollout.exact = true;
+  c.loss.reuse_rollout_logprobs = true;
+  c.rollout.exact_check_every = 2;
+  const ExactRun r = run_recorded(c);
+  ASSERT_EQ(r.metrics.size(), 4u);
+  for (size_t i = 0; i < 4; ++i)
+    EXPECT_EQ(r.metrics[i].at("mismatch_abs").is_null(), i % 2 == 1) << "step " << i + 1;
+}
+
 // A run resumed after its last step runs nothing, logs nothing more, and reports the accuracy its
 // log ended with.
 TEST(Train, ResumingACompleteRunRunsNothing) {

@@ -28,6 +28,7 @@ TEST(RolloutMismatch, ByHand) {
   EXPECT_NEAR(m.mult_prob_error, 1.1088579, kTol);
   EXPECT_NEAR(m.kl_k3, 0.0079672, kTol);
   EXPECT_EQ(m.tokens, 3.0);
+  EXPECT_EQ(m.tokens_differ, 2.0);  // the first and the fourth; the masked NaN does not count
 }
 
 TEST(RolloutMismatch, IdenticalLogprobsGiveNoMismatch) {
@@ -37,6 +38,17 @@ TEST(RolloutMismatch, IdenticalLogprobsGiveNoMismatch) {
   EXPECT_EQ(m.max_abs_diff, 0.0);
   EXPECT_EQ(m.mult_prob_error, 1.0);
   EXPECT_EQ(m.kl_k3, 0.0);
+  EXPECT_EQ(m.tokens_differ, 0.0);
+}
+
+TEST(RolloutMismatch, TokensDifferCountsEveryUlp) {
+  // One ulp apart (a difference |Δ| ≈ 6e-8 that the means hardly show) counts; a NaN counts.
+  const float one_ulp_below = std::nextafter(-1.0f, -2.0f);
+  const RolloutMismatch m = rollout_mismatch(std::vector<float>{-1.0f, -1.0f, NAN, -0.5f},
+                                             std::vector<float>{one_ulp_below, -1.0f, NAN, -0.5f},
+                                             std::vector<float>{1, 1, 1, 2});
+  EXPECT_EQ(m.tokens_differ, 2.0);
+  EXPECT_EQ(m.tokens, 5.0);
 }
 
 TEST(RolloutMismatch, NonFiniteCountedTokenPropagates) {
