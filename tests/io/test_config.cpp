@@ -247,7 +247,7 @@ TEST(ModelConfig, ClearErrors) {
 // Every size is bounded so that the products lockstep forms from them (parameter_count, tensor
 // element counts) fit an int64_t and a garbled size fails at once. The fuzzers found the unbounded
 // values overflowing parameter_count (vocab_size 333333333333151936, intermediate_size
-// 8192333333333333) and a num_hidden_layers of 2333333333011 looping in it for minutes.
+// 8192333333333333) and a num_hidden_layers of 2333333333011 looping in it past libFuzzer's 30 s.
 TEST(ModelConfig, SizesAboveLockstepsLimitsFailNamingFieldAndLimit) {
   const json llama = fixture_json("llama-3.2-1b.json");
   const std::pair<const char*, int64_t> limits[] = {
