@@ -53,7 +53,7 @@ bool is_qwen3_like(ModelFamily family) {
 // Upper bounds on the sizes a config.json states. The largest open checkpoints sit far below them
 // (Llama 3.1 405B: hidden 16384, intermediate 53248, 126 layers, 128 heads); they are there so that
 // every product of sizes lockstep forms fits an int64_t, the largest being parameter_count's MoE
-// term, layers x experts x 3 x hidden x moe_intermediate < 2^12 x 2^12 x 3 x 2^17 x 2^17 < 2^60,
+// term, layers x experts x 3 x hidden x moe_intermediate <= 2^12 x 2^12 x 3 x 2^17 x 2^17 < 2^60,
 // and so that a garbled value fails here, naming its field, instead of overflowing or looping later.
 constexpr int64_t kMaxWidth = int64_t(1) << 17;         // hidden, intermediate and expert sizes
 constexpr int64_t kMaxHeads = int64_t(1) << 10;         // attention and key/value heads

@@ -257,7 +257,8 @@ TEST(ModelConfig, SizesAboveLockstepsLimitsFailNamingFieldAndLimit) {
   for (const auto& [field, limit] : limits) {
     json j = llama;
     j[field] = limit + 1;
-    expect_config_error(j, {detail::concat("'", field, "' is ", limit + 1, ", above lockstep's limit of ", limit)});
+    expect_config_error(j, {detail::concat("'", field, "' is ", limit + 1, ", above lockstep's limit of ",
+                                           limit)});
     j[field] = uint64_t(18446744073709551615u);
     expect_config_error(j, {field, "above lockstep's limit"});
   }
