@@ -50,6 +50,19 @@ bool is_qwen3_like(ModelFamily family) {
   return family == ModelFamily::qwen3 || family == ModelFamily::qwen3_moe;
 }
 
+// Upper bounds on the sizes a config.json states. The largest open checkpoints sit far below them
+// (Llama 3.1 405B: hidden 16384, intermediate 53248, 126 layers, 128 heads); they are there so that
+// every product of sizes lockstep forms fits an int64_t, the largest being parameter_count's MoE
+// term, layers x experts x 3 x hidden x moe_intermediate <= 2^12 x 2^12 x 3 x 2^17 x 2^17 < 2^60,
+// and so that a garbled value fails here, naming its field, instead of overflowing or looping later.
+constexpr int64_t kMaxWidth = int64_t(1) << 17;         // hidden, intermediate and expert sizes
+constexpr int64_t kMaxHeads = int64_t(1) << 10;         // attention and key/value heads
+constexpr int64_t kMaxHeadDim = int64_t(1) << 12;
+constexpr int64_t kMaxLayers = int64_t(1) << 12;
+constexpr int64_t kMaxExperts = int64_t(1) << 12;
+constexpr int64_t kMaxVocab = int64_t(1) << 24;
+constexpr int64_t kMaxPositions = int64_t(1) << 24;     // sequence lengths
+
 // Typed access to the fields of one JSON object; every error names the source and the field
 // (with `prefix`, e.g. "rope_scaling.", for a nested object). A JSON null counts as absent.
 class Fields {
@@ -67,7 +80,9 @@ class Fields {
     return *v;
   }
 
-  int64_t positive_int(const char* field) const { return positive_int_value(field, required(field)); }
+  int64_t positive_int(const char* field, int64_t limit) const {
+    return positive_int_value(field, required(field), limit);
+  }
   int64_t non_negative_int(const char* field, const json& v) const {
     if (!v.is_number_unsigned()) fail_field(field, "must hold non-negative integers, got " + describe(v));
     return v.get<int64_t>();
@@ -80,9 +95,9 @@ class Fields {
     if (!(x >= 0) || !std::isfinite(x)) fail_field(field, "must be zero or positive, got " + v->dump());
     return x;
   }
-  int64_t positive_int(const char* field, int64_t fallback) const {
+  int64_t positive_int(const char* field, int64_t fallback, int64_t limit) const {
     const json* v = find(field);
-    return v ? positive_int_value(field, *v) : fallback;
+    return v ? positive_int_value(field, *v, limit) : fallback;
   }
   double positive_number(const char* field) const {
     const json& v = required(field);
@@ -117,12 +132,14 @@ class Fields {
 
  private:
   static std::string describe(const json& v) { return v.dump() + " (" + v.type_name() + ")"; }
-  int64_t positive_int_value(const char* field, const json& v) const {
+  int64_t positive_int_value(const char* field, const json& v, int64_t limit) const {
     if (!v.is_number_integer()) fail_field(field, "must be an integer, got " + describe(v));
     // nlohmann holds integers >= 0 as unsigned, negative ones as signed.
-    const bool positive = v.is_number_unsigned() && v.get<uint64_t>() > 0 &&
-                          v.get<uint64_t>() <= uint64_t(INT64_MAX);
+    const bool positive = v.is_number_unsigned() && v.get<uint64_t>() > 0;
     if (!positive) fail_field(field, "must be a positive integer, got " + v.dump());
+    if (v.get<uint64_t>() > uint64_t(limit))
+      fail_field(field, concat("is ", v.dump(), ", above lockstep's limit of ", limit,
+                               " (lockstep bounds every size so that their products fit 64 bits)"));
     return v.get<int64_t>();
   }
 
@@ -176,7 +193,7 @@ std::optional<Llama3RopeScaling> parse_rope_scaling(const Fields& f, const std::
   r.factor = s.positive_number("factor");
   r.low_freq_factor = s.positive_number("low_freq_factor");
   r.high_freq_factor = s.positive_number("high_freq_factor");
-  r.original_max_position_embeddings = s.positive_int("original_max_position_embeddings");
+  r.original_max_position_embeddings = s.positive_int("original_max_position_embeddings", kMaxPositions);
   // The blend between the two wavelength bounds divides by (high - low).
   if (!(r.low_freq_factor < r.high_freq_factor))
     s.fail_field("low_freq_factor", concat("(", r.low_freq_factor, ") must be below high_freq_factor (",
@@ -211,8 +228,8 @@ std::optional<Fp8Quantization> parse_quantization(const Fields& f, const std::st
     g.fail_field("weight_block_size", "must be [rows, columns], got " + block->dump());
   const json named_sizes = {{"rows", (*block)[0]}, {"columns", (*block)[1]}};
   const Fields sizes(named_sizes, source, "quantization_config.weight_block_size.");
-  r.block_rows = sizes.positive_int("rows");
-  r.block_cols = sizes.positive_int("columns");
+  r.block_rows = sizes.positive_int("rows", kMaxWidth);
+  r.block_cols = sizes.positive_int("columns", kMaxWidth);
   if (const json* skip = g.find("modules_to_not_convert")) {
     if (!skip->is_array()) g.fail_field("modules_to_not_convert", "must be a list of module names, got " + skip->dump());
     for (const json& name : *skip) {
@@ -235,13 +252,13 @@ MoeConfig parse_moe(const Fields& f, int64_t layers) {
                                                                                 : "num_local_experts";
   if (f.find("num_experts") && f.find("num_local_experts"))
     f.fail_field("num_local_experts", "given with num_experts: one of the two names, not both");
-  m.num_experts = f.positive_int(experts);
-  m.num_experts_per_tok = f.positive_int("num_experts_per_tok");
+  m.num_experts = f.positive_int(experts, kMaxExperts);
+  m.num_experts_per_tok = f.positive_int("num_experts_per_tok", kMaxExperts);
   if (m.num_experts_per_tok > m.num_experts)
     f.fail_field("num_experts_per_tok", concat("(", m.num_experts_per_tok, ") exceeds ", experts, " (",
                                                m.num_experts, ")"));
-  m.moe_intermediate_size = f.positive_int("moe_intermediate_size");
-  m.decoder_sparse_step = f.positive_int("decoder_sparse_step", 1);
+  m.moe_intermediate_size = f.positive_int("moe_intermediate_size", kMaxWidth);
+  m.decoder_sparse_step = f.positive_int("decoder_sparse_step", 1, kMaxLayers);
   if (const json* only = f.find("mlp_only_layers")) {
     if (!only->is_array())
       f.fail_field("mlp_only_layers", "must be a list of layer indices, got " + only->dump());
@@ -266,18 +283,18 @@ ModelConfig parse_config_object(const json& j, const std::string& source) {
   c.family = parse_family(f);
   const bool qwen = c.family != ModelFamily::llama;
 
-  c.hidden_size = f.positive_int("hidden_size");
-  c.intermediate_size = f.positive_int("intermediate_size");
-  c.num_hidden_layers = f.positive_int("num_hidden_layers");
-  c.num_attention_heads = f.positive_int("num_attention_heads");
-  c.num_key_value_heads = f.positive_int("num_key_value_heads", c.num_attention_heads);
-  c.vocab_size = f.positive_int("vocab_size");
+  c.hidden_size = f.positive_int("hidden_size", kMaxWidth);
+  c.intermediate_size = f.positive_int("intermediate_size", kMaxWidth);
+  c.num_hidden_layers = f.positive_int("num_hidden_layers", kMaxLayers);
+  c.num_attention_heads = f.positive_int("num_attention_heads", kMaxHeads);
+  c.num_key_value_heads = f.positive_int("num_key_value_heads", c.num_attention_heads, kMaxHeads);
+  c.vocab_size = f.positive_int("vocab_size", kMaxVocab);
   // Hugging Face's class defaults; only a cap on the sequence length.
-  c.max_position_embeddings = f.positive_int("max_position_embeddings", qwen ? 32768 : 2048);
+  c.max_position_embeddings = f.positive_int("max_position_embeddings", qwen ? 32768 : 2048, kMaxPositions);
   c.rms_norm_eps = f.positive_number("rms_norm_eps");
 
   if (f.find("head_dim")) {
-    c.head_dim = f.positive_int("head_dim");
+    c.head_dim = f.positive_int("head_dim", kMaxHeadDim);
   } else {
     // Qwen3's head_dim is not hidden / heads in general (Qwen3-0.6B: 1024 / 16 heads, head_dim 128).
     if (is_qwen3_like(c.family)) f.fail_field("head_dim", "is missing (required for Qwen3)");

@@ -177,6 +177,11 @@ class Renderer {
         fail("cannot assign attribute '" + target.attribute + "' on '" + target.names[0] +
              "': it is not a namespace() object");
       }
+      if (value.reaches(ns)) {
+        line_ = line;
+        fail("cannot assign to '" + target.names[0] + "." + target.attribute + "' a value that holds '" +
+             target.names[0] + "' itself (a namespace cannot contain itself)");
+      }
       ns.namespace_attrs().set(target.attribute, value);
       return;
     }

@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <unordered_set>
 
 #include "core/error.h"
 #include "io/tokenizer_unicode.h"
@@ -228,6 +229,26 @@ bool Value::equals(const Value& o) const {
     case Kind::ns: return dict_ == o.dict_;
     default: return false;
   }
+}
+
+bool Value::reaches(const Value& ns) const {
+  // Lists and dicts may share parts (`[x, x]` nested n deep holds 2^n paths): each is walked once.
+  std::unordered_set<const void*> seen;
+  std::vector<const Value*> pending = {this};
+  while (!pending.empty()) {
+    const Value* v = pending.back();
+    pending.pop_back();
+    if (v->kind_ == Kind::ns && v->dict_ == ns.dict_) return true;
+    const void* node = v->kind_ == Kind::list ? static_cast<const void*>(v->list_.get())
+                       : v->kind_ == Kind::dict || v->kind_ == Kind::ns ? static_cast<const void*>(v->dict_.get())
+                                                                          : nullptr;
+    if (!node || !seen.insert(node).second) continue;
+    if (v->kind_ == Kind::list)
+      for (const Value& item : *v->list_) pending.push_back(&item);
+    else
+      for (const auto& [key, item] : v->dict_->items) pending.push_back(&item);
+  }
+  return false;
 }
 
 std::string python_float_repr(double d) {

@@ -84,6 +84,10 @@ class Value {
   std::string repr() const;
   // Python's ==.
   bool equals(const Value& other) const;
+  // Whether this value is, or holds through lists, dicts and namespaces, the namespace object `ns`.
+  // Namespaces are the one mutable value, so storing such a value into `ns` is the one way a
+  // template could build a reference cycle (which printing would follow forever).
+  bool reaches(const Value& ns) const;
 
  private:
   Kind kind_ = Kind::undefined;

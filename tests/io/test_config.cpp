@@ -244,5 +244,45 @@ TEST(ModelConfig, ClearErrors) {
   expect_error([&] { (void)c.to_json(); }, {"Qwen2ForCausalLM", "cannot express"});
 }
 
+// Every size is bounded so that the products lockstep forms from them (parameter_count, tensor
+// element counts) fit an int64_t and a garbled size fails at once. The fuzzers found the unbounded
+// values overflowing parameter_count (vocab_size 333333333333151936, intermediate_size
+// 8192333333333333) and a num_hidden_layers of 2333333333011 looping in it past libFuzzer's 30 s.
+TEST(ModelConfig, SizesAboveLockstepsLimitsFailNamingFieldAndLimit) {
+  const json llama = fixture_json("llama-3.2-1b.json");
+  const std::pair<const char*, int64_t> limits[] = {
+      {"hidden_size", 1 << 17},       {"intermediate_size", 1 << 17}, {"num_attention_heads", 1 << 10},
+      {"num_key_value_heads", 1 << 10}, {"head_dim", 1 << 12},        {"num_hidden_layers", 1 << 12},
+      {"vocab_size", 1 << 24},        {"max_position_embeddings", 1 << 24}};
+  for (const auto& [field, limit] : limits) {
+    json j = llama;
+    j[field] = limit + 1;
+    expect_config_error(j, {detail::concat("'", field, "' is ", limit + 1, ", above lockstep's limit of ",
+                                           limit)});
+    j[field] = uint64_t(18446744073709551615u);
+    expect_config_error(j, {field, "above lockstep's limit"});
+  }
+  for (const auto& [field, value] : std::initializer_list<std::pair<const char*, int64_t>>{
+           {"vocab_size", 333333333333151936}, {"intermediate_size", 8192333333333333},
+           {"num_hidden_layers", 2333333333011}}) {
+    json j = llama;
+    j[field] = value;
+    expect_config_error(j, {field, "above lockstep's limit"});
+  }
+  json rope = llama;
+  rope["rope_scaling"]["original_max_position_embeddings"] = (1 << 24) + 1;
+  expect_config_error(rope, {"'rope_scaling.original_max_position_embeddings'", "above lockstep's limit"});
+
+  // At the limits the config parses and its parameter count is exact: per layer the attention
+  // (q, o: 2^17 x 2^10 x 2^12; k, v the same with 2^10 key/value heads), the MLP (3 x 2^17 x 2^17)
+  // and two norms; then the embeddings, an untied head and the final norm.
+  json widest = llama;
+  for (const auto& [field, limit] : limits) widest[field] = limit;
+  widest["tie_word_embeddings"] = false;
+  const ModelConfig c = parse_model_config(widest.dump(), "widest.json");
+  const int64_t h = 1 << 17, q = int64_t(1) << 22, layer = 4 * h * q + 3 * h * h + 2 * h;
+  EXPECT_EQ(parameter_count(c), 4096 * layer + 2 * (int64_t(1) << 24) * h + h);
+}
+
 }  // namespace
 }  // namespace lockstep

@@ -95,6 +95,27 @@ TEST(Jinja, EndlessMacroRecursionIsAnError) {
 // Parsing and rendering recurse once per level of nesting: a template nested without bound
 // overflowed the stack ({{ ++++…, found by fuzz_jinja on a 16-core machine). Each way of nesting stops
 // at 100 levels; macro calls stacking their bodies' nesting stop at 400 in all.
+// A namespace is the one mutable value; one that held itself would be a reference cycle (leaked,
+// and printed without end: the fuzzers found both). jinja2 would store it; here the assignment
+// fails, naming the line.
+TEST(Jinja, ANamespaceCannotHoldItself) {
+  const char* cycles[] = {
+      "{% set ns = namespace(s='') %}\n{% set ns.s = ns %}{{ ns.s }}",
+      "{% set ns = namespace(s='') %}\n{% set ns.s = ns, 1 %}",
+      "{% set ns = namespace(s='') %}\n{% set ns.s = [{'k': [ns]}] %}",
+      "{% set a = namespace(x=0) %}{% set b = namespace(a=a) %}\n{% set a.x = b %}",
+  };
+  for (const char* source : cycles) {
+    SCOPED_TRACE(source);
+    testing::expect_error([&] { render(source); }, {"test.jinja:2:", "holds", "itself"});
+  }
+  // Another namespace, and a value sharing its parts 2^40 ways, are stored (each part walked once).
+  EXPECT_EQ(render("{% set a = namespace(x=0) %}{% set b = namespace(y=7) %}{% set a.x = b %}{{ a.x.y }}"), "7");
+  EXPECT_EQ(render("{% set ns = namespace(v=[1]) %}{% for i in range(40) %}{% set ns.v = [ns.v, ns.v] %}"
+                   "{% endfor %}{{ ns.v | length }}"),
+            "2");
+}
+
 TEST(Jinja, DeepNestingIsAnError) {
   using testing::expect_error;
   const auto repeat = [](std::string_view s, int n) {
