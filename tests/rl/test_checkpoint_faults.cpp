@@ -38,8 +38,11 @@ namespace {
 namespace fs = std::filesystem;
 using testing::expect_error;
 
+// Per process: ctest runs this binary's tests as processes side by side (-j), and each would
+// otherwise remove the other's folders.
 fs::path fresh_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("lockstep_test_checkpoint_faults_" + name);
+  const fs::path dir =
+      fs::temp_directory_path() / ("lockstep_test_checkpoint_faults_" + std::to_string(::getpid()) + "_" + name);
   fs::remove_all(dir);
   return dir;
 }
