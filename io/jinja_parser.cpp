@@ -38,21 +38,12 @@ class Parser {
   int expression_nesting_ = 0;  // prefix operators and brackets being parsed
   int block_nesting_ = 0;       // statement bodies being parsed
 
-  // Counts one level of `nesting` for its lifetime; more than kMaxNesting is an error naming `what`.
-  class Nested {
-   public:
-    Nested(const Parser& parser, int& nesting, int line, const char* what) : nesting_(nesting) {
-      if (nesting_ >= kMaxNesting)
-        parser.error(line, std::string(what) + " nested more than " + std::to_string(kMaxNesting) + " deep");
-      ++nesting_;
-    }
-    ~Nested() { --nesting_; }
-    Nested(const Nested&) = delete;
-    Nested& operator=(const Nested&) = delete;
-
-   private:
-    int& nesting_;
-  };
+  // A NestingLevel's action past kMaxNesting levels: an error naming `what` and the line.
+  auto too_deep(int line, const char* what) const {
+    return [this, line, what] {
+      error(line, std::string(what) + " nested more than " + std::to_string(kMaxNesting) + " deep");
+    };
+  }
 
   [[noreturn]] void error(int line, const std::string& what) const {
     fail(name_ + ":" + std::to_string(line) + ": " + what);
@@ -106,9 +97,10 @@ class Parser {
   // Parses pieces until a statement whose keyword is in `ends` (left current); at the top level
   // (`ends` empty) until the end of the template.
   Body parse_body(const std::set<std::string>& ends) {
-    std::optional<Nested> nested;  // the template's own body is no nesting
+    std::optional<NestingLevel> nested;  // the template's own body is no nesting
     if (!ends.empty())
-      nested.emplace(*this, block_nesting_, piece_ > 0 ? pieces_[piece_ - 1].line : 1, "statement blocks");
+      nested.emplace(block_nesting_, kMaxNesting,
+                     too_deep(piece_ > 0 ? pieces_[piece_ - 1].line : 1, "statement blocks"));
     Body body;
     while (piece_ < pieces_.size()) {
       const Piece& p = pieces_[piece_];
@@ -351,7 +343,7 @@ class Parser {
   ExprPtr parse_not() {
     if (at_name("not")) {
       const int line = next().line;
-      const Nested nested(*this, expression_nesting_, line, "expression");
+      const NestingLevel nested(expression_nesting_, kMaxNesting, too_deep(line, "expression"));
       return make(Expr::Kind::unary, line, {parse_not()}, "not");
     }
     return parse_compare();
@@ -417,7 +409,7 @@ class Parser {
   }
 
   ExprPtr parse_unary(bool with_filter = true) {
-    const Nested nested(*this, expression_nesting_, peek().line, "expression");
+    const NestingLevel nested(expression_nesting_, kMaxNesting, too_deep(peek().line, "expression"));
     ExprPtr e;
     if (at_op("-") || at_op("+")) {
       const Token& t = next();

@@ -83,20 +83,11 @@ class Renderer {
   // on the stack even under AddressSanitizer. 100 calls of a plain recursive macro take 200.
   static constexpr int kMaxRenderNesting = 400;
   int render_nesting_ = 0;
-  class Nested {
-   public:
-    explicit Nested(int& nesting) : nesting_(nesting) {
-      LOCKSTEP_CHECK(nesting_ < kMaxRenderNesting, "statements and expressions nested more than ",
-                     kMaxRenderNesting, " deep through macro calls");
-      ++nesting_;
-    }
-    ~Nested() { --nesting_; }
-    Nested(const Nested&) = delete;
-    Nested& operator=(const Nested&) = delete;
-
-   private:
-    int& nesting_;
-  };
+  // A NestingLevel's action past kMaxRenderNesting levels.
+  [[noreturn]] static void too_deep() {
+    fail(detail::concat("statements and expressions nested more than ", kMaxRenderNesting,
+                        " deep through macro calls"));
+  }
 
   // ---- statements
   Flow exec_body(const Body& body, std::string& out) {
@@ -109,7 +100,7 @@ class Renderer {
 
   Flow exec(const Stmt& s, std::string& out) {
     line_ = s.line;
-    const Nested nested(render_nesting_);
+    const NestingLevel nested(render_nesting_, kMaxRenderNesting, too_deep);
     switch (s.kind) {
       case Stmt::Kind::text: out += s.text; return Flow::normal;
       case Stmt::Kind::output: out += eval(*s.expr).str(); return Flow::normal;
@@ -413,7 +404,7 @@ class Renderer {
 
   Value eval(const Expr& e) {
     line_ = e.line;
-    const Nested nested(render_nesting_);
+    const NestingLevel nested(render_nesting_, kMaxRenderNesting, too_deep);
     switch (e.kind) {
       case Expr::Kind::constant: return e.value;
       case Expr::Kind::name: return lookup(e.text);

@@ -14,6 +14,24 @@ namespace lockstep::jinja {
 
 // ---- lexing
 
+// One level of a nesting count for its lifetime: how the parser and the renderer bound how deep a
+// template nests (each recursion level uses the stack). When `limit` levels are already open,
+// `too_deep` runs instead; it must throw.
+class NestingLevel {
+ public:
+  template <class TooDeep>
+  NestingLevel(int& nesting, int limit, TooDeep too_deep) : nesting_(nesting) {
+    if (nesting_ >= limit) too_deep();
+    ++nesting_;
+  }
+  ~NestingLevel() { --nesting_; }
+  NestingLevel(const NestingLevel&) = delete;
+  NestingLevel& operator=(const NestingLevel&) = delete;
+
+ private:
+  int& nesting_;
+};
+
 struct Token {
   enum class Kind { name, string, integer, floating, op, end };
   Kind kind = Kind::end;
