@@ -29,4 +29,16 @@ namespace lockstep {
 void set_exact_forward(bool on);
 bool exact_forward();
 
+// set_exact_forward(true) for its lifetime, then the setting it found (tests).
+class ExactForwardScope {
+ public:
+  ExactForwardScope() : previous_(exact_forward()) { set_exact_forward(true); }
+  ~ExactForwardScope() { set_exact_forward(previous_); }
+  ExactForwardScope(const ExactForwardScope&) = delete;
+  ExactForwardScope& operator=(const ExactForwardScope&) = delete;
+
+ private:
+  bool previous_;
+};
+
 }  // namespace lockstep

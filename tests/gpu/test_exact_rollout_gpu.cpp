@@ -44,18 +44,6 @@ std::vector<Case> cases() {
   return list;
 }
 
-// set_exact_forward(true) for the scope.
-class ExactForwardScope {
- public:
-  ExactForwardScope() : previous_(exact_forward()) { set_exact_forward(true); }
-  ~ExactForwardScope() { set_exact_forward(previous_); }
-  ExactForwardScope(const ExactForwardScope&) = delete;
-  ExactForwardScope& operator=(const ExactForwardScope&) = delete;
-
- private:
-  bool previous_;
-};
-
 class ExactRolloutGpu : public ::testing::TestWithParam<Case> {};
 
 TEST_P(ExactRolloutGpu, EveryOpAndLogprobBitIdenticalForRandomMixes) {

@@ -275,11 +275,7 @@ class Fp8BatchInvariantGpu : public ::testing::TestWithParam<GemmCase> {};
 TEST_P(Fp8BatchInvariantGpu, RowsIndependentOfBatchAndPlace) {
   LOCKSTEP_REQUIRE_GPU();
   const auto [T, N, K, out, pad] = GetParam();
-  struct Setting {  // on for the test's scope
-    Setting() { previous = exact_forward(); set_exact_forward(true); }
-    ~Setting() { set_exact_forward(previous); }
-    bool previous;
-  } setting;
+  const ExactForwardScope exact;
   const Fp8Gemms g(T, N, K, out);
   Tensor full = poisoned({T, N}, out, Device::cuda);
   gemm_fprop(full, g.qx, g.qw);
