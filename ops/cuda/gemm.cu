@@ -12,8 +12,8 @@
 // multiple of 16 tokens in a per-stream scratch buffer. FP8 GEMMs of few tokens (decoding) may go
 // to ops/cuda/gemm_fp8_small_t.cu instead: per shape, whichever of the two timed faster on its
 // first call (gemm_set_fp8_small_t in ops/gemm_backends.h). Under the exact forward kernels
-// (ops/forward_kernels.h) a bf16 FProp runs one algorithm per weight shape at every T (make_exact_plan)
-// and fp8 FProp runs the batch-invariant kernel (ops/cuda/gemm_fp8_small_t.h) at every T.
+// (ops/forward_kernels.h) a bf16 FProp runs one algorithm per weight shape at every T
+// (make_exact_plan) and fp8 FProp runs the batch-invariant kernel (ops/cuda/gemm_fp8_small_t.h).
 //
 // Autotuning: the heuristic's first choice is often not the fastest kernel (block-scaled FP8
 // WGrad in particular), so a plan times up to 17 candidates on its first call's operands and keeps
@@ -21,9 +21,9 @@
 // LOCKSTEP_GEMM_AUTOTUNE=0 takes the heuristic's first choice instead, and the small-T kernel for
 // 1 .. 16 tokens (deterministic across runs; an autotuned pick may differ between runs when
 // candidates time within noise of each other); LOCKSTEP_GEMM_AUTOTUNE=verbose prints each tuned
-// plan's and small-T choice's timings. Make every shape's plan before capturing a CUDA graph: a
-// plan first made during capture is not tuned, nor is the choice of the small-T kernel for a shape
-// first seen then.
+// plan's and small-T choice's timings, and the exact forward's algorithm of each weight shape.
+// Make every shape's plan before capturing a CUDA graph: a plan first made during capture is not
+// tuned, nor is the choice of the small-T kernel for a shape first seen then.
 #include <cublasLt.h>
 
 #include <algorithm>
@@ -97,7 +97,7 @@ struct MatmulShape {
   bool accumulate;
   int alignment;         // bytes every pointer is aligned to: 256 or 16
   int choice = kAutotune;  // how the algorithm was picked (set by plan_for, see gemm_set_algo_choice)
-  bool exact = false;      // bf16 FProp under the exact forward kernels: the algorithm of make_exact_plan
+  bool exact = false;      // bf16 FProp under the exact forward kernels (make_exact_plan)
   auto operator<=>(const MatmulShape&) const = default;
 };
 
@@ -140,7 +140,7 @@ struct Context {
   bool verbose = false;  // LOCKSTEP_GEMM_AUTOTUNE=verbose: one line per tuned plan on stderr
   int small_t = kFp8SmallTAuto;                // gemm_set_fp8_small_t
   std::map<SmallTShape, bool> small_t_picks;   // kFp8SmallTAuto: true = the small-T kernel
-  std::map<MatmulShape, std::optional<Candidate>> exact_algorithms;  // make_exact_plan's, by weight shape
+  std::map<MatmulShape, std::optional<Candidate>> exact_algorithms;  // by weight shape (make_exact_plan)
 };
 
 Context& context() {
@@ -377,15 +377,21 @@ std::optional<Candidate> exact_algorithm(cublasLtHandle_t handle, const MatmulSh
 }
 
 // s's plan with the algorithm of its weight shape (exact_algorithm, made once per shape and kept
-// in `chosen`): not found when there is none, or when it does not run at s's T.
+// in `chosen`; printed when `verbose`): not found when there is none, or when it does not run at
+// s's T.
 Plan make_exact_plan(cublasLtHandle_t handle, const MatmulShape& s, const Operands& in,
-                     std::map<MatmulShape, std::optional<Candidate>>& chosen) {
+                     std::map<MatmulShape, std::optional<Candidate>>& chosen, bool verbose) {
   MatmulShape key = s;  // the weight shape: any T, alignment and algorithm choice
   key.n = 0;
   key.alignment = 0;
   key.choice = kAutotune;
   auto it = chosen.find(key);
-  if (it == chosen.end()) it = chosen.emplace(key, exact_algorithm(handle, s, in)).first;
+  if (it == chosen.end()) {
+    it = chosen.emplace(key, exact_algorithm(handle, s, in)).first;
+    if (verbose)
+      std::fprintf(stderr, "gemm exact m=%ld k=%ld: %s\n", long(s.m), long(s.k),
+                   it->second ? describe(*it->second).c_str() : "no algorithm");
+  }
   Plan p = describe_plan(s, in);
   if (!it->second) return p;
   cublasLtMatmulHeuristicResult_t check{};
@@ -426,7 +432,7 @@ const Plan* plan_for(MatmulShape s, const Operands& in) {
   s.choice = ctx.choice;
   auto it = ctx.plans.find(s);
   if (it == ctx.plans.end())
-    it = ctx.plans.emplace(s, s.exact ? make_exact_plan(ctx.handle, s, in, ctx.exact_algorithms)
+    it = ctx.plans.emplace(s, s.exact ? make_exact_plan(ctx.handle, s, in, ctx.exact_algorithms, ctx.verbose)
                                       : make_plan(ctx.handle, s, in, ctx.verbose)).first;
   return it->second.found ? &it->second : nullptr;
 }
