@@ -31,7 +31,10 @@
 //
 // On CUDA (ops/cuda/lm_head.cu) h and w are bf16, and the same chunked fold runs on cuBLASLt
 // logits: results differ from the CPU's by GEMM and reduction order (~1e-6 relative), and
-// logits_logprob equals the forward bit for bit only where the two GEMMs round the logits alike.
+// logits_logprob equals the forward bit for bit only where the two GEMMs round the logits alike —
+// always under the exact forward kernels (ops/forward_kernels.h), where lm_head_logits runs the
+// forward's chunk GEMMs and each runs one algorithm at every T: a row's logprob, entropy and lse
+// are then the same bits in a batch of any size, through either path.
 // Targets on CUDA are not checked (that would need a host sync): a target outside [0, V) gives a
 // NaN logprob, and in the backward a NaN row of dh and NaN in dw.
 #pragma once

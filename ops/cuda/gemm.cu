@@ -12,8 +12,8 @@
 // multiple of 16 tokens in a per-stream scratch buffer. FP8 GEMMs of few tokens (decoding) may go
 // to ops/cuda/gemm_fp8_small_t.cu instead: per shape, whichever of the two timed faster on its
 // first call (gemm_set_fp8_small_t in ops/gemm_backends.h). Under the exact forward kernels
-// (ops/forward_kernels.h) bf16 FProp plans do not split K and fp8 FProp runs the batch-invariant
-// kernel (ops/cuda/gemm_fp8_small_t.h) at every T.
+// (ops/forward_kernels.h) a bf16 FProp runs one algorithm per weight shape at every T
+// (make_exact_plan) and fp8 FProp runs the batch-invariant kernel (ops/cuda/gemm_fp8_small_t.h).
 //
 // Autotuning: the heuristic's first choice is often not the fastest kernel (block-scaled FP8
 // WGrad in particular), so a plan times up to 17 candidates on its first call's operands and keeps
@@ -21,9 +21,9 @@
 // LOCKSTEP_GEMM_AUTOTUNE=0 takes the heuristic's first choice instead, and the small-T kernel for
 // 1 .. 16 tokens (deterministic across runs; an autotuned pick may differ between runs when
 // candidates time within noise of each other); LOCKSTEP_GEMM_AUTOTUNE=verbose prints each tuned
-// plan's and small-T choice's timings. Make every shape's plan before capturing a CUDA graph: a
-// plan first made during capture is not tuned, nor is the choice of the small-T kernel for a shape
-// first seen then.
+// plan's and small-T choice's timings, and the exact forward's algorithm of each weight shape.
+// Make every shape's plan before capturing a CUDA graph: a plan first made during capture is not
+// tuned, nor is the choice of the small-T kernel for a shape first seen then.
 #include <cublasLt.h>
 
 #include <algorithm>
@@ -97,7 +97,7 @@ struct MatmulShape {
   bool accumulate;
   int alignment;         // bytes every pointer is aligned to: 256 or 16
   int choice = kAutotune;  // how the algorithm was picked (set by plan_for, see gemm_set_algo_choice)
-  bool split_k = true;     // whether it may split K: not bf16 FProp under the exact forward kernels
+  bool exact = false;      // bf16 FProp under the exact forward kernels (make_exact_plan)
   auto operator<=>(const MatmulShape&) const = default;
 };
 
@@ -106,6 +106,13 @@ struct SmallTShape {
   int64_t tokens, rows, k;
   DType out;
   auto operator<=>(const SmallTShape&) const = default;
+};
+
+// An algorithm and the workspace it needs. (A named type: nvcc 13.0 crashes on a std::vector of
+// cuBLASLt's anonymous typedef structs under C++20.)
+struct Candidate {
+  cublasLtMatmulAlgo_t algo;
+  size_t workspace_bytes;
 };
 
 struct Plan {
@@ -133,6 +140,7 @@ struct Context {
   bool verbose = false;  // LOCKSTEP_GEMM_AUTOTUNE=verbose: one line per tuned plan on stderr
   int small_t = kFp8SmallTAuto;                // gemm_set_fp8_small_t
   std::map<SmallTShape, bool> small_t_picks;   // kFp8SmallTAuto: true = the small-T kernel
+  std::map<MatmulShape, std::optional<Candidate>> exact_algorithms;  // by weight shape (make_exact_plan)
 };
 
 Context& context() {
@@ -171,13 +179,6 @@ cublasStatus_t matmul(cublasLtHandle_t handle, const Plan& p, const cublasLtMatm
                         workspace_bytes, stream);
 }
 
-// An algorithm and the workspace it needs. (A named type: nvcc 13.0 crashes on a std::vector of
-// cuBLASLt's anonymous typedef structs under C++20.)
-struct Candidate {
-  cublasLtMatmulAlgo_t algo;
-  size_t workspace_bytes;
-};
-
 // Split-K partial sums kept in fp32 in the workspace and reduced in a fixed order (COMPUTE_TYPE)
 // are what we ask for: in-place reduction (INPLACE) accumulates in the output type in arrival
 // order, and OUTPUT_TYPE rounds every partial sum to the output type (bf16) — less precise, and
@@ -215,15 +216,11 @@ std::vector<Candidate> heuristic(cublasLtHandle_t handle, const Plan& p, const M
 // Candidate 0 is the heuristic's first choice within the default workspace (what a plan took
 // before autotuning, with any reduction scheme if there is no other); unless only that one is
 // wanted, the heuristic's next best follow, with a larger workspace allowed, without repeats.
-// Without split-K (s.split_k false): only algorithms that reduce in one pass (no reduction scheme),
-// so that an output row's sum over K does not depend on how many rows the GEMM has.
 std::vector<Candidate> candidates(cublasLtHandle_t handle, const Plan& p, const MatmulShape& s) {
-  const uint32_t reductions = s.split_k ? kReductions : CUBLASLT_REDUCTION_SCHEME_NONE;
-  auto list = heuristic(handle, p, s, kWorkspaceBytes, 1, reductions);
-  if (list.empty() && s.split_k)
-    list = heuristic(handle, p, s, kWorkspaceBytes, 1, CUBLASLT_REDUCTION_SCHEME_MASK);
+  auto list = heuristic(handle, p, s, kWorkspaceBytes, 1);
+  if (list.empty()) list = heuristic(handle, p, s, kWorkspaceBytes, 1, CUBLASLT_REDUCTION_SCHEME_MASK);
   if (s.choice == 0) return list;
-  for (const auto& r : heuristic(handle, p, s, kTuneWorkspaceBytes, kTuneCandidates, reductions)) {
+  for (const auto& r : heuristic(handle, p, s, kTuneWorkspaceBytes, kTuneCandidates)) {
     const bool seen = std::any_of(list.begin(), list.end(), [&](const Candidate& c) {
       return std::memcmp(&c.algo, &r.algo, sizeof(r.algo)) == 0;
     });
@@ -319,9 +316,10 @@ size_t fastest(cublasLtHandle_t handle, const Plan& p, const MatmulShape& s,
   return pick;
 }
 
-// The scale pointers must be set before the heuristic query (cuBLASLt rejects block-scaled
-// descriptors without them); each call sets its own afterwards.
-Plan make_plan(cublasLtHandle_t handle, const MatmulShape& s, const Operands& in, bool verbose) {
+// A plan's descriptors and layouts, without its algorithm. The scale pointers must be set before
+// the heuristic query (cuBLASLt rejects block-scaled descriptors without them); each call sets its
+// own afterwards.
+Plan describe_plan(const MatmulShape& s, const Operands& in) {
   Plan p;
   LOCKSTEP_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   set_attr(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, s.op_a);
@@ -336,12 +334,70 @@ Plan make_plan(cublasLtHandle_t handle, const MatmulShape& s, const Operands& in
   LOCKSTEP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, s.type_a, ta ? s.k : s.m, ta ? s.m : s.k, s.lda));
   LOCKSTEP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, s.type_b, tb ? s.n : s.k, tb ? s.k : s.n, s.ldb));
   LOCKSTEP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.d, s.type_d, s.m, s.n, s.ldd));
+  return p;
+}
 
+Plan make_plan(cublasLtHandle_t handle, const MatmulShape& s, const Operands& in, bool verbose) {
+  Plan p = describe_plan(s, in);
   const auto list = candidates(handle, p, s);
   const size_t pick = s.choice == kAutotune ? fastest(handle, p, s, list, in, verbose) : size_t(s.choice);
   if (pick < list.size()) {
     p.algo = list[pick].algo;
     p.workspace_bytes = list[pick].workspace_bytes;
+    p.found = true;
+  }
+  return p;
+}
+
+// The exact forward kernels' bf16 FProp runs one algorithm for a weight shape at every token count
+// T, so that a token's row sums its K terms in one order whether the GEMM has 1 row (a decode step,
+// or the rollout's logits of one sequence) or 8192 (a training micro-batch). The heuristic and
+// the autotuning above choose per shape (T included), and kernels of other tiles, MMA instructions
+// or in-CTA K slices may order a row's sum differently; split-K and stream-K kernels cut it by a
+// grid that grows with T. So the algorithm is the heuristic's first choice for kExactPlanTokens
+// tokens (not timed: a timed pick may change from run to run) among kernels that reduce in no
+// second pass (no reduction scheme) and take no workspace (where split-K and stream-K keep
+// partial sums), 16-byte alignment assumed; a T it does not run (cublasLtMatmulAlgoCheck) has no
+// plan, and run_token_gemm pads it, which adds rows, not terms to a row's sum. kExactPlanTokens
+// lies between a decode step's rows and a training micro-batch's, since both run its kernel; what
+// that kernel costs each of them against its own shape's pick is not measured yet.
+constexpr int64_t kExactPlanTokens = 256;
+
+std::optional<Candidate> exact_algorithm(cublasLtHandle_t handle, const MatmulShape& s,
+                                         const Operands& in) {
+  MatmulShape chosen_for = s;
+  chosen_for.n = kExactPlanTokens;
+  chosen_for.alignment = 16;
+  Plan p = describe_plan(chosen_for, in);
+  const auto list = heuristic(handle, p, chosen_for, 0, 1, CUBLASLT_REDUCTION_SCHEME_NONE);
+  for (cublasLtMatrixLayout_t l : {p.a, p.b, p.d}) cublasLtMatrixLayoutDestroy(l);
+  cublasLtMatmulDescDestroy(p.desc);
+  if (list.empty()) return std::nullopt;
+  return list.front();
+}
+
+// s's plan with the algorithm of its weight shape (exact_algorithm, made once per shape and kept
+// in `chosen`; printed when `verbose`): not found when there is none, or when it does not run at
+// s's T.
+Plan make_exact_plan(cublasLtHandle_t handle, const MatmulShape& s, const Operands& in,
+                     std::map<MatmulShape, std::optional<Candidate>>& chosen, bool verbose) {
+  MatmulShape key = s;  // the weight shape: any T, alignment and algorithm choice
+  key.n = 0;
+  key.alignment = 0;
+  key.choice = kAutotune;
+  auto it = chosen.find(key);
+  if (it == chosen.end()) {
+    it = chosen.emplace(key, exact_algorithm(handle, s, in)).first;
+    if (verbose)
+      std::fprintf(stderr, "gemm exact m=%ld k=%ld: %s\n", long(s.m), long(s.k),
+                   it->second ? describe(*it->second).c_str() : "no algorithm");
+  }
+  Plan p = describe_plan(s, in);
+  if (!it->second) return p;
+  cublasLtMatmulHeuristicResult_t check{};
+  if (cublasLtMatmulAlgoCheck(handle, p.desc, p.a, p.b, p.d, p.d, &it->second->algo, &check) ==
+          CUBLAS_STATUS_SUCCESS && check.workspaceSize == 0) {
+    p.algo = it->second->algo;
     p.found = true;
   }
   return p;
@@ -375,7 +431,9 @@ const Plan* plan_for(MatmulShape s, const Operands& in) {
   if (ctx.force_padding && s.n % kTokenPad) return nullptr;
   s.choice = ctx.choice;
   auto it = ctx.plans.find(s);
-  if (it == ctx.plans.end()) it = ctx.plans.emplace(s, make_plan(ctx.handle, s, in, ctx.verbose)).first;
+  if (it == ctx.plans.end())
+    it = ctx.plans.emplace(s, s.exact ? make_exact_plan(ctx.handle, s, in, ctx.exact_algorithms, ctx.verbose)
+                                      : make_plan(ctx.handle, s, in, ctx.verbose)).first;
   return it->second.found ? &it->second : nullptr;
 }
 
@@ -422,7 +480,8 @@ void run(const Plan& p, const MatmulShape& s, const Operands& in, void* d) {
 
 [[noreturn]] void no_algorithm(const MatmulShape& s) {
   fail(detail::concat("cuBLASLt has no algorithm for GEMM m=", s.m, " n=", s.n, " k=", s.k,
-                      s.split_k ? "" : " without split-K (the exact forward kernels, ops/forward_kernels.h)"));
+                      s.exact ? " in one algorithm for every token count (the exact forward kernels, "
+                                "ops/forward_kernels.h)" : ""));
 }
 
 // A GEMM whose n is the token count T of a row-major activation `act` [T, k] (with optional
@@ -568,8 +627,8 @@ void gemm_fprop_bf16(Tensor& y, const Tensor& x, const Tensor& w) {
   const int64_t T = x.dim(0), K = x.dim(1), N = w.dim(0);
   MatmulShape s{CUBLAS_OP_T, CUBLAS_OP_N, CUDA_R_16BF, CUDA_R_16BF, cuda_type(y.dtype()),
                 N, T, K, K, K, N, kNoScale, kNoScale, false, 0};
-  // The exact forward kernels (ops/forward_kernels.h): a row's sum over K in one pass, whatever T.
-  s.split_k = !exact_forward();
+  // The exact forward kernels (ops/forward_kernels.h): a row's sum over K in one order, whatever T.
+  s.exact = exact_forward();
   run_token_gemm(s, w.data(), nullptr, x, nullptr, y);
 }
 

@@ -28,6 +28,7 @@
 #include "core/cuda_check.h"
 #include "core/cuda_stream.h"
 #include "ops/cuda/softmax_fold.cuh"
+#include "ops/forward_kernels.h"
 #include "ops/gemm.h"
 #include "ops/lm_head.h"
 #include "ops/lm_head_backends.h"
@@ -212,7 +213,24 @@ void lm_head_logprob_backward(Tensor& dh, Tensor& dw, const Tensor& dlogprob,
   LOCKSTEP_CUDA_CHECK_LAUNCH();
 }
 
-void lm_head_logits(Tensor& logits, const Tensor& h, const Tensor& w) { gemm_fprop(logits, h, w); }
+// Under the exact forward kernels (ops/forward_kernels.h) the logits are made chunk by chunk by the
+// forward's GEMMs (the same weight rows [v0, v0 + n), hence the same algorithm at any T, gemm.cu's
+// make_exact_plan), each copied into its columns: the rollout's logits of a row are then the
+// training forward's bits, where one GEMM over the whole vocabulary is a shape of its own.
+void lm_head_logits(Tensor& logits, const Tensor& h, const Tensor& w) {
+  if (!exact_forward()) return gemm_fprop(logits, h, w);
+  const int64_t T = h.dim(0), V = w.dim(0);
+  if (T == 0) return;
+  const Tensor scratch = Tensor::empty({T * std::min(V, kVocabChunk)}, DType::f32, Device::cuda);
+  for (int64_t v0 = 0; v0 < V; v0 += kVocabChunk) {
+    const int64_t n = std::min(kVocabChunk, V - v0);
+    Tensor chunk = chunk_view(scratch, T, n);
+    gemm_fprop(chunk, h, w.rows(v0, v0 + n));
+    LOCKSTEP_CUDA_CHECK(cudaMemcpy2DAsync(logits.data_as<float>() + v0, size_t(V) * sizeof(float),
+                                          chunk.data(), size_t(n) * sizeof(float), size_t(n) * sizeof(float),
+                                          size_t(T), cudaMemcpyDeviceToDevice, current_stream()));
+  }
+}
 
 void logits_logprob(Tensor& logprob, Tensor& entropy, const Tensor& logits, const Tensor& targets,
                     float temperature) {

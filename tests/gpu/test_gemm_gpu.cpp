@@ -302,6 +302,42 @@ INSTANTIATE_TEST_SUITE_P(
                       GemmCase{200, 4096, 2048, DType::bf16, false}, GemmCase{130, 2048, 6144, DType::bf16, false}),
     case_name);
 
+// The exact forward kernels' bf16 FProp (one cuBLASLt algorithm for a weight shape at every T): a
+// token's output row is the same bits alone, in a decode step's batch and in a training
+// micro-batch of T = 8192, wherever it sits — the last rows too, whose tiles a split-K or stream-K
+// kernel would cut otherwise than the first — and a part matches the CPU reference (the tolerances
+// above). Shapes: Qwen3-1.7B's qkv (4096 × 2048) and down projection (2048 × 6144), and its LM
+// head's vocabulary chunk (4096 × 2048) and last chunk (448 × 2048) in f32 (ops/lm_head.h).
+class Bf16ExactGpu : public ::testing::TestWithParam<GemmCase> {};
+
+TEST_P(Bf16ExactGpu, RowsIndependentOfBatchAndPlace) {
+  LOCKSTEP_REQUIRE_GPU();
+  const auto [T, N, K, out, pad] = GetParam();
+  const ExactForwardScope exact;
+  const Tensor x = random_tensor({T, K}, DType::bf16, 1), w = random_tensor({N, K}, DType::bf16, 2);
+  const Tensor xg = x.to(Device::cuda), wg = w.to(Device::cuda);
+  Tensor full = poisoned({T, N}, out, Device::cuda);
+  gemm_fprop(full, xg, wg);
+  for (const auto& [begin, count] : {std::pair<int64_t, int64_t>{0, 1}, {T - 1, 1}, {5, 7}, {100, 64},
+                                     {T - 300, 300}}) {
+    Tensor y = poisoned({count, N}, out, Device::cuda);
+    gemm_fprop(y, xg.rows(begin, begin + count), wg);
+    EXPECT_TRUE(same_bytes(y, full.rows(begin, begin + count)))
+        << "rows " << begin << " .. " << begin + count;
+    if (count != 7) continue;
+    Tensor y_cpu = poisoned({count, N}, out);
+    gemm_fprop(y_cpu, x.rows(begin, begin + count), w);
+    EXPECT_LE(rel_error(to_double(y), to_double(y_cpu)), tolerance(out)) << "against the CPU";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, Bf16ExactGpu,
+    ::testing::Values(GemmCase{8192, 4096, 2048, DType::bf16, false}, GemmCase{8192, 2048, 6144, DType::bf16, false},
+                      GemmCase{8192, 4096, 2048, DType::f32, false},
+                      GemmCase{8192, 448, 2048, DType::f32, false}),
+    case_name);
+
 // The dispatcher (kFp8SmallTAuto): a shape's first call times the small-T kernel and cuBLASLt into
 // the caller's output, then runs the faster. Whichever it picked, FProp and DGrad match the CPU
 // reference (the tolerances above: both paths meet them), and a second call (the remembered pick,

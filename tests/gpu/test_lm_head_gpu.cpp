@@ -1,7 +1,8 @@
 // The CUDA LM head against the CPU reference on the same bf16 inputs: forward, backward (bf16 and
 // f32 dh, accumulating dw), lm_head_logits and logits_logprob; the CUDA fold of lm_head_logits'
 // logits against the fused CUDA forward; kept logits against recomputed ones; out-of-vocabulary
-// targets giving NaN.
+// targets giving NaN; under the exact forward kernels, a row's bits the same in batches of any size,
+// through the training forward and through the rollout's logits and fold.
 //
 // Tolerances (‖gpu − cpu‖/‖cpu‖). h ~ N(0, 1), w ~ N(0, 1/256), H = 1024: logits ~ N(0, 4), so the
 // softmax is broad (entropy ≈ 5–7 nats, lse ≈ 11–13). Both sides compute fp32 logits from the
@@ -11,11 +12,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <ostream>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
+#include "ops/forward_kernels.h"
 #include "ops/lm_head.h"
 #include "tests/ops/lm_head_inputs.h"
 #include "tests/test_util.h"
@@ -212,6 +215,81 @@ INSTANTIATE_TEST_SUITE_P(Shapes, LmHeadGpu,
                                            Case{300, 10007, 0.7f}, Case{300, 10007, 1.0f},
                                            Case{5, 1000, 0.7f}, Case{37, 8192, 1.0f}),
                          case_name);
+
+// The exact forward kernels (ops/forward_kernels.h): a row's logprob, entropy and lse are the same
+// bits in a batch of any size and place, and the rollout's path — lm_head_logits, then the fold of
+// logits_logprob, whose bits the sampler's logprob has (ops/sample.h) — gives the training
+// forward's. The training forward holds T = 4096 rows; parts of 1 (the first and the last row), 7
+// (odd: cuBLASLt may take the part padded), 64 (a decode step) and 300 rows (past a 256-token
+// tile) run alone, each through both paths. One part is also checked against the CPU reference
+// (kLogitsTol: it keeps every row from being the same wrong bits). Shapes of real heads: Qwen3-1.7B
+// (V 151,936, H 2048: 37 chunks and a last one of 448) and SmolLM2-135M (49,152 × 576: 12 whole
+// chunks). Weights uniform of variance 4/H: logits ~ N(0, 4), a broad softmax as in the cases above.
+struct ExactCase {
+  int64_t V, H;
+};
+
+void PrintTo(const ExactCase& c, std::ostream* os) { *os << "V " << c.V << ", H " << c.H; }
+
+// bf16 [rows, cols] on the CPU, uniform in [−scale, scale) from a counter hash (splitmix64): fast
+// enough for a whole vocabulary's head.
+Tensor uniform_bf16(int64_t rows, int64_t cols, uint64_t seed, float scale) {
+  Tensor t = Tensor::empty({rows, cols}, DType::bf16);
+  bf16* p = t.data_as<bf16>();
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    uint64_t z = seed + uint64_t(i) * 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    p[i] = float_to_bf16(scale * (float(z >> 40) * 0x1p-23f - 1.0f));
+  }
+  return t;
+}
+
+class LmHeadExactGpu : public ::testing::TestWithParam<ExactCase> {};
+
+TEST_P(LmHeadExactGpu, RowsAreTheSameBitsInEveryBatch) {
+  LOCKSTEP_REQUIRE_GPU();
+  const auto [V, H] = GetParam();
+  constexpr int64_t T = 4096;
+  const ExactForwardScope exact;
+  const Tensor h = random_values({T, H}, DType::bf16, 21, 1.0f);
+  const Tensor w = uniform_bf16(V, H, 22, float(2.0 * std::sqrt(3.0 / double(H))));
+  const Tensor targets = random_targets(T, V, 23);
+  const Tensor hg = h.to(Device::cuda), wg = w.to(Device::cuda), targets_g = targets.to(Device::cuda);
+  const Forward all = forward(hg, wg, targets_g, 1.0f);
+
+  for (const auto& [begin, count] : {std::pair<int64_t, int64_t>{0, 1}, {T - 1, 1}, {1000, 7}, {64, 64},
+                                     {3000, 300}}) {
+    SCOPED_TRACE(::testing::Message() << "rows " << begin << " .. " << begin + count);
+    const Tensor hp = hg.rows(begin, begin + count), tp = targets_g.rows(begin, begin + count);
+    const Forward part = forward(hp, wg, tp, 1.0f);
+    EXPECT_TRUE(same_bytes(part.logprob, all.logprob.rows(begin, begin + count))) << "logprob";
+    EXPECT_TRUE(same_bytes(part.entropy, all.entropy.rows(begin, begin + count))) << "entropy";
+    EXPECT_TRUE(same_bytes(part.lse, all.lse.rows(begin, begin + count))) << "lse";
+
+    Tensor logits = poisoned({count, V}, DType::f32, Device::cuda);
+    lm_head_logits(logits, hp, wg);
+    Tensor lp = poisoned({count}, DType::f32, Device::cuda), ent = poisoned({count}, DType::f32, Device::cuda);
+    logits_logprob(lp, ent, logits, tp, 1.0f);
+    EXPECT_TRUE(same_bytes(lp, all.logprob.rows(begin, begin + count))) << "rollout's logprob";
+    EXPECT_TRUE(same_bytes(ent, all.entropy.rows(begin, begin + count))) << "rollout's entropy";
+
+    if (count == 7) {
+      const Forward cpu = forward(h.rows(begin, begin + count), w, targets.rows(begin, begin + count), 1.0f);
+      EXPECT_LE(rel_error(to_double(part.logprob), to_double(cpu.logprob)), kLogitsTol) << "logprob vs CPU";
+      EXPECT_LE(rel_error(to_double(part.entropy), to_double(cpu.entropy)), kLogitsTol) << "entropy vs CPU";
+      EXPECT_LE(rel_error(to_double(part.lse), to_double(cpu.lse)), kLogitsTol) << "lse vs CPU";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Heads, LmHeadExactGpu,
+                         ::testing::Values(ExactCase{151936, 2048}, ExactCase{49152, 576}),
+                         [](const ::testing::TestParamInfo<ExactCase>& info) {
+                           std::string name = "V";  // (appended to, as in test_gemm_gpu's shape_name)
+                           return name += std::to_string(info.param.V) + "_H" + std::to_string(info.param.H);
+                         });
 
 // Target ids on CUDA are not checked on the host: one outside [0, V) poisons what depends on it
 // (and only that in the forward), for the trainer's non-finite check to catch.
