@@ -242,11 +242,11 @@ const Linear kExpertLinears[] = {{"qwen3-30b-a3b", "gate_up", 1536, 2048}, {"qwe
 // Rows per expert of `rows` (tokens · top-k) routed rows: uniform (equal shares), or skewed (expert
 // e's share ∝ 1/(e + 1), Zipf: the first expert takes ~18% of the rows, the last ~0.1%).
 std::vector<int64_t> expert_loads(int64_t rows, bool skewed) {
-  std::vector<double> share(size_t(kExperts));
+  std::vector<double> share(static_cast<size_t>(kExperts));
   for (int64_t e = 0; e < kExperts; ++e) share[size_t(e)] = skewed ? 1.0 / double(e + 1) : 1.0;
   double total = 0;
   for (double v : share) total += v;
-  std::vector<int64_t> loads(size_t(kExperts));
+  std::vector<int64_t> loads(static_cast<size_t>(kExperts));
   int64_t given = 0;
   for (int64_t e = 0; e < kExperts; ++e) given += loads[size_t(e)] = int64_t(double(rows) * share[size_t(e)] / total);
   for (int64_t e = 0; given < rows; e = (e + 1) % kExperts) ++loads[size_t(e)], ++given;  // the rounding's rest
@@ -279,8 +279,8 @@ void bench_grouped() {
   for (const Linear& l : kExpertLinears) {
     const int64_t N = l.n, K = l.k;
     const Tensor master = random_device({N, K}, DType::bf16);
-    std::vector<Fp8Weight> fp8(size_t(kExperts));
-    std::vector<Tensor> bf16(size_t(kExperts));
+    std::vector<Fp8Weight> fp8(static_cast<size_t>(kExperts));
+    std::vector<Tensor> bf16(static_cast<size_t>(kExperts));
     std::vector<Fp8Blocks> ws, wts;
     for (int64_t e = 0; e < kExperts; ++e) {
       fp8[size_t(e)] = Fp8Weight::empty(N, K, Device::cuda);
@@ -306,7 +306,7 @@ void bench_grouped() {
         quantize_rows(qx, x);
         quantize_rows(qdy, dy);
         // The loops' inputs: each expert's rows quantized alone, as the model's loop does.
-        std::vector<Fp8Rows> qx_e(size_t(kExperts)), qdy_e(size_t(kExperts));
+        std::vector<Fp8Rows> qx_e(static_cast<size_t>(kExperts)), qdy_e(static_cast<size_t>(kExperts));
         for (int64_t e = 0; e < kExperts; ++e) {
           const int64_t b = offsets[size_t(e)], n = loads[size_t(e)];
           if (n == 0) continue;

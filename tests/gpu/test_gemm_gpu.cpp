@@ -379,10 +379,10 @@ struct GroupedCase {
 // `experts` loads summing to `rows`: a random share each, every `empty_every`-th expert none.
 std::vector<int64_t> random_loads(int64_t experts, int64_t rows, int empty_every, uint64_t seed) {
   std::mt19937_64 rng(seed);
-  std::vector<double> share(size_t(experts));
+  std::vector<double> share(static_cast<size_t>(experts));
   for (int64_t e = 0; e < experts; ++e) share[size_t(e)] = e % empty_every == 1 ? 0.0 : double(rng() % 1000 + 1);
   const double total = std::accumulate(share.begin(), share.end(), 0.0);
-  std::vector<int64_t> loads(size_t(experts));
+  std::vector<int64_t> loads(static_cast<size_t>(experts));
   int64_t given = 0;
   for (int64_t e = 0; e < experts; ++e) given += loads[size_t(e)] = int64_t(double(rows) * share[size_t(e)] / total);
   for (int64_t e = 0; given < rows; e = (e + 1) % experts)  // the rounding's rest, to non-empty experts
