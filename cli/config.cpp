@@ -425,7 +425,7 @@ const std::vector<Section>& schema() {
             "once per optimizer step (4 more bytes per parameter, 1/k of the traffic with k "
             "micro-batches)"),
       field("shard_weights", &O::shard_weights,
-            "with optim.shard_state and several ranks (CPU ranks only for now), also the bf16/fp8 "
+            "with optim.shard_state and several ranks, also the bf16/fp8 "
             "weight copies the GEMMs read (ZeRO-3): between uses each rank keeps its own rows of every layer matrix; each "
             "layer's whole copies are all-gathered before its forward and backward (the next "
             "layer's beside the compute) and freed after, and the rollout's are gathered once "

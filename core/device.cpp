@@ -161,7 +161,12 @@ void device_copy(void* dst, Device dst_device, const void* src, Device src_devic
     return;
   }
 #if LOCKSTEP_HAS_CUDA
-  LOCKSTEP_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+  // On the current stream, as every CUDA op of the thread (not cudaMemcpy's legacy stream, which a
+  // side stream's work is not ordered with: a copy inside a CurrentStream scope raced with the
+  // work queued there before it).
+  const cudaStream_t stream = current_stream();
+  LOCKSTEP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream));
+  if (dst_device == Device::cpu || src_device == Device::cpu) LOCKSTEP_CUDA_CHECK(cudaStreamSynchronize(stream));
 #else
   no_cuda();
 #endif
@@ -229,7 +234,7 @@ void device_fill_bytes(Device d, void* p, unsigned char value, size_t bytes) {
     return;
   }
 #if LOCKSTEP_HAS_CUDA
-  LOCKSTEP_CUDA_CHECK(cudaMemset(p, value, bytes));
+  LOCKSTEP_CUDA_CHECK(cudaMemsetAsync(p, value, bytes, current_stream()));  // as device_copy
 #else
   no_cuda();
 #endif

@@ -59,7 +59,8 @@ std::string out_of_memory_message(size_t bytes, const DeviceMemoryStats& stats, 
 // arena (core/graph_arena.h).
 void* device_alloc(Device d, size_t bytes);
 void device_free(Device d, void* p);
-// Copies between any two places; synchronous with respect to the host.
+// Copies between any two places, on the current stream (core/cuda_stream.h); returns when the copy
+// has ended where the host is one side (device to device: queued, as every kernel).
 void device_copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);
 // Page-locked host memory (plain host memory without CUDA): what lets a copy between the host and
 // the GPU run asynchronously.
@@ -75,7 +76,7 @@ void device_copy_2d_async(void* dst, size_t dst_pitch, Device dst_device, const 
                           size_t src_pitch, Device src_device, size_t row_bytes, size_t rows);
 // Waits for the current stream's queued work (nothing to wait for without CUDA).
 void stream_synchronize();
-void device_fill_bytes(Device d, void* p, unsigned char value, size_t bytes);
+void device_fill_bytes(Device d, void* p, unsigned char value, size_t bytes);  // on the current stream
 // Waits for the GPU's queued work (nothing to wait for without one).
 void device_synchronize();
 // Seconds from t0 until the GPU's queued work is done (device_synchronize, then the clock): the

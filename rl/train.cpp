@@ -574,12 +574,6 @@ void check_data_parallel(const Config& config, int ranks) {
                  "ranks yet (", ranks, " ranks): run it on one");
   LOCKSTEP_CHECK(!config.optim.shard_weights || config.optim.shard_state, "optim.shard_weights = true "
                  "needs optim.shard_state = true (the weight copies are sharded as the fp32 masters are)");
-  // On 4 H200s (2026-11-28) every step of a sharded-weights run had a non-finite loss (Qwen3-8B
-  // shape, bf16 and fp8; the built-in job on 2 GPUs too), where the CPU runs equal the unsharded
-  // ones bit for bit: refused on the GPU until that is found.
-  const bool gpu = config.model.device == "cuda" || (config.model.device == "auto" && cuda_device_available());
-  LOCKSTEP_CHECK(!config.optim.shard_weights || !gpu, "optim.shard_weights = true runs on the CPU only for now "
-                 "(on the GPU its losses are not finite: a known bug); leave it false, or use --model.device=cpu");
 }
 
 TrainSummary run_train(const Config& config, const TrainHooks& hooks, Communicator& comm) {

@@ -157,13 +157,15 @@ std::pair<int64_t, int64_t> tapped_rows(std::span<const Engine::StepChunk> chunk
 std::vector<std::vector<GeneratedSample>> generate(Transformer& model,
                                                    const std::vector<std::vector<int32_t>>& prompts,
                                                    const ForwardComparisonOptions& o, bool graphs,
-                                                   Engine::StepObserver observer = nullptr) {
-  // As rl/train.cpp's engine_options sizes the engine: every sequence resident at once (no
-  // preemption), all of them in every decode step; the cache's size bounds the decode graph's
-  // block tables, which set its attention's split count.
+                                                   Engine::StepObserver observer = nullptr,
+                                                   int64_t* preemptions = nullptr) {
+  // As rl/train.cpp's engine_options sizes the engine (unless cache_blocks says otherwise): every
+  // sequence resident at once (no preemption), all of them in every decode step; the cache's size
+  // bounds the decode graph's block tables, which set its attention's split count.
   int64_t blocks = 1;
   for (const auto& p : prompts)
     blocks += (int64_t(p.size()) + o.new_tokens + o.block_size - 1) / o.block_size;
+  if (o.cache_blocks > 0) blocks = o.cache_blocks;
   Engine engine(model, {.num_blocks = blocks,
                         .block_size = o.block_size,
                         .max_step_tokens = o.step_tokens,
@@ -179,7 +181,9 @@ std::vector<std::vector<GeneratedSample>> generate(Transformer& model,
     q.sampling.seed = o.seed + r;
     requests.push_back(std::move(q));
   }
-  return engine.generate(requests);
+  auto results = engine.generate(requests);
+  if (preemptions) *preemptions = engine.stats().preemptions;
+  return results;
 }
 
 }  // namespace
@@ -203,6 +207,7 @@ ForwardComparison compare_rollout_forward(Transformer& rollout, Transformer& tra
   std::map<OpKey, std::map<RowKey, HostRow>> rollout_rows;
   std::vector<OpKey> order;  // ops in the order the forward runs them
   std::vector<Engine::StepChunk> step;
+  int64_t preemptions = 0;
   const auto rollout_tap = [&](int64_t layer, std::string_view op, const LinearInput& v) {
     const OpKey key{layer, std::string(op)};
     auto [it, added] = rollout_rows.try_emplace(key);
@@ -221,7 +226,7 @@ ForwardComparison compare_rollout_forward(Transformer& rollout, Transformer& tra
     const TapScope tap(rollout, rollout_tap);
     return generate(rollout, prompts, o, false, [&](std::span<const Engine::StepChunk> chunks) {
       step.assign(chunks.begin(), chunks.end());
-    });
+    }, &preemptions);
   }();
 
   // 2. The training forward over prompt + generated tokens, in micro-batches of whole sequences
@@ -279,6 +284,7 @@ ForwardComparison compare_rollout_forward(Transformer& rollout, Transformer& tra
   }
 
   ForwardComparison out;
+  out.preemptions = preemptions;
   for (const OpKey& key : order)
     for (bool decode : {false, true}) {
       const auto& from = decode ? compared_decode : compared;

@@ -18,6 +18,9 @@
 // the mean and max |Δlogp| and the count of tokens whose logprobs are not bit-equal; and the same
 // over the tokens whose LM-head input rows were equal (the head's own share).
 //
+// With a small cache (cache_blocks) the engine preempts sequences and recomputes them later, their
+// generated tokens so far as prefill rows: the recomputation's rows replace the first's.
+//
 // On the CPU every row and logprob is equal (the CPU's guarantee: rollout and training compute
 // the same function). The taps run on the host, so the tapped generation runs its decode steps
 // without CUDA graphs (the decode graph promises the same bits with graphs on or off); with
@@ -41,6 +44,9 @@ struct ForwardComparisonOptions {
   int64_t train_tokens = 16384;  // the training forward's micro-batch token budget
   bool cuda_graphs = false;      // also generate with CUDA graphs (a model on the GPU)
   int64_t block_size = 16;
+  // The KV cache's blocks; 0: enough for every sequence at once (as the RL loop sizes it: no
+  // preemption). Fewer preempt the newest sequences, which are recomputed later (rollout/engine.h).
+  int64_t cache_blocks = 0;
 };
 
 // One op of one layer (layer = num_hidden_layers: the final norm), over the rows of one phase.
@@ -68,6 +74,7 @@ struct ForwardComparison {
   // With cuda_graphs: the graph generation's logprobs against the training forward's, and its
   // tokens and logprobs against the tapped generation's (tokens compared up to a sequence's first
   // differing token; graph_tokens_differ counts the sequences that have one).
+  int64_t preemptions = 0;  // of the tapped generation (rollout/engine.h EngineStats)
   bool graphs_run = false;
   LogprobComparison graph_logprobs;
   int64_t graph_tokens_differ = 0, graph_logprobs_not_equal_to_eager = 0;

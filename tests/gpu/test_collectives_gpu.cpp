@@ -16,28 +16,13 @@
 #include <vector>
 
 #include "core/device.h"
-#include "tests/dist/test_world.h"
+#include "tests/gpu/rank_gpu.h"
 
 using namespace lockstep;
 
 namespace {
 
 using lockstep::testing::world;
-
-// The GPU of this rank, selected once; false (the tests skip) without one for every rank.
-bool gpu_for_this_rank() {
-  static const bool ok = [] {
-    Communicator& c = world();
-    if (!cuda_device_available() || cuda_device_count() < c.size()) return false;
-    select_cuda_device(c.local_rank());
-    return true;
-  }();
-  return ok;
-}
-
-#define REQUIRE_GPUS()                                                                     \
-  if (!gpu_for_this_rank()) GTEST_SKIP() << "needs one GPU per rank (" << world().size() \
-                                         << " ranks, " << cuda_device_count() << " GPUs)"
 
 // Rank r's element i: an integer below 2^11, so that a sum over ≤ 2^12 ranks is exact in f32.
 float small_integer(int r, int64_t i) { return float((int64_t(r) * 7919 + i * 31) % 2048); }
@@ -58,7 +43,7 @@ std::vector<float> floats(const Tensor& t) {
 class CollectivesGpu : public ::testing::TestWithParam<int64_t> {};
 
 TEST_P(CollectivesGpu, AllReduceSumEqualsTheCpuSum) {
-  REQUIRE_GPUS();
+  REQUIRE_RANK_GPU();
   Communicator& c = world();
   const int64_t n = GetParam();
   Tensor cpu = host_f32(n, c.rank());
@@ -70,7 +55,7 @@ TEST_P(CollectivesGpu, AllReduceSumEqualsTheCpuSum) {
 }
 
 TEST_P(CollectivesGpu, ReduceScatterGivesEachRankItsRowsOfTheSum) {
-  REQUIRE_GPUS();
+  REQUIRE_RANK_GPU();
   Communicator& c = world();
   const int64_t n = GetParam();  // per rank
   const Tensor full = host_f32(n * c.size(), c.rank());
@@ -85,7 +70,7 @@ TEST_P(CollectivesGpu, ReduceScatterGivesEachRankItsRowsOfTheSum) {
 }
 
 TEST_P(CollectivesGpu, AllGatherStacksTheRanksBytesAsTheCpuDoes) {
-  REQUIRE_GPUS();
+  REQUIRE_RANK_GPU();
   Communicator& c = world();
   const int64_t n = GetParam();
   // E4M3 bytes (the fp8 hand-over moves them), every byte value.
@@ -103,7 +88,7 @@ TEST_P(CollectivesGpu, AllGatherStacksTheRanksBytesAsTheCpuDoes) {
 INSTANTIATE_TEST_SUITE_P(Sizes, CollectivesGpu, ::testing::Values(7, 1 << 20, 48 << 20));
 
 TEST(CollectivesGpuOnce, RandomSumsHaveTheSameBitsOnEveryRank) {
-  REQUIRE_GPUS();
+  REQUIRE_RANK_GPU();
   Communicator& c = world();
   const int64_t n = 1 << 22;
   std::mt19937 rng(1234 + c.rank());
@@ -135,7 +120,7 @@ TEST(CollectivesGpuOnce, RandomSumsHaveTheSameBitsOnEveryRank) {
 }
 
 TEST(CollectivesGpuOnce, BroadcastAndF64SumOnAStreamOfTheirOwn) {
-  REQUIRE_GPUS();
+  REQUIRE_RANK_GPU();
   Communicator& c = world();
   cudaStream_t stream = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
@@ -161,7 +146,7 @@ TEST(CollectivesGpuOnce, BroadcastAndF64SumOnAStreamOfTheirOwn) {
 }
 
 TEST(CollectivesGpuOnce, CollectiveSecondsCountTheGpuTimeOfFinishedCollectives) {
-  REQUIRE_GPUS();
+  REQUIRE_RANK_GPU();
   Communicator& c = world();
   if (c.size() == 1) GTEST_SKIP() << "one rank runs no collectives";
   Tensor t = Tensor::zeros({64 << 20}, DType::f32, Device::cuda);  // 256 MB

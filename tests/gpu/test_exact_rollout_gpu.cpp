@@ -2,7 +2,7 @@
 // settings), the rollout's rows equal the training forward's at every op and every generated token's
 // logprob equals the training forward's, bit for bit, as on the CPU (tests/rollout/
 // test_forward_comparison.cpp) — for random mixes of batch sizes, prompt lengths and prefill chunk
-// sizes, bf16 and fp8, with the bf16 and the e4m3 KV cache, with and without CUDA graphs
+// sizes, a cache small enough to preempt, bf16 and fp8, with the bf16 and the e4m3 KV cache, with and without CUDA graphs
 // (rollout/forward_comparison.h). Models: the GPU tests' tiny Qwen3 (head_dim 128, GQA 2) and
 // SmolLM2-135M's layer shapes (partial fp8 blocks, GQA 3), random weights.
 #include <gtest/gtest.h>
@@ -55,15 +55,22 @@ TEST_P(ExactRolloutGpu, EveryOpAndLogprobBitIdenticalForRandomMixes) {
   std::mt19937_64 rng(11);
   // Batch sizes, prompt lengths and step budgets (prefill chunks end inside prompts, decode steps
   // share steps with later prompts' chunks at the smaller budgets).
-  const std::vector<std::pair<int, int64_t>> mixes = {{1, 2048}, {5, 16}, {33, 64}, {12, 4096}};
-  for (const auto& [batch, step_tokens] : mixes) {
+  // The last mix has a cache of 40 blocks of 16 tokens, too small for its 24 sequences at once: the
+  // engine preempts and recomputes some (their generated tokens so far as prefill rows).
+  struct Mix {
+    int batch;
+    int64_t step_tokens, cache_blocks = 0;
+  };
+  const std::vector<Mix> mixes = {{1, 2048}, {5, 16}, {33, 64}, {12, 4096}, {24, 256, 40}};
+  for (const auto& [batch, step_tokens, cache_blocks] : mixes) {
     std::uniform_int_distribution<int> length(3, 150);
     std::vector<int> lengths;
     for (int i = 0; i < batch; ++i) lengths.push_back(length(rng));
     const auto prompts = random_sequences(lengths, c.config.vocab_size, rng());
     const ForwardComparisonOptions options{.new_tokens = 12, .step_tokens = std::max<int64_t>(step_tokens, batch),
                                            .temperature = 1.0f, .seed = rng(), .tapped_sequences = 3,
-                                           .train_tokens = 512, .cuda_graphs = true};
+                                           .train_tokens = 512, .cuda_graphs = true,
+                                           .cache_blocks = cache_blocks};
     const ForwardComparison r = compare_rollout_forward(model, model, prompts, options);
     const std::string mix = "batch " + std::to_string(batch) + ", step budget " + std::to_string(step_tokens);
     for (const OpComparison& op : r.ops) {
@@ -72,6 +79,7 @@ TEST_P(ExactRolloutGpu, EveryOpAndLogprobBitIdenticalForRandomMixes) {
       EXPECT_EQ(op.codes_differ, 0) << what;
       EXPECT_FALSE(op.forms_differ) << what;
     }
+    if (cache_blocks > 0) EXPECT_GT(r.preemptions, 0) << mix << ": nothing was preempted";
     EXPECT_EQ(r.logprobs.tokens, int64_t(batch) * options.new_tokens) << mix;
     EXPECT_EQ(r.logprobs.not_equal, 0) << mix << ": mean |dlogp| " << r.logprobs.mean_abs_diff;
     ASSERT_TRUE(r.graphs_run) << mix;

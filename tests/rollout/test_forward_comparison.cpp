@@ -2,7 +2,8 @@
 // op of every layer (prompt rows through chunked prefill, generated rows through decode steps,
 // training rows through several micro-batches), and so do the logprobs; a planted difference (a
 // rollout whose KV cache is e4m3 against a training forward that keeps k and v in bf16) is
-// reported, first at the attention of layer 0, with the ops before it still equal.
+// reported, first at the attention of layer 0, with the ops before it still equal; sequences
+// preempted for want of cache and recomputed keep the same bits.
 #include <gtest/gtest.h>
 
 #include <set>
@@ -93,6 +94,25 @@ INSTANTIATE_TEST_SUITE_P(Recipes, ForwardComparisonCpu,
                            return std::string(recipe_name(info.param.recipe)) +
                                   (info.param.fp8_kv_cache ? "_fp8_kv" : "_bf16_kv");
                          });
+
+// A cache too small for every sequence at once: the engine preempts the newest and recomputes them
+// later (their generated tokens so far as prefill rows), and the bits stay the training forward's.
+TEST(ForwardComparison, PreemptedSequencesKeepEveryRowAndLogprob) {
+  const ModelConfig c = comparison_config();
+  for (const Recipe recipe : {Recipe::bf16, Recipe::fp8}) {
+    Transformer model(c, random_parameters(c, 1), recipe, {.fp8_kv_cache = recipe == Recipe::fp8});
+    ForwardComparisonOptions o = options();
+    o.block_size = 4;
+    o.cache_blocks = 8;  // the three sequences need 3 + 7 + 5 blocks of 4 tokens
+    const ForwardComparison r =
+        compare_rollout_forward(model, model, random_sequences(kPromptLengths, c.vocab_size, 2), o);
+    const std::string what(recipe_name(recipe));
+    EXPECT_GT(r.preemptions, 0) << what << ": nothing was preempted, nothing tested";
+    for (const OpComparison& op : r.ops) EXPECT_EQ(op.rows_equal, op.rows) << what << " " << op.layer << " " << op.op;
+    EXPECT_EQ(r.logprobs.tokens, 3 * kNewTokens) << what;
+    EXPECT_EQ(r.logprobs.not_equal, 0) << what;
+  }
+}
 
 const OpComparison& find_op(const ForwardComparison& r, int64_t layer, const std::string& op,
                             bool decode) {
