@@ -1,5 +1,5 @@
-// Every CUDA GEMM (cuBLASLt, and the fp8 small-T kernel) against the CPU reference on the same
-// operands: ‖gpu − cpu‖/‖cpu‖.
+// Every CUDA GEMM (cuBLASLt, the fp8 small-T kernel, the grouped fp8 GEMM) against the CPU
+// reference on the same operands: ‖gpu − cpu‖/‖cpu‖.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -376,7 +376,7 @@ struct GroupedCase {
   DType out;
 };
 
-// `experts` loads summing to `rows`: a random share each, every `empty_every`-th expert none.
+// `experts` loads summing to `rows`: a random share each, none for experts 1, 1 + empty_every, …
 std::vector<int64_t> random_loads(int64_t experts, int64_t rows, int empty_every, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::vector<double> share(static_cast<size_t>(experts));
@@ -390,7 +390,7 @@ std::vector<int64_t> random_loads(int64_t experts, int64_t rows, int empty_every
   return loads;
 }
 
-// Quantized experts on the device (and their stacks on the host), the offsets of some loads.
+// Random experts quantized on the device and stacked (FProp's W, DGrad's Wᵀ), and host copies.
 struct GroupedExperts {
   GroupedExperts(int64_t experts, int64_t N, int64_t K) {
     std::vector<Fp8Blocks> ws, wts;
