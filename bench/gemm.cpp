@@ -5,7 +5,11 @@
 // cuBLASLt GEMM is timed twice: with the autotuned algorithm (the default) and with cuBLASLt's
 // first heuristic choice (what LOCKSTEP_GEMM_AUTOTUNE=0 selects).
 // Usage: bench_gemm [--json out.json] [--reps N] [--decode-only] [--small-t MODEL:LINEAR:T] [--exact]
+//                   [--grouped]
 //   --decode-only: the decode table alone.
+//   --grouped: the expert GEMMs of a mixture-of-experts layer alone (Qwen3-30B-A3B's shapes): the
+//     grouped fp8 GEMM (ops/gemm.h gemm_fp8_grouped) against the per-expert loops of the ordinary
+//     fp8 and bf16 GEMMs, at training and decode token counts, uniform and skewed expert loads.
 //   --exact: the exact forward kernels (ops/forward_kernels.h): fp8 FProp on the batch-invariant
 //     kernel, bf16 FProp without split-K.
 //   --small-t qwen3-8b:o:64: only the fp8 small-T kernel at that shape, --reps calls (L2 flushed
@@ -13,6 +17,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -230,6 +235,139 @@ void bench_one_small_t(const SmallTShape& shape) {
               ms * 1e3, g_reps);
 }
 
+// Qwen3-30B-A3B's experts: hidden 2048, moe_intermediate 768, 128 experts, top-8.
+constexpr int64_t kExperts = 128, kTopK = 8;
+const Linear kExpertLinears[] = {{"qwen3-30b-a3b", "gate_up", 1536, 2048}, {"qwen3-30b-a3b", "down", 2048, 768}};
+
+// Rows per expert of `rows` (tokens · top-k) routed rows: uniform (equal shares), or skewed (expert
+// e's share ∝ 1/(e + 1), Zipf: the first expert takes ~18% of the rows, the last ~0.1%).
+std::vector<int64_t> expert_loads(int64_t rows, bool skewed) {
+  std::vector<double> share(static_cast<size_t>(kExperts));
+  for (int64_t e = 0; e < kExperts; ++e) share[size_t(e)] = skewed ? 1.0 / double(e + 1) : 1.0;
+  double total = 0;
+  for (double v : share) total += v;
+  std::vector<int64_t> loads(static_cast<size_t>(kExperts));
+  int64_t given = 0;
+  for (int64_t e = 0; e < kExperts; ++e) given += loads[size_t(e)] = int64_t(double(rows) * share[size_t(e)] / total);
+  for (int64_t e = 0; given < rows; e = (e + 1) % kExperts) ++loads[size_t(e)], ++given;  // the rounding's rest
+  return loads;
+}
+
+// ‖a − b‖ / ‖b‖ of two bf16 tensors on the device.
+double rel_error_bf16(const Tensor& a, const Tensor& b) {
+  const Tensor ha = a.to(Device::cpu), hb = b.to(Device::cpu);
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < ha.numel(); ++i) {
+    const double x = bf16_to_float(ha.data_as<bf16>()[i]), y = bf16_to_float(hb.data_as<bf16>()[i]);
+    num += (x - y) * (x - y);
+    den += y * y;
+  }
+  return std::sqrt(num / den);
+}
+
+// --grouped: FProp and DGrad of the experts' linears, TFLOP/s of the useful work (2·rows·N·K), for
+// the grouped fp8 kernel, the per-expert loop of fp8 GEMMs on cuBLASLt (small-T off), that loop as
+// dispatched (cuBLASLt or the small-T kernel per expert, the model's loop today), and the
+// per-expert loop of bf16 GEMMs; with the grouped output's relative error against the cuBLASLt loop's.
+// Each expert has its own weight memory (the loops' reads are not served from L2 by a shared one).
+void bench_grouped() {
+  std::printf("\nExpert GEMMs of Qwen3-30B-A3B (%ld experts, top-%ld), TFLOP/s (fp8 excludes quantization)\n",
+              long(kExperts), long(kTopK));
+  std::printf("%-8s %-5s %5s %6s %-7s %5s | %8s %8s %8s %8s | %9s %9s | %8s\n", "linear", "op", "T", "rows",
+              "loads", "most", "grouped8", "loop8", "loop8 d", "loop16", "g8/loop8", "g8/loop16", "rel err");
+  const int previous = cuda::gemm_set_fp8_small_t(cuda::kFp8SmallTAuto);
+  for (const Linear& l : kExpertLinears) {
+    const int64_t N = l.n, K = l.k;
+    const Tensor master = random_device({N, K}, DType::bf16);
+    std::vector<Fp8Weight> fp8(static_cast<size_t>(kExperts));
+    std::vector<Tensor> bf16(static_cast<size_t>(kExperts));
+    std::vector<Fp8Blocks> ws, wts;
+    for (int64_t e = 0; e < kExperts; ++e) {
+      fp8[size_t(e)] = Fp8Weight::empty(N, K, Device::cuda);
+      quantize_weight(fp8[size_t(e)], master);
+      bf16[size_t(e)] = Tensor::empty({N, K}, DType::bf16, Device::cuda);
+      bf16[size_t(e)].copy_from(master);
+      ws.push_back(fp8[size_t(e)].w);
+      wts.push_back(fp8[size_t(e)].wt);
+    }
+    const Fp8Blocks w = stack_fp8_blocks(ws), wt = stack_fp8_blocks(wts);
+    ws.clear(), wts.clear();
+    for (const int64_t T : {int64_t(64), int64_t(256), int64_t(8192)})
+      for (const bool skewed : {false, true}) {
+        const int64_t rows = T * kTopK;
+        const std::vector<int64_t> loads = expert_loads(rows, skewed);
+        std::vector<int64_t> offsets{0};
+        for (int64_t n : loads) offsets.push_back(offsets.back() + n);
+        Tensor host_offsets = Tensor::empty({kExperts + 1}, DType::i64);
+        std::copy(offsets.begin(), offsets.end(), host_offsets.data_as<int64_t>());
+        const Tensor device_offsets = host_offsets.to(Device::cuda);
+        const Tensor x = random_device({rows, K}, DType::bf16), dy = random_device({rows, N}, DType::bf16);
+        Fp8Rows qx = Fp8Rows::empty(rows, K, Device::cuda), qdy = Fp8Rows::empty(rows, N, Device::cuda);
+        quantize_rows(qx, x);
+        quantize_rows(qdy, dy);
+        // The loops' inputs: each expert's rows quantized alone, as the model's loop does.
+        std::vector<Fp8Rows> qx_e(static_cast<size_t>(kExperts)), qdy_e(static_cast<size_t>(kExperts));
+        for (int64_t e = 0; e < kExperts; ++e) {
+          const int64_t b = offsets[size_t(e)], n = loads[size_t(e)];
+          if (n == 0) continue;
+          qx_e[size_t(e)] = Fp8Rows::empty(n, K, Device::cuda);
+          qdy_e[size_t(e)] = Fp8Rows::empty(n, N, Device::cuda);
+          quantize_rows(qx_e[size_t(e)], x.rows(b, b + n));
+          quantize_rows(qdy_e[size_t(e)], dy.rows(b, b + n));
+        }
+        const int64_t most = *std::max_element(loads.begin(), loads.end());
+        const double flops = 2.0 * double(rows) * double(N) * double(K);
+        // FProp: out [rows, N] from x; DGrad: out [rows, K] from dy.
+        for (const bool dgrad : {false, true}) {
+          Tensor grouped = Tensor::empty({rows, dgrad ? K : N}, DType::bf16, Device::cuda);
+          Tensor looped = Tensor::empty(grouped.shape(), DType::bf16, Device::cuda);
+          const auto run_grouped = [&] {
+            gemm_fp8_grouped(grouped, dgrad ? qdy : qx, dgrad ? wt : w, offsets, device_offsets);
+          };
+          const auto run_loop8 = [&] {
+            for (int64_t e = 0; e < kExperts; ++e) {
+              if (loads[size_t(e)] == 0) continue;
+              Tensor out = looped.rows(offsets[size_t(e)], offsets[size_t(e + 1)]);
+              if (dgrad) gemm_dgrad(out, qdy_e[size_t(e)], fp8[size_t(e)]);
+              else gemm_fprop(out, qx_e[size_t(e)], fp8[size_t(e)]);
+            }
+          };
+          const auto run_loop16 = [&] {
+            for (int64_t e = 0; e < kExperts; ++e) {
+              const int64_t b = offsets[size_t(e)], end = offsets[size_t(e + 1)];
+              if (b == end) continue;
+              Tensor out = looped.rows(b, end);
+              if (dgrad) gemm_dgrad(out, dy.rows(b, end), bf16[size_t(e)]);
+              else gemm_fprop(out, x.rows(b, end), bf16[size_t(e)]);
+            }
+          };
+          const double g8 = time_ms(run_grouped);
+          cuda::gemm_set_fp8_small_t(cuda::kFp8SmallTAuto);
+          const double loop8_dispatched = time_ms(run_loop8);
+          cuda::gemm_set_fp8_small_t(0);
+          const double loop8 = time_ms(run_loop8);  // leaves the cuBLASLt loop's output in `looped`
+          const double err = rel_error_bf16(grouped, looped);
+          const double loop16 = time_ms(run_loop16);
+          cuda::gemm_set_fp8_small_t(cuda::kFp8SmallTAuto);
+          auto tf = [&](double ms) { return flops / (ms * 1e-3) / 1e12; };
+          const char* op = dgrad ? "dgrad" : "fprop";
+          const char* shape = skewed ? "skewed" : "uniform";
+          std::printf("%-8s %-5s %5ld %6ld %-7s %5ld | %8.1f %8.1f %8.1f %8.1f | %8.2fx %8.2fx | %8.1e\n", l.name, op,
+                      long(T), long(rows), shape, long(most), tf(g8), tf(loop8), tf(loop8_dispatched), tf(loop16),
+                      loop8 / g8, loop16 / g8, err);
+          add_json("{\"kind\": \"grouped\", \"model\": \"" + std::string(l.model) + "\", \"linear\": \"" + l.name +
+                   "\", \"op\": \"" + op + "\", \"T\": " + std::to_string(T) + ", \"rows\": " + std::to_string(rows) +
+                   ", \"loads\": \"" + shape + "\", \"most\": " + std::to_string(most) + ", \"N\": " +
+                   std::to_string(N) + ", \"K\": " + std::to_string(K) + ", \"grouped_fp8_ms\": " +
+                   std::to_string(g8) + ", \"loop_fp8_cublaslt_ms\": " + std::to_string(loop8) +
+                   ", \"loop_fp8_dispatched_ms\": " + std::to_string(loop8_dispatched) + ", \"loop_bf16_ms\": " +
+                   std::to_string(loop16) + ", \"rel_err_vs_loop_fp8\": " + std::to_string(err) + "}");
+        }
+      }
+  }
+  cuda::gemm_set_fp8_small_t(previous);
+}
+
 // One memory-bound kernel's line: µs and % of copy for a single call (median, as timed since the
 // first runs) and back to back (launch latency hidden, as in a training step).
 void memory_bound_row(const std::string& name, double bytes, double copy_gbs, const std::function<void()>& fn) {
@@ -288,7 +426,7 @@ void bench_memory_bound() {
 
 int main(int argc, char** argv) {
   std::string json_path, small_t;
-  bool decode_only = false;
+  bool decode_only = false, grouped = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--json" && i + 1 < argc) json_path = argv[++i];
@@ -296,9 +434,10 @@ int main(int argc, char** argv) {
     else if (a == "--decode-only") decode_only = true;
     else if (a == "--small-t" && i + 1 < argc) small_t = argv[++i];
     else if (a == "--exact") set_exact_forward(true);
+    else if (a == "--grouped") grouped = true;
     else {
       std::fprintf(stderr, "bench_gemm: unknown argument '%s'\nusage: bench_gemm [--json out.json] [--reps N] "
-                   "[--decode-only] [--small-t MODEL:LINEAR:T] [--exact]\n", a.c_str());
+                   "[--decode-only] [--small-t MODEL:LINEAR:T] [--exact] [--grouped]\n", a.c_str());
       return 2;
     }
   }
@@ -315,9 +454,13 @@ int main(int argc, char** argv) {
       bench_one_small_t(one_shape);
       return 0;
     }
-    if (!decode_only) bench_memory_bound();
-    bench_decode();
-    if (!decode_only) bench_training(8192);
+    if (grouped) {
+      bench_grouped();
+    } else {
+      if (!decode_only) bench_memory_bound();
+      bench_decode();
+      if (!decode_only) bench_training(8192);
+    }
     if (!json_path.empty()) {
       std::ofstream(json_path) << "{\"device\": \"" << prop.name << "\", \"results\": [\n" << json_rows << "\n]}\n";
     }

@@ -137,4 +137,49 @@ void gemm_wgrad(Tensor& dw, const Fp8Rows& dy_t, const Fp8Rows& x_t, bool accumu
   LOCKSTEP_ON_CUDA(cuda::gemm_wgrad_fp8(dw, dy_t, x_t, accumulate));
 }
 
+void gemm_fp8_grouped(Tensor& y, const Fp8Rows& x, const Fp8Blocks& w, const std::vector<int64_t>& offsets,
+                      const Tensor& device_offsets) {
+  const Device d = x.data.device();
+  check_fp8_rows(x, "gemm_fp8_grouped: x", d);
+  check_fp8_blocks(w, "gemm_fp8_grouped: w", d);
+  check_k(x.cols(), w.cols(), "gemm_fp8_grouped", x.data, w.data);
+  LOCKSTEP_CHECK(y.defined() && y.rank() == 2, "gemm_fp8_grouped: y must be a 2-D tensor, got ", y.describe());
+  const int64_t n = y.dim(1), experts = int64_t(offsets.size()) - 1;
+  check_output(y, "gemm_fp8_grouped: y", d, {x.rows(), n});
+  LOCKSTEP_CHECK(n > 0 && n % kQuantGroup == 0, "gemm_fp8_grouped: N (y's columns) must be a positive multiple of ",
+                 kQuantGroup, " (whole scale blocks per expert), got ", y.describe());
+  LOCKSTEP_CHECK(experts >= 1 && w.rows() == experts * n, "gemm_fp8_grouped: w must stack ", experts,
+                 " experts (offsets holds ", offsets.size(), " values) of N = ", n, " rows, got ", w.data.describe());
+  LOCKSTEP_CHECK(offsets.front() == 0 && offsets.back() == x.rows(),
+                 "gemm_fp8_grouped: offsets must run from 0 to x's rows (", x.rows(), "), got ", offsets.front(),
+                 " .. ", offsets.back());
+  for (int64_t e = 0; e < experts; ++e)
+    LOCKSTEP_CHECK(offsets[size_t(e)] <= offsets[size_t(e + 1)], "gemm_fp8_grouped: offsets decrease at expert ", e,
+                   ": ", offsets[size_t(e)], " then ", offsets[size_t(e + 1)]);
+  if (d == Device::cpu) return cpu::gemm_fp8_grouped(y, x, w, offsets);
+  check_tensor(device_offsets, "gemm_fp8_grouped: device_offsets", DType::i64, d);
+  check_shape(device_offsets, "gemm_fp8_grouped: device_offsets", {experts + 1});
+  LOCKSTEP_ON_CUDA(cuda::gemm_fp8_grouped(y, x, w, offsets, device_offsets));
+}
+
+Fp8Blocks stack_fp8_blocks(const std::vector<Fp8Blocks>& parts) {
+  LOCKSTEP_CHECK(!parts.empty(), "stack_fp8_blocks: no blocks to stack");
+  const Fp8Blocks& first = parts.front();
+  const Device d = first.data.device();
+  const int64_t rows = first.rows(), block_rows = rows / kQuantGroup;
+  LOCKSTEP_CHECK(rows % kQuantGroup == 0, "stack_fp8_blocks: rows must be a multiple of ", kQuantGroup, ", got ",
+                 first.data.describe());
+  Fp8Blocks stacked{Tensor::empty({int64_t(parts.size()) * rows, first.cols()}, DType::e4m3, d),
+                    Tensor::empty({int64_t(parts.size()) * block_rows, first.scales.dim(1)}, DType::f32, d)};
+  for (size_t e = 0; e < parts.size(); ++e) {
+    const Fp8Blocks& part = parts[e];
+    check_fp8_blocks(part, "stack_fp8_blocks: a part", d);
+    check_shape(part.data, "stack_fp8_blocks: a part", first.data.shape());
+    const int64_t r = int64_t(e) * rows, b = int64_t(e) * block_rows;
+    stacked.data.rows(r, r + rows).copy_from(part.data);
+    stacked.scales.rows(b, b + block_rows).copy_from(part.scales);
+  }
+  return stacked;
+}
+
 }  // namespace lockstep

@@ -19,6 +19,9 @@
 // free. DGrad's dx [T, K] is the K unpadded rows of Wᵀ.
 #pragma once
 
+#include <cstdint>
+#include <vector>
+
 #include "core/tensor.h"
 #include "numerics/quantize.h"
 
@@ -34,5 +37,30 @@ void gemm_wgrad(Tensor& dw, const Tensor& dy, const Tensor& x, bool accumulate);
 void gemm_fprop(Tensor& y, const Fp8Rows& x, const Fp8Weight& w);
 void gemm_dgrad(Tensor& dx, const Fp8Rows& dy, const Fp8Weight& w);
 void gemm_wgrad(Tensor& dw, const Fp8Rows& dy_t, const Fp8Rows& x_t, bool accumulate);
+
+// The experts of a mixture-of-experts layer in one fp8 GEMM (FProp, or DGrad), E experts: x's rows
+// sorted by expert, expert e owning rows [offsets[e], offsets[e + 1]), and
+//   y[rows of e] [n_e, N] = x[rows of e] · W_eᵀ
+// w holds the E experts' blocks stacked, [E·N, K]: W_e [N, K] for FProp, the expert's Wᵀ (its
+// Fp8Weight's wt) for DGrad, in rows [e·N, (e + 1)·N). N (y's columns) must be a multiple of 128,
+// so that every 128×128 scale block belongs to one expert and the stacked scales are the experts'
+// scales one after another; a model pays nothing for this form when its experts' weights are views
+// of one stacked buffer (stack_fp8_blocks copies separately made ones into it). K as for the other
+// fp8 GEMMs (stored padded to 128). y: bf16 or f32 [x.rows(), N].
+// offsets: E + 1 values on the host, 0 = offsets[0] ≤ … ≤ offsets[E] = x.rows() (they size the
+// launch); for CUDA operands also device_offsets, the same values as i64 [E + 1] on the device
+// (each tile of the kernel finds its expert there); on the CPU it may be left undefined.
+// Each expert's rows are the ordinary fp8 GEMM of those rows alone (gemm_fprop / gemm_dgrad, the
+// same per-128-K-block promotion): on the CPU, bit for bit. On CUDA one launch of the weight-
+// streaming kernel (ops/cuda/gemm_fp8_stream_kernel.cuh) over every expert's token tiles: a row's
+// bits depend on its expert's weight and the row alone, never on the other rows or experts, and
+// meet the fp8 GEMMs' tolerance to the CPU reference. WGrad (reduced over each expert's rows)
+// stays a loop of gemm_wgrad per expert.
+void gemm_fp8_grouped(Tensor& y, const Fp8Rows& x, const Fp8Blocks& w, const std::vector<int64_t>& offsets,
+                      const Tensor& device_offsets);
+
+// parts (E blocks of the same shape, rows a multiple of 128, on one device) stacked into the
+// [E·rows, cols] operand of gemm_fp8_grouped: a copy of every part's bytes and scales.
+Fp8Blocks stack_fp8_blocks(const std::vector<Fp8Blocks>& parts);
 
 }  // namespace lockstep

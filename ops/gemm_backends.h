@@ -4,6 +4,9 @@
 // copy.
 #pragma once
 
+#include <cstdint>
+#include <vector>
+
 #include "core/tensor.h"
 #include "numerics/quantize.h"
 
@@ -19,6 +22,9 @@ void gemm_tn(Tensor& out, const Operand& a, const Operand& b, bool accumulate);
 // a: activation-style (1×128 groups), b: Fp8Rows or Fp8Blocks; out bf16 or f32.
 void gemm_tn_fp8(Tensor& out, const Fp8Rows& a, const Fp8Rows& b, bool accumulate);
 void gemm_tn_fp8(Tensor& out, const Fp8Rows& a, const Fp8Blocks& b, bool accumulate);
+// ops/gemm.h's gemm_fp8_grouped: expert e's rows of a times rows [e·N, (e+1)·N) of b, N = out's
+// columns; each expert the gemm_tn_fp8 of its rows alone.
+void gemm_fp8_grouped(Tensor& out, const Fp8Rows& a, const Fp8Blocks& b, const std::vector<int64_t>& offsets);
 }  // namespace lockstep::cpu
 
 namespace lockstep::cuda {
@@ -33,6 +39,9 @@ void gemm_fp8(Tensor& out, const Fp8Rows& act, const Fp8Blocks& weight);  // DGr
 // forward's row of the same token differ). Slower at training token counts; the weight's rows
 // must be a multiple of 64.
 void gemm_fp8_fprop(Tensor& y, const Fp8Rows& x, const Fp8Blocks& w);
+// ops/gemm.h's gemm_fp8_grouped (ops/cuda/gemm_fp8_grouped.cu).
+void gemm_fp8_grouped(Tensor& y, const Fp8Rows& x, const Fp8Blocks& w, const std::vector<int64_t>& offsets,
+                      const Tensor& device_offsets);
 void gemm_wgrad_fp8(Tensor& dw, const Fp8Rows& dy_t, const Fp8Rows& x_t, bool accumulate);
 // Tests: take the padded-token path even where cuBLASLt could run the odd token count natively.
 void gemm_force_token_padding(bool on);

@@ -352,9 +352,26 @@ struct Scales {
   }
 };
 
-Scales scales_of(const Fp8Rows& q) { return {q.scales.data_as<float>(), 1, q.rows(), 1}; }
-Scales scales_of(const Fp8Blocks& q) {
-  return {q.scales.data_as<float>(), q.scales.dim(1), 1, kQuantGroup};
+// An fp8 operand of gemm_fp8, [rows, k] e4m3 with its scales: an Fp8Rows or Fp8Blocks, or a range
+// of its rows (whole 128-row blocks of an Fp8Blocks).
+struct Fp8Operand {
+  const e4m3* data;
+  int64_t rows, k;
+  Scales scales;
+};
+
+Fp8Operand rows_of(const Fp8Rows& q, int64_t begin, int64_t end) {
+  return {q.data.data_as<e4m3>() + begin * q.cols(), end - begin, q.cols(),
+          {q.scales.data_as<float>() + begin, 1, q.rows(), 1}};
+}
+Fp8Operand rows_of(const Fp8Blocks& q, int64_t begin, int64_t end) {
+  const int64_t ld = q.scales.dim(1);
+  return {q.data.data_as<e4m3>() + begin * q.cols(), end - begin, q.cols(),
+          {q.scales.data_as<float>() + begin / kQuantGroup * ld, ld, 1, kQuantGroup}};
+}
+template <class Q>
+Fp8Operand all_of(const Q& q) {
+  return rows_of(q, 0, q.rows());
 }
 
 // fp8: fresh lanes per 128-wide block; the scaled fp32 sums are parked in `slot` between chunks.
@@ -400,18 +417,16 @@ struct Fp8Tile {
 // measured break-even points (an e4m3 code costs more to widen in registers than a bf16).
 constexpr int64_t kInPlaceRows = 64, kInPlaceRowsFp8 = 8;
 
-template <class BQ>
-void gemm_fp8(Tensor& out, const Fp8Rows& a, const BQ& b, bool accumulate) {
-  const int64_t m = a.rows(), n = b.rows(), k = a.cols(), kc_count = (k + kKc - 1) / kKc;
-  const Panels pa = pack<kMr, false>(0, a.data.data_as<e4m3>(), m, k);
-  const e4m3* bd = b.data.template data_as<e4m3>();
+// out [a.rows, b.rows] (a view of whole rows).
+void gemm_fp8(Tensor& out, const Fp8Operand& a, const Fp8Operand& b, bool accumulate) {
+  const int64_t m = a.rows, n = b.rows, k = a.k, kc_count = (k + kKc - 1) / kKc;
+  const Panels pa = pack<kMr, false>(0, a.data, m, k);
   const Output o{out, accumulate};
   auto run = [&](auto b_rows) {
-    for_each_tile(m, n, kc_count, kMr * 4,
-                  Fp8Tile<decltype(b_rows)>{pa, b_rows, scales_of(a), scales_of(b), o, kc_count});
+    for_each_tile(m, n, kc_count, kMr * 4, Fp8Tile<decltype(b_rows)>{pa, b_rows, a.scales, b.scales, o, kc_count});
   };
-  if (m <= kInPlaceRowsFp8) return run(InPlaceB<e4m3>{bd, k});
-  run(PackedB{pack<kNr, false>(1, bd, n, k)});
+  if (m <= kInPlaceRowsFp8) return run(InPlaceB<e4m3>{b.data, k});
+  run(PackedB{pack<kNr, false>(1, b.data, n, k)});
 }
 
 }  // namespace
@@ -433,11 +448,21 @@ void gemm_tn(Tensor& out, const Operand& a, const Operand& b, bool accumulate) {
 }
 
 void gemm_tn_fp8(Tensor& out, const Fp8Rows& a, const Fp8Rows& b, bool accumulate) {
-  gemm_fp8(out, a, b, accumulate);
+  gemm_fp8(out, all_of(a), all_of(b), accumulate);
 }
 
 void gemm_tn_fp8(Tensor& out, const Fp8Rows& a, const Fp8Blocks& b, bool accumulate) {
-  gemm_fp8(out, a, b, accumulate);
+  gemm_fp8(out, all_of(a), all_of(b), accumulate);
+}
+
+void gemm_fp8_grouped(Tensor& out, const Fp8Rows& a, const Fp8Blocks& b, const std::vector<int64_t>& offsets) {
+  const int64_t n = out.dim(1);
+  for (size_t e = 0; e + 1 < offsets.size(); ++e) {
+    const int64_t begin = offsets[e], end = offsets[e + 1];
+    if (begin == end) continue;
+    Tensor rows = out.rows(begin, end);
+    gemm_fp8(rows, rows_of(a, begin, end), rows_of(b, int64_t(e) * n, int64_t(e + 1) * n), false);
+  }
 }
 
 }  // namespace lockstep::cpu

@@ -1,13 +1,16 @@
-// Every CUDA GEMM (cuBLASLt, and the fp8 small-T kernel) against the CPU reference on the same
-// operands: ‖gpu − cpu‖/‖cpu‖.
+// Every CUDA GEMM (cuBLASLt, the fp8 small-T kernel, the grouped fp8 GEMM) against the CPU
+// reference on the same operands: ‖gpu − cpu‖/‖cpu‖.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <numeric>
+#include <random>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "core/cuda_graph.h"
 #include "core/error.h"
@@ -396,6 +399,152 @@ TEST(Fp8DispatchCaptureGpu, NewShapeIsNotTimed) {
     EXPECT_EQ(uses_small_t(T, N, K, DType::bf16), T <= 16) << "T = " << T;
     EXPECT_LE(worst_row_error(to_double(y), to_double(g.y), N), tolerance(DType::bf16)) << "T = " << T;
   }
+}
+
+// The grouped fp8 GEMM of the experts (ops/gemm.h gemm_fp8_grouped; ops/cuda/gemm_fp8_grouped.cu):
+// FProp (the experts' W stacked) and DGrad (their Wᵀ stacked) against the CPU reference on the same
+// quantized bytes — which is, bit for bit, the per-expert loop of the ordinary fp8 GEMM
+// (tests/ops/test_gemm_grouped.cpp) — with the small-T kernel's criterion: error per row (rows span
+// 1e-3 .. 1e2) within the fp8 GEMMs' tolerances above. The kernel is the small-T kernel's, unsplit.
+struct GroupedCase {
+  std::vector<int64_t> loads;  // rows per expert
+  int64_t N, K;                // the layer: W [N, K]
+  DType out;
+};
+
+// `experts` loads summing to `rows`: a random share each, none for experts 1, 1 + empty_every, …
+std::vector<int64_t> random_loads(int64_t experts, int64_t rows, int empty_every, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<double> share(static_cast<size_t>(experts));
+  for (int64_t e = 0; e < experts; ++e) share[size_t(e)] = e % empty_every == 1 ? 0.0 : double(rng() % 1000 + 1);
+  const double total = std::accumulate(share.begin(), share.end(), 0.0);
+  std::vector<int64_t> loads(static_cast<size_t>(experts));
+  int64_t given = 0;
+  for (int64_t e = 0; e < experts; ++e) given += loads[size_t(e)] = int64_t(double(rows) * share[size_t(e)] / total);
+  for (int64_t e = 0; given < rows; e = (e + 1) % experts)  // the rounding's rest, to non-empty experts
+    if (share[size_t(e)] > 0) ++loads[size_t(e)], ++given;
+  return loads;
+}
+
+// Random experts quantized on the device and stacked (FProp's W, DGrad's Wᵀ), and host copies.
+struct GroupedExperts {
+  GroupedExperts(int64_t experts, int64_t N, int64_t K) {
+    std::vector<Fp8Blocks> ws, wts;
+    for (int64_t e = 0; e < experts; ++e) {
+      Fp8Weight q = Fp8Weight::empty(N, K, Device::cuda);
+      quantize_weight(q, random_tensor({N, K}, DType::f32, 200 + uint64_t(e)).to(Device::cuda));
+      ws.push_back(q.w);
+      wts.push_back(q.wt);
+    }
+    w = stack_fp8_blocks(ws);
+    wt = stack_fp8_blocks(wts);
+    w_host = to_host(w);
+    wt_host = to_host(wt);
+  }
+  Fp8Blocks w, wt, w_host, wt_host;  // [E·N, K] and [E·K, N]
+};
+
+std::vector<int64_t> offsets_of(const std::vector<int64_t>& loads) {
+  std::vector<int64_t> offsets{0};
+  for (int64_t n : loads) offsets.push_back(offsets.back() + n);
+  return offsets;
+}
+
+Tensor device_offsets(const std::vector<int64_t>& offsets) {
+  Tensor t = Tensor::empty({int64_t(offsets.size())}, DType::i64);
+  std::copy(offsets.begin(), offsets.end(), t.data_as<int64_t>());
+  return t.to(Device::cuda);
+}
+
+// rows [T, cols] quantized on the device, from seed.
+Fp8Rows quantized_rows(int64_t T, int64_t cols, uint64_t seed) {
+  Fp8Rows q = Fp8Rows::empty(T, cols, Device::cuda);
+  quantize_rows(q, random_tensor({T, cols}, DType::bf16, seed, true).to(Device::cuda));
+  return q;
+}
+
+class Fp8GroupedGpu : public ::testing::TestWithParam<GroupedCase> {};
+
+TEST_P(Fp8GroupedGpu, MatchesCpu) {
+  LOCKSTEP_REQUIRE_GPU();
+  const GroupedCase& c = GetParam();
+  const std::vector<int64_t> offsets = offsets_of(c.loads);
+  const int64_t T = offsets.back();
+  const Tensor d_offsets = device_offsets(offsets);
+  const GroupedExperts experts(int64_t(c.loads.size()), c.N, c.K);
+  const Fp8Rows qx = quantized_rows(T, c.K, 20), qdy = quantized_rows(T, c.N, 21);
+  const double tol = std::max(tolerance(c.out), kFp8F32Tol);
+
+  Tensor y = poisoned({T, c.N}, c.out, Device::cpu), yg = poisoned({T, c.N}, c.out, Device::cuda);
+  gemm_fp8_grouped(y, to_host(qx), experts.w_host, offsets, Tensor());
+  gemm_fp8_grouped(yg, qx, experts.w, offsets, d_offsets);
+  EXPECT_LE(worst_row_error(to_double(yg), to_double(y), c.N), tol) << "fprop";
+
+  Tensor dx = poisoned({T, c.K}, c.out, Device::cpu), dxg = poisoned({T, c.K}, c.out, Device::cuda);
+  gemm_fp8_grouped(dx, to_host(qdy), experts.wt_host, offsets, Tensor());
+  gemm_fp8_grouped(dxg, qdy, experts.wt, offsets, d_offsets);
+  EXPECT_LE(worst_row_error(to_double(dxg), to_double(dx), c.K), tol) << "dgrad";
+}
+
+std::string grouped_name(const ::testing::TestParamInfo<GroupedCase>& info) {
+  const GroupedCase& c = info.param;
+  const int64_t rows = std::accumulate(c.loads.begin(), c.loads.end(), int64_t(0));
+  const int64_t most = *std::max_element(c.loads.begin(), c.loads.end());
+  std::string name = "E";  // (appended to, as in shape_name)
+  name += std::to_string(c.loads.size()) + "_rows" + std::to_string(rows) + "_most" + std::to_string(most) + "_N" +
+          std::to_string(c.N) + "_K" + std::to_string(c.K) + "_" + std::string(dtype_name(c.out));
+  return name;
+}
+
+// Loads at the tile widths' edges (the most loaded expert picks 8 .. 128-row tiles: 1, 9, 64, 65,
+// 129 rows), empty experts first, inside and last; random loads of decode (64 tokens × top-8 over
+// 32 experts) and training size (2048 rows over 16 experts, one in 4 empty); and the expert shapes
+// of Qwen3-30B-A3B (gate_up N = 1536, K = 2048; down N = 2048, K = 768) over 16 of its experts.
+INSTANTIATE_TEST_SUITE_P(
+    Loads, Fp8GroupedGpu,
+    ::testing::Values(GroupedCase{{0, 1, 0}, 256, 384, DType::bf16}, GroupedCase{{3, 0, 9, 2}, 256, 384, DType::f32},
+                      GroupedCase{{64, 0, 5, 64, 1}, 256, 384, DType::bf16},
+                      GroupedCase{{0, 65, 7, 0}, 384, 640, DType::bf16},
+                      GroupedCase{{129, 0, 1, 128, 127, 300, 0}, 256, 384, DType::bf16},
+                      GroupedCase{{129, 0, 1, 128, 127, 300, 0}, 256, 384, DType::f32},
+                      GroupedCase{random_loads(32, 512, 5, 1), 256, 384, DType::bf16},
+                      GroupedCase{random_loads(16, 2048, 4, 2), 384, 640, DType::bf16},
+                      GroupedCase{random_loads(16, 512, 6, 3), 1536, 2048, DType::bf16},
+                      GroupedCase{random_loads(16, 2048, 6, 4), 2048, 768, DType::bf16}),
+    grouped_name);
+
+// A row's bits do not depend on the other experts: the same 5 rows of expert 1 with small
+// neighbours (8-row tiles) and after 200 rows of expert 0 (128-row tiles, the rows at another
+// place). And they are the dense batch-invariant kernel's bits for those rows alone: the same
+// kernel, and with one K block the dense launch cannot split K either.
+TEST(Fp8GroupedGpuRows, IndependentOfTheOtherExperts) {
+  LOCKSTEP_REQUIRE_GPU();
+  const int64_t N = 256, K = 128, rows = 5;
+  const GroupedExperts experts(4, N, K);
+  const Tensor x1 = random_tensor({rows, K}, DType::bf16, 30, true);
+  // Expert 1's rows after `before` rows of expert 0, then `after` rows of expert 3; its output rows.
+  auto expert1_rows = [&](int64_t before, int64_t after) {
+    const std::vector<int64_t> offsets = offsets_of({before, rows, 0, after});
+    const int64_t T = offsets.back();
+    Tensor x = random_tensor({T, K}, DType::bf16, 31 + uint64_t(before), true);
+    x.rows(before, before + rows).copy_from(x1);
+    Fp8Rows qx = Fp8Rows::empty(T, K, Device::cuda);
+    quantize_rows(qx, x.to(Device::cuda));
+    Tensor y = poisoned({T, N}, DType::bf16, Device::cuda);
+    gemm_fp8_grouped(y, qx, experts.w, offsets, device_offsets(offsets));
+    return y.rows(before, before + rows).to(Device::cpu);
+  };
+  const Tensor narrow = expert1_rows(3, 2), wide = expert1_rows(200, 77);
+  EXPECT_TRUE(same_bytes(narrow, wide));
+
+  const ExactForwardScope exact;
+  Fp8Weight w1 = Fp8Weight::empty(N, K, Device::cuda);  // expert 1's weight (GroupedExperts' seed)
+  quantize_weight(w1, random_tensor({N, K}, DType::f32, 201).to(Device::cuda));
+  Fp8Rows qx1 = Fp8Rows::empty(rows, K, Device::cuda);
+  quantize_rows(qx1, x1.to(Device::cuda));
+  Tensor dense = poisoned({rows, N}, DType::bf16, Device::cuda);
+  gemm_fprop(dense, qx1, w1);
+  EXPECT_TRUE(same_bytes(narrow, dense));
 }
 
 // Autotuning picks whichever of cuBLASLt's candidates is fastest, so every candidate must compute
