@@ -40,7 +40,7 @@ fi
 # $sanitized: everything that reads outside input (io, tasks, the run config), checkpoints
 # (writing, loading, fault injection; test_model's *Checkpoint* tests only), core and numerics,
 # about 1 min on 2 cores. Left out: test_core's two every-float conversion tests (2^32 inputs each,
-# about 3 min of CPU sanitized; the CPU-only and CUDA builds run them), and the ops, model, rollout
+# about 3 min of CPU sanitized; the first build runs them), and the ops, model, rollout
 # and training-loop tests, for CI's time (their cost is model arithmetic, which ASan slows
 # several-fold, and they read no outside input). All of them, sanitized:
 #   ctest --test-dir build-sanitize -L cpu   (after building them there)
