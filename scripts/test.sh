@@ -19,7 +19,7 @@ build=${BUILD_DIR:-build}
 # differs without CUDA, and takes the CUDA build's object for every other source (ccache's
 # preprocessor mode hashes that text and the flags other than -D and -I, so a hit is the object the
 # compiler would make).
-export CCACHE_DIR="$PWD/$build/ccache"
+export CCACHE_DIR="$(realpath -m "$build")/ccache"
 launcher="-DCMAKE_CXX_COMPILER_LAUNCHER=$(command -v ccache || true)"
 # AUTO: CUDA whenever nvcc exists (train_default.sh may have left OFF in the cache).
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLOCKSTEP_CUDA=AUTO "$launcher"
