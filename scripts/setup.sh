@@ -8,6 +8,7 @@ set -euo pipefail
 
 packages=(cmake ninja-build g++ pkg-config libgtest-dev libomp-dev nlohmann-json3-dev libpcre2-dev libutf8proc-dev
   libtomlplusplus-dev zlib1g-dev libopenmpi-dev openmpi-bin
+  ccache  # scripts/test.sh: its CPU-only build reuses the CUDA build's objects where they are the same
   clang libclang-rt-14-dev)  # the sanitized build and the libFuzzer harnesses (scripts/test.sh)
 
 missing=()

@@ -40,12 +40,29 @@ using testing::expect_error;
 
 // Per process: ctest runs this binary's tests as processes side by side (-j), and each would
 // otherwise remove the other's folders.
+std::string own_folder_prefix() { return "lockstep_test_checkpoint_faults_" + std::to_string(::getpid()) + "_"; }
+
 fs::path fresh_dir(const std::string& name) {
-  const fs::path dir =
-      fs::temp_directory_path() / ("lockstep_test_checkpoint_faults_" + std::to_string(::getpid()) + "_" + name);
+  const fs::path dir = fs::temp_directory_path() / (own_folder_prefix() + name);
   fs::remove_all(dir);
   return dir;
 }
+
+// After all of this process's tests have passed, its folders go (a failure keeps them to look at).
+// Only the test process gets here: the forked children end with _Exit.
+class RemoveOwnFolders : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    if (!::testing::UnitTest::GetInstance()->Passed()) return;
+    const std::string prefix = own_folder_prefix();
+    std::vector<fs::path> own;
+    for (const auto& entry : fs::directory_iterator(fs::temp_directory_path()))
+      if (entry.path().filename().string().starts_with(prefix)) own.push_back(entry.path());
+    for (const fs::path& dir : own) fs::remove_all(dir);
+  }
+};
+[[maybe_unused]] ::testing::Environment* const remove_own_folders =
+    ::testing::AddGlobalTestEnvironment(new RemoveOwnFolders);
 
 // Three GRPO steps of the builtin model, a checkpoint after each.
 Config tiny_run(const fs::path& dir) {
