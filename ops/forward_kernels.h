@@ -10,8 +10,8 @@
 //   - paged attention of decode steps (one row a sequence): decode_exact_kernel
 //     (ops/cuda/attention.cu), which walks the keys in the training forward's tiles and order, not
 //     the split-context decode kernel;
-//   - bf16 FProp on cuBLASLt: one algorithm per weight shape at every T, without split-K or a
-//     workspace (cuBLASLt picks per shape, T included, and splits K for few rows, so a row's sum
+//   - bf16 FProp on cuBLASLt: one algorithm per weight shape at every T, without split-K
+//     (cuBLASLt picks per shape, T included, and splits K for few rows, so a row's sum
 //     would depend on how many rows share the GEMM; ops/cuda/gemm.cu, make_exact_plan), and the
 //     rollout's logits (lm_head_logits) made in the training forward's vocabulary chunks;
 //   - fp8 FProp: the batch-invariant kernel (ops/cuda/gemm_fp8_small_t.h) at every T, not cuBLASLt

@@ -353,15 +353,25 @@ Plan make_plan(cublasLtHandle_t handle, const MatmulShape& s, const Operands& in
 // T, so that a token's row sums its K terms in one order whether the GEMM has 1 row (a decode step,
 // or the rollout's logits of one sequence) or 8192 (a training micro-batch). The heuristic and
 // the autotuning above choose per shape (T included), and kernels of other tiles, MMA instructions
-// or in-CTA K slices may order a row's sum differently; split-K and stream-K kernels cut it by a
-// grid that grows with T. So the algorithm is the heuristic's first choice for kExactPlanTokens
-// tokens (not timed: a timed pick may change from run to run) among kernels that reduce in no
-// second pass (no reduction scheme) and take no workspace (where split-K and stream-K keep
-// partial sums), 16-byte alignment assumed; a T it does not run (cublasLtMatmulAlgoCheck) has no
-// plan, and run_token_gemm pads it, which adds rows, not terms to a row's sum. kExactPlanTokens
-// lies between a decode step's rows and a training micro-batch's, since both run its kernel; what
-// that kernel costs each of them against its own shape's pick is not measured yet.
-constexpr int64_t kExactPlanTokens = 256;
+// or in-CTA K slices may order a row's sum differently; split-K kernels cut it by a grid that grows
+// with T. So the algorithm is the first of the heuristic's candidates for kExactPlanTokens tokens
+// (not timed: a timed pick may change from run to run) among kernels that reduce in no second pass
+// (no reduction scheme) which cublasLtMatmulAlgoCheck accepts, within the default workspace, at
+// every token count of kExactCheckTokens; 16-byte alignment assumed. A T it does not run has no
+// plan, and run_token_gemm pads it, which adds rows, not terms to a row's sum. (The heuristic's
+// first choice at 256 tokens with no workspace was rejected at other token counts on an H200.)
+constexpr int64_t kExactPlanTokens = 4096;
+constexpr int64_t kExactCheckTokens[] = {16, 64, 256, 4096, 8192};
+
+bool runs_at(cublasLtHandle_t handle, const MatmulShape& s, const Operands& in, const Candidate& c) {
+  Plan p = describe_plan(s, in);
+  cublasLtMatmulHeuristicResult_t check{};
+  const bool ok = cublasLtMatmulAlgoCheck(handle, p.desc, p.a, p.b, p.d, p.d, &c.algo, &check) ==
+                      CUBLAS_STATUS_SUCCESS && check.workspaceSize <= kWorkspaceBytes;
+  for (cublasLtMatrixLayout_t l : {p.a, p.b, p.d}) cublasLtMatrixLayoutDestroy(l);
+  cublasLtMatmulDescDestroy(p.desc);
+  return ok;
+}
 
 std::optional<Candidate> exact_algorithm(cublasLtHandle_t handle, const MatmulShape& s,
                                          const Operands& in) {
@@ -369,11 +379,20 @@ std::optional<Candidate> exact_algorithm(cublasLtHandle_t handle, const MatmulSh
   chosen_for.n = kExactPlanTokens;
   chosen_for.alignment = 16;
   Plan p = describe_plan(chosen_for, in);
-  const auto list = heuristic(handle, p, chosen_for, 0, 1, CUBLASLT_REDUCTION_SCHEME_NONE);
+  const auto list = heuristic(handle, p, chosen_for, kWorkspaceBytes, kTuneCandidates,
+                              CUBLASLT_REDUCTION_SCHEME_NONE);
   for (cublasLtMatrixLayout_t l : {p.a, p.b, p.d}) cublasLtMatrixLayoutDestroy(l);
   cublasLtMatmulDescDestroy(p.desc);
-  if (list.empty()) return std::nullopt;
-  return list.front();
+  for (const Candidate& c : list) {
+    bool everywhere = true;
+    for (const int64_t t : kExactCheckTokens) {
+      MatmulShape at = chosen_for;
+      at.n = t;
+      everywhere = everywhere && runs_at(handle, at, in, c);
+    }
+    if (everywhere) return c;
+  }
+  return std::nullopt;
 }
 
 // s's plan with the algorithm of its weight shape (exact_algorithm, made once per shape and kept
@@ -396,8 +415,9 @@ Plan make_exact_plan(cublasLtHandle_t handle, const MatmulShape& s, const Operan
   if (!it->second) return p;
   cublasLtMatmulHeuristicResult_t check{};
   if (cublasLtMatmulAlgoCheck(handle, p.desc, p.a, p.b, p.d, p.d, &it->second->algo, &check) ==
-          CUBLAS_STATUS_SUCCESS && check.workspaceSize == 0) {
+          CUBLAS_STATUS_SUCCESS && check.workspaceSize <= kWorkspaceBytes) {
     p.algo = it->second->algo;
+    p.workspace_bytes = check.workspaceSize;
     p.found = true;
   }
   return p;
