@@ -173,9 +173,28 @@ __device__ __forceinline__ void produce(const CUtensorMap& weight_map, const CUt
     if (lane == 0) cp_async4(scales + 4 * kTokens, weight_scales + i, true);
     barrier_arrive_after_copies(full);
   }
+  // Stays until the consumers have released the last stages, so that no copy of this warp is in
+  // flight when it exits.
+  for (int i = max(0, kblocks - kStages); i < kblocks; ++i)
+    barrier_wait(bars + 8 * (kStages + i % kStages), i / kStages & 1);
 }
 
-// Grid (M/128, token tiles), 3 warpgroups: consumers 0 and 1, the producer 2.
+// The CTA's tile: row blocks in groups of kGroupRowBlocks, each group's tiles token tile by token
+// tile, so that the CTAs running at once share a few row blocks of the weight and a few token tiles
+// (both read from L2 mostly, the weight's and the act's bytes from DRAM about once each).
+constexpr int64_t kGroupRowBlocks = 8;
+
+struct Tile {
+  int64_t row0, first;  // its first weight row and token
+};
+
+__device__ __forceinline__ Tile tile_of(int64_t cta, int64_t row_blocks, int64_t token_tiles) {
+  const int64_t group = cta / (kGroupRowBlocks * token_tiles), local = cta % (kGroupRowBlocks * token_tiles);
+  const int64_t rows_in_group = min(kGroupRowBlocks, row_blocks - group * kGroupRowBlocks);
+  return {(group * kGroupRowBlocks + local % rows_in_group) * kRows, local / rows_in_group * kTokens};
+}
+
+// Grid: one CTA a tile (tile_of), 3 warpgroups: consumers 0 and 1, the producer 2.
 template <class Out>
 __global__ void __launch_bounds__(kThreads, 1)
     pipelined_kernel(const __grid_constant__ CUtensorMap weight_map, const __grid_constant__ CUtensorMap act_map,
@@ -183,7 +202,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // TMA's 128-byte swizzle and the wgmma descriptors need 1024-byte aligned tiles.
   extern __shared__ __align__(kSwizzleAtom) uint8_t smem[];
   const int tid = threadIdx.x, warpgroup = tid / 128, lane = tid % 32;
-  const int64_t row0 = int64_t(blockIdx.x) * kRows, first = int64_t(blockIdx.y) * kTokens;
+  const auto [row0, first] = tile_of(blockIdx.x, a.M / kRows, (a.T + kTokens - 1) / kTokens);
   const int tokens = int(min(int64_t(kTokens), a.T - first));
   const uint32_t bars = smem_address(smem) + kBarriersOffset;
 
@@ -208,7 +227,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int warp = tid / 32 % 4, g = lane / 4, q = lane % 4;
   const int kblocks = int(a.K / kBlockK);
   const uint32_t base = smem_address(smem);
-  float p[kNT][4] = {}, acc[kNT][4], total[kNT][4];
+  float p[kNT][4] = {}, acc[kNT][4], total[kNT][4] = {};
   int kb = 0;
   for (int split = 0; split < a.splits; ++split) {
     const int end = (split + 1) * kblocks / a.splits;  // gemm_fp8_streaming's split boundaries
@@ -293,8 +312,7 @@ bool fp8_pipelined_pays(int64_t T, int64_t M) {
 
 void gemm_fp8_pipelined(Tensor& out, const Fp8Rows& act, const Fp8Blocks& weight) {
   const int64_t T = act.rows(), K = act.cols(), M = weight.rows();
-  LOCKSTEP_CHECK(T >= 1 && (T + kTokens - 1) / kTokens <= 65535, "fp8 pipelined GEMM: 1 .. ",
-                 int64_t(65535) * kTokens, " tokens, got ", T);
+  LOCKSTEP_CHECK(T >= 1 && T <= INT32_MAX && M <= INT32_MAX, "fp8 pipelined GEMM: 1 .. 2^31 − 1 tokens and weight rows (TMA coordinates), got ", T, " and ", M);
   LOCKSTEP_CHECK(M % kRows == 0, "fp8 pipelined GEMM: the weight's rows must be a multiple of ", kRows, ", got ",
                  weight.data.describe());
   LOCKSTEP_CHECK(K % kBlockK == 0 && weight.cols() == K, "fp8 pipelined GEMM: act ", act.data.describe(),
@@ -305,7 +323,9 @@ void gemm_fp8_pipelined(Tensor& out, const Fp8Rows& act, const Fp8Blocks& weight
   const Args a{act.scales.data_as<float>(), weight.scales.data_as<float>(), out.data(), T, M, K,
                weight.scales.dim(1), fp8_batch_invariant_splits(M, K)};
   const CUtensorMap weight_map = rows_map(weight.data.data(), M, K), act_map = rows_map(act.data.data(), T, K);
-  LaunchConfig launch(dim3(unsigned(M / kRows), unsigned((T + kTokens - 1) / kTokens)), dim3(kThreads), size_t(kSmem));
+  const int64_t tiles = M / kRows * ((T + kTokens - 1) / kTokens);
+  LOCKSTEP_CHECK(tiles <= INT32_MAX, "fp8 pipelined GEMM: at most 2^31 − 1 tiles of 128 × 128, got ", tiles);
+  LaunchConfig launch{dim3(unsigned(tiles)), dim3(kThreads), size_t(kSmem)};
   launch.early_start_in_scope();
   if (out.dtype() == DType::f32) return launch.run(prepared_kernel<float>(), weight_map, act_map, a);
   launch.run(prepared_kernel<uint16_t>(), weight_map, act_map, a);

@@ -31,7 +31,7 @@ constexpr int kFp8PipelinedTokens = 128;  // tokens of a CTA
 constexpr int64_t kFp8PipelinedMinTokens = 256;
 bool fp8_pipelined_pays(int64_t T, int64_t M);
 
-// out: bf16 or f32 [T, M], 16-byte aligned; 1 ≤ T ≤ 65535 · 128.
+// out: bf16 or f32 [T, M], 16-byte aligned; 1 ≤ T < 2^31.
 void gemm_fp8_pipelined(Tensor& out, const Fp8Rows& act, const Fp8Blocks& weight);
 
 }  // namespace lockstep::cuda
