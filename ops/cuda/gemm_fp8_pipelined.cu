@@ -4,8 +4,10 @@
 // shared-memory stages with TMA, two consumer warpgroups sum them with wgmma, and while one
 // promotes its partial (scales, FMAs) the other's wgmma keeps the tensor cores busy.
 //
-// Work: a CTA (3 warpgroups) owns 128 weight rows (one 128×128 scale block per K block) and 128
-// tokens, and runs the whole K range. Consumer warpgroup w sums weight rows 64w .. 64w+63 against
+// Work: a tile is 128 weight rows (one 128×128 scale block per K block) × 128 tokens over the whole
+// K range. The kernel is persistent, one CTA (3 warpgroups) an SM taking tile after tile, so the
+// loads of a tile's first K blocks overlap the stores of the one before; the stores go straight
+// from the accumulator fragments to out. Consumer warpgroup w sums weight rows 64w .. 64w+63 against
 // the 128 tokens, wgmma m64n128k32 e4m3 → f32 with A = its weight rows, B = the tokens, both
 // K-major and 128-byte swizzled in shared memory: the instruction, operands and step order of the
 // weight-streaming kernel's 128-token tile (ops/cuda/gemm_fp8_small_t.cu), which the TMA's
@@ -24,7 +26,8 @@
 // full[s] completes when the TMA bytes have landed (expect_tx by lane 0) and every producer lane's
 // cp.async of the scales has (cp.async.mbarrier.arrive.noinc, one arrival a lane); empty[s] when
 // each of the 8 consumer warps has finished its wgmma on the stage and read its scales. The
-// producer waits empty[s] before refilling s. A barrier's parity is the pass over the ring.
+// producer waits empty[s] before refilling s. The n-th K block a CTA loads (over all its tiles) goes
+// to stage n % kStages, and its phase of either barrier has parity n / kStages % 2.
 //
 // Checked by tests/gpu/test_gemm_gpu.cpp (Fp8PipelinedGpu: the bits of gemm_fp8_streaming at
 // Qwen3-8B / 1.7B FProp shapes); timed by `bench_gemm --exact`.
@@ -33,6 +36,7 @@
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "core/cp_async.cuh"
@@ -70,12 +74,8 @@ constexpr int kStages = kMaxSmem / (kStageBytes + kScaleBytes + 16);
 constexpr int kScalesOffset = kStages * kStageBytes;
 constexpr int kBarriersOffset = kScalesOffset + kStages * kScaleBytes;
 constexpr int kSmem = kBarriersOffset + 2 * kStages * 8;
-// After the main loop the stages hold the CTA's output tile, token-major, rows padded to
-// kRedStride floats so the fragment stores hit distinct banks.
-constexpr int kRedStride = kRows + 4;
 static_assert(kStages >= 4, "stages in flight while both consumers work");
 static_assert(kStageBytes % kSwizzleAtom == 0 && kActOffset % kSwizzleAtom == 0);
-static_assert(kTokens * kRedStride * 4 <= kScalesOffset, "the output tile fits in the stages");
 static_assert(kSmem <= kMaxSmem);
 static_assert(kConsumerRegisters * kConsumerThreads + kProducerRegisters * 128 <= 65536);
 
@@ -123,11 +123,6 @@ __device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap& map, i
       : "memory");
 }
 
-// The 256 consumer threads only (the producer never joins): named barrier 1.
-__device__ __forceinline__ void consumers_sync() {
-  asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumerThreads) : "memory");
-}
-
 // p = Σ over the K block of the warpgroup's 64 weight rows × the 128 tokens: 4 k32 steps in K order,
 // the first overwriting p, then a wait for all of them (their shared reads included). As
 // gemm_fp8_small_t.cu's partial_wgmma at its 128-token tile.
@@ -142,59 +137,69 @@ __device__ __forceinline__ void partial_wgmma(uint32_t weight, uint32_t act, flo
   pin_registers(p);
 }
 
-__device__ __forceinline__ void store4(float* out, const float4& v) { *reinterpret_cast<float4*>(out) = v; }
-__device__ __forceinline__ void store4(uint16_t* out, const float4& v) {
-  *reinterpret_cast<uint2*>(out) = make_uint2(pack_bf16x2(v.x, v.y), pack_bf16x2(v.z, v.w));
-}
-
-// The producer warp: K block i into stage i % kStages once the consumers have released it.
-__device__ __forceinline__ void produce(const CUtensorMap& weight_map, const CUtensorMap& act_map, const Args& a,
-                                        uint8_t* smem, int64_t row0, int64_t first, int tokens) {
-  const int lane = threadIdx.x % 32, kblocks = int(a.K / kBlockK);
-  const uint32_t base = smem_address(smem), bars = base + kBarriersOffset;
-  const float* weight_scales = a.weight_scales + row0 / 128 * a.ld_weight_scales;
-  for (int i = 0; i < kblocks; ++i) {
-    const int s = i % kStages;
-    const uint32_t full = bars + 8 * s, empty = bars + 8 * (kStages + s);
-    barrier_wait(empty, (i / kStages & 1) ^ 1);  // a fresh barrier's "previous" phase counts as done
-    const uint32_t tiles = base + s * kStageBytes;
-    if (lane == 0) {
-      barrier_arrive_expect_bytes(full, kStageBytes);
-      tma_load(tiles, weight_map, i * kBlockK, int(row0), full);
-      tma_load(tiles + kActOffset, act_map, i * kBlockK, int(first), full);
-    }
-    uint8_t* scales = smem + kScalesOffset + s * kScaleBytes;
-    const float* act_scales = a.act_scales + int64_t(i) * a.T + first;
-#pragma unroll
-    for (int j = 0; j < kTokens / 32; ++j) {
-      const int t = lane + 32 * j;
-      cp_async4(scales + 4 * t, t < tokens ? act_scales + t : a.act_scales, t < tokens);
-    }
-    if (lane == 0) cp_async4(scales + 4 * kTokens, weight_scales + i, true);
-    barrier_arrive_after_copies(full);
-  }
-  // Stays until the consumers have released the last stages, so that no copy of this warp is in
-  // flight when it exits.
-  for (int i = max(0, kblocks - kStages); i < kblocks; ++i)
-    barrier_wait(bars + 8 * (kStages + i % kStages), i / kStages & 1);
-}
-
-// The CTA's tile: row blocks in groups of kGroupRowBlocks, each group's tiles token tile by token
-// tile, so that the CTAs running at once share a few row blocks of the weight and a few token tiles
-// (both read from L2 mostly, the weight's and the act's bytes from DRAM about once each).
+// The CTA's tiles: row blocks in groups of kGroupRowBlocks, each group's tiles token tile by token
+// tile, so that the tiles in work at once share a few row blocks of the weight and a few token
+// tiles (both read from L2 mostly, the weight's and the act's bytes from DRAM about once each).
 constexpr int64_t kGroupRowBlocks = 8;
 
 struct Tile {
   int64_t row0, first;  // its first weight row and token
+  int tokens;           // its tokens: 128, or fewer in the last token tile
 };
 
-__device__ __forceinline__ Tile tile_of(int64_t cta, int64_t row_blocks, int64_t token_tiles) {
-  const int64_t group = cta / (kGroupRowBlocks * token_tiles), local = cta % (kGroupRowBlocks * token_tiles);
+__device__ __forceinline__ Tile tile_of(int64_t index, const Args& a) {
+  const int64_t row_blocks = a.M / kRows, token_tiles = (a.T + kTokens - 1) / kTokens;
+  const int64_t group = index / (kGroupRowBlocks * token_tiles), local = index % (kGroupRowBlocks * token_tiles);
   const int64_t rows_in_group = min(kGroupRowBlocks, row_blocks - group * kGroupRowBlocks);
-  return {(group * kGroupRowBlocks + local % rows_in_group) * kRows, local / rows_in_group * kTokens};
+  const int64_t first = local / rows_in_group * kTokens;
+  return {(group * kGroupRowBlocks + local % rows_in_group) * kRows, first, int(min(int64_t(kTokens), a.T - first))};
 }
 
-// Grid: one CTA a tile (tile_of), 3 warpgroups: consumers 0 and 1, the producer 2.
+// The producer warp: the CTA's tiles' K blocks in order, the n-th into stage n % kStages once the
+// consumers have released it.
+__device__ __forceinline__ void produce(const CUtensorMap& weight_map, const CUtensorMap& act_map, const Args& a,
+                                        uint8_t* smem, int64_t tiles) {
+  const int lane = threadIdx.x % 32, kblocks = int(a.K / kBlockK);
+  const uint32_t base = smem_address(smem), bars = base + kBarriersOffset;
+  int64_t n = 0;  // K blocks issued
+  for (int64_t index = blockIdx.x; index < tiles; index += gridDim.x) {
+    const Tile tile = tile_of(index, a);
+    const float* weight_scales = a.weight_scales + tile.row0 / 128 * a.ld_weight_scales;
+    for (int kb = 0; kb < kblocks; ++kb, ++n) {
+      const int s = int(n % kStages);
+      const uint32_t full = bars + 8 * s, empty = bars + 8 * (kStages + s);
+      barrier_wait(empty, uint32_t(n / kStages & 1) ^ 1);  // a fresh barrier's "previous" phase counts as done
+      const uint32_t stage = base + s * kStageBytes;
+      if (lane == 0) {
+        barrier_arrive_expect_bytes(full, kStageBytes);
+        tma_load(stage, weight_map, kb * kBlockK, int(tile.row0), full);
+        tma_load(stage + kActOffset, act_map, kb * kBlockK, int(tile.first), full);
+      }
+      uint8_t* scales = smem + kScalesOffset + s * kScaleBytes;
+      const float* act_scales = a.act_scales + int64_t(kb) * a.T + tile.first;
+#pragma unroll
+      for (int j = 0; j < kTokens / 32; ++j) {
+        const int t = lane + 32 * j;
+        cp_async4(scales + 4 * t, t < tile.tokens ? act_scales + t : a.act_scales, t < tile.tokens);
+      }
+      if (lane == 0) cp_async4(scales + 4 * kTokens, weight_scales + kb, true);
+      barrier_arrive_after_copies(full);
+    }
+  }
+  // Stays until the consumers have released the last stages, so that no copy of this warp is in
+  // flight when it exits.
+  for (int64_t i = n > kStages ? n - kStages : 0; i < n; ++i)
+    barrier_wait(bars + 8 * (kStages + i % kStages), uint32_t(i / kStages & 1));
+}
+
+// out[t][r] = v for one element; bf16 rounded to nearest even by the instruction of
+// gemm_fp8_small_t.cu's store4 (cvt.rn.bf16x2.f32), its low half.
+__device__ __forceinline__ void store1(float* out, float v) { *out = v; }
+__device__ __forceinline__ void store1(uint16_t* out, float v) { *out = uint16_t(pack_bf16x2(v, 0.0f) & 0xFFFF); }
+
+// Persistent: CTA c takes tiles c, c + gridDim.x, ... (tile_of's order), 3 warpgroups: consumers
+// 0 and 1, the producer 2. The producer runs up to kStages K blocks ahead, into the next tile too,
+// so the consumers' stores of one tile overlap the loads of the next.
 template <class Out>
 __global__ void __launch_bounds__(kThreads, 1)
     pipelined_kernel(const __grid_constant__ CUtensorMap weight_map, const __grid_constant__ CUtensorMap act_map,
@@ -202,13 +207,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   // TMA's 128-byte swizzle and the wgmma descriptors need 1024-byte aligned tiles.
   extern __shared__ __align__(kSwizzleAtom) uint8_t smem[];
   const int tid = threadIdx.x, warpgroup = tid / 128, lane = tid % 32;
-  const auto [row0, first] = tile_of(blockIdx.x, a.M / kRows, (a.T + kTokens - 1) / kTokens);
-  const int tokens = int(min(int64_t(kTokens), a.T - first));
-  const uint32_t bars = smem_address(smem) + kBarriersOffset;
+  const int64_t tiles = a.M / kRows * ((a.T + kTokens - 1) / kTokens);
+  const uint32_t base = smem_address(smem), bars = base + kBarriersOffset;
 
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
-      barrier_init(bars + 8 * s, 1 + 32);                   // full: expect_tx + a lane's copies each
+      barrier_init(bars + 8 * s, 1 + 32);                      // full: expect_tx + a lane's copies each
       barrier_init(bars + 8 * (kStages + s), kConsumerWarps);  // empty: a consumer warp each
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // visible to the TMA unit
@@ -219,54 +223,48 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (warpgroup == kConsumers) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegisters));
-    if (tid / 32 == kConsumerWarps) produce(weight_map, act_map, a, smem, row0, first, tokens);
+    if (tid / 32 == kConsumerWarps) produce(weight_map, act_map, a, smem, tiles);
     return;
   }
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegisters));
 
   const int warp = tid / 32 % 4, g = lane / 4, q = lane % 4;
   const int kblocks = int(a.K / kBlockK);
-  const uint32_t base = smem_address(smem);
   float p[kNT][4] = {}, acc[kNT][4], total[kNT][4] = {};
-  int kb = 0;
-  for (int split = 0; split < a.splits; ++split) {
-    const int end = (split + 1) * kblocks / a.splits;  // gemm_fp8_streaming's split boundaries
+  int64_t n = 0;  // K blocks consumed
+  for (int64_t index = blockIdx.x; index < tiles; index += gridDim.x) {
+    const Tile tile = tile_of(index, a);
+    int kb = 0;
+    for (int split = 0; split < a.splits; ++split) {
+      const int end = (split + 1) * kblocks / a.splits;  // gemm_fp8_streaming's split boundaries
 #pragma unroll
-    for (int n = 0; n < kNT; ++n)
+      for (int i = 0; i < kNT; ++i)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) acc[n][e] = 0.0f;
-    for (; kb < end; ++kb) {
-      const int s = kb % kStages;
-      barrier_wait(bars + 8 * s, kb / kStages & 1);
-      const uint32_t tiles = base + s * kStageBytes;
-      partial_wgmma(tiles + warpgroup * 64 * kBlockK, tiles + kActOffset, p);
-      const float* scales = reinterpret_cast<const float*>(smem + kScalesOffset + s * kScaleBytes);
-      add_scaled<kNT>(acc, p, scales, scales[kTokens], q);
-      __syncwarp();
-      if (lane == 0) barrier_arrive(bars + 8 * (kStages + s));
+        for (int e = 0; e < 4; ++e) acc[i][e] = 0.0f;
+      for (; kb < end; ++kb, ++n) {
+        const int s = int(n % kStages);
+        barrier_wait(bars + 8 * s, uint32_t(n / kStages & 1));
+        const uint32_t stage = base + s * kStageBytes;
+        partial_wgmma(stage + warpgroup * 64 * kBlockK, stage + kActOffset, p);
+        const float* scales = reinterpret_cast<const float*>(smem + kScalesOffset + s * kScaleBytes);
+        add_scaled<kNT>(acc, p, scales, scales[kTokens], q);
+        __syncwarp();
+        if (lane == 0) barrier_arrive(bars + 8 * (kStages + s));
+      }
+#pragma unroll
+      for (int i = 0; i < kNT; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) total[i][e] = split == 0 ? acc[i][e] : total[i][e] + acc[i][e];
     }
+    // Straight from the fragments: for each (i, e), a warp writes 4 tokens × 8 consecutive rows.
+    Out* out = static_cast<Out*>(a.out) + tile.first * a.M + tile.row0 + warpgroup * 64 + 16 * warp + g;
 #pragma unroll
-    for (int n = 0; n < kNT; ++n)
+    for (int i = 0; i < kNT; ++i)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) total[n][e] = split == 0 ? acc[n][e] : total[n][e] + acc[n][e];
-  }
-
-  // The output tile through shared memory, so that the stores are whole rows of out. Both
-  // consumers must be done with every stage first; the proxy fence orders these generic writes
-  // after the TMA's (async proxy) writes to the same bytes.
-  consumers_sync();
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-  float* red = reinterpret_cast<float*>(smem);
-  const int row = warpgroup * 64 + 16 * warp + g;
-#pragma unroll
-  for (int n = 0; n < kNT; ++n)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) red[(8 * n + 2 * q + e % 2) * kRedStride + row + e / 2 * 8] = total[n][e];
-  consumers_sync();
-  Out* out = static_cast<Out*>(a.out) + first * a.M + row0;
-  for (int i = tid; i < tokens * (kRows / 4); i += kConsumerThreads) {
-    const int t = i / (kRows / 4), r = i % (kRows / 4) * 4;
-    store4(out + t * a.M + r, *reinterpret_cast<const float4*>(red + t * kRedStride + r));
+      for (int e = 0; e < 4; ++e) {
+        const int t = 8 * i + 2 * q + e % 2;
+        if (t < tile.tokens) store1(out + t * a.M + e / 2 * 8, total[i][e]);
+      }
   }
 }
 
@@ -325,7 +323,8 @@ void gemm_fp8_pipelined(Tensor& out, const Fp8Rows& act, const Fp8Blocks& weight
   const CUtensorMap weight_map = rows_map(weight.data.data(), M, K), act_map = rows_map(act.data.data(), T, K);
   const int64_t tiles = M / kRows * ((T + kTokens - 1) / kTokens);
   LOCKSTEP_CHECK(tiles <= INT32_MAX, "fp8 pipelined GEMM: at most 2^31 − 1 tiles of 128 × 128, got ", tiles);
-  LaunchConfig launch{dim3(unsigned(tiles)), dim3(kThreads), size_t(kSmem)};
+  const int64_t ctas = std::min<int64_t>(tiles, device_sm_count());  // one an SM (its shared memory)
+  LaunchConfig launch{dim3(unsigned(ctas)), dim3(kThreads), size_t(kSmem)};
   launch.early_start_in_scope();
   if (out.dtype() == DType::f32) return launch.run(prepared_kernel<float>(), weight_map, act_map, a);
   launch.run(prepared_kernel<uint16_t>(), weight_map, act_map, a);
