@@ -4,7 +4,10 @@
 // wgmma m64nNk32 e4m3 instruction on 128-byte-swizzled K-major tiles, and the promotion of a K
 // block's fp32 partial into the accumulator. A K block is summed by 4 such steps in K order, the
 // first overwriting the partial; an element's sum does not depend on N (the tile's token width) nor
-// on the token's column in it. Include only from CUDA sources.
+// on the token's column in it. Partials and accumulators have the D fragment layout of wgmma m64nN,
+// f32 (PTX ISA): lane l, g = l/4, q = l%4, element [n][e] is weight row 16·warp + g + 8·(e/2) of the
+// warpgroup's 64 and token 8n + 2q + e%2 (warp w of the warpgroup holds rows 16w .. 16w+15).
+// Include only from CUDA sources.
 #pragma once
 
 #include <cstdint>
@@ -22,7 +25,7 @@ __device__ __forceinline__ uint64_t tile_descriptor(uint32_t address) {
 }
 
 // d = (accumulate ? d : 0) + A · Bᵀ over 32 k: A 64 weight rows (descriptor a), B 8·NT tokens
-// (descriptor b), d[n][e] in the wgmma D layout of the header comment. Asynchronous: d is written
+// (descriptor b), d[n][e] in the D layout above. Asynchronous: d is written
 // when wgmma.wait_group says so.
 template <int NT>
 __device__ __forceinline__ void wgmma_e4m3(float (&d)[NT][4], uint64_t a, uint64_t b, bool accumulate) {
