@@ -280,7 +280,8 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
   static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
     void* f = nullptr;
     cudaDriverEntryPointQueryResult found{};
-    LOCKSTEP_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found));
+    LOCKSTEP_CUDA_CHECK(
+        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found));
     LOCKSTEP_CHECK(found == cudaDriverEntryPointSuccess && f != nullptr,
                    "fp8 pipelined GEMM: the driver has no cuTensorMapEncodeTiled");
     return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
@@ -305,12 +306,16 @@ CUtensorMap rows_map(const void* data, int64_t rows, int64_t K) {
 }  // namespace
 
 bool fp8_pipelined_pays(int64_t T, int64_t M) {
-  return T >= kFp8PipelinedMinTokens && M % kRows == 0 && (M / kRows) * ((T + kTokens - 1) / kTokens) >= device_sm_count();
+  return T >= kFp8PipelinedMinTokens && M % kRows == 0 &&
+         M / kRows * ((T + kTokens - 1) / kTokens) >= device_sm_count();
 }
 
 void gemm_fp8_pipelined(Tensor& out, const Fp8Rows& act, const Fp8Blocks& weight) {
   const int64_t T = act.rows(), K = act.cols(), M = weight.rows();
-  LOCKSTEP_CHECK(T >= 1 && T <= INT32_MAX && M <= INT32_MAX, "fp8 pipelined GEMM: 1 .. 2^31 − 1 tokens and weight rows (TMA coordinates), got ", T, " and ", M);
+  LOCKSTEP_CHECK(T >= 1 && T <= INT32_MAX && M <= INT32_MAX,
+                 "fp8 pipelined GEMM: 1 .. 2^31 − 1 tokens and weight rows (TMA coordinates), got ", T, " and ", M);
+  LOCKSTEP_CHECK(((out.dtype() == DType::f32 || out.dtype() == DType::bf16) && out.shape() == Shape{T, M}),
+                 "fp8 pipelined GEMM: the output must be f32 or bf16 [", T, ", ", M, "], got ", out.describe());
   LOCKSTEP_CHECK(M % kRows == 0, "fp8 pipelined GEMM: the weight's rows must be a multiple of ", kRows, ", got ",
                  weight.data.describe());
   LOCKSTEP_CHECK(K % kBlockK == 0 && weight.cols() == K, "fp8 pipelined GEMM: act ", act.data.describe(),
@@ -322,7 +327,6 @@ void gemm_fp8_pipelined(Tensor& out, const Fp8Rows& act, const Fp8Blocks& weight
                weight.scales.dim(1), fp8_batch_invariant_splits(M, K)};
   const CUtensorMap weight_map = rows_map(weight.data.data(), M, K), act_map = rows_map(act.data.data(), T, K);
   const int64_t tiles = M / kRows * ((T + kTokens - 1) / kTokens);
-  LOCKSTEP_CHECK(tiles <= INT32_MAX, "fp8 pipelined GEMM: at most 2^31 − 1 tiles of 128 × 128, got ", tiles);
   const int64_t ctas = std::min<int64_t>(tiles, device_sm_count());  // one an SM (its shared memory)
   LaunchConfig launch{dim3(unsigned(ctas)), dim3(kThreads), size_t(kSmem)};
   launch.early_start_in_scope();

@@ -4,7 +4,8 @@
 // gemm_fp8_streaming) for every output element, at any T: the same wgmma steps per K block, the
 // same promotion (ops/cuda/wgmma_e4m3.cuh), the same K split of the shape and the same order of
 // adding the splits' sums. Only the work's arrangement differs: TMA loads into a ring of
-// shared-memory stages, 128 weight rows × 128 tokens a CTA, the whole K range in one CTA.
+// shared-memory stages, tiles of 128 weight rows × 128 tokens over the whole K range, one
+// persistent CTA an SM.
 //
 // Arguments are checked by ops/gemm.cpp and here (K stored padded to a multiple of 128, act,
 // weight and out 16-byte aligned); M must be a multiple of kFp8PipelinedRows. Include only from
@@ -18,8 +19,8 @@
 
 namespace lockstep::cuda {
 
-constexpr int kFp8PipelinedRows = 128;    // weight rows of a CTA: M must be a multiple
-constexpr int kFp8PipelinedTokens = 128;  // tokens of a CTA
+constexpr int kFp8PipelinedRows = 128;    // weight rows of a tile: M must be a multiple
+constexpr int kFp8PipelinedTokens = 128;  // tokens of a tile
 
 // Whether gemm_fp8_batch_invariant runs the pipelined kernel for T tokens and M weight rows:
 // - T ≥ kFp8PipelinedMinTokens, where the GEMM turns compute bound on an H200 (a weight byte

@@ -282,11 +282,12 @@ Fp8Rows rows_on_gpu(const Fp8Rows& q, int64_t begin, int64_t count) {
 }
 
 // The batch-invariant fp8 FProp (the exact forward kernels' FProp: at these shapes and T the kernel
-// above in 128-token tiles past 64 tokens; the pipelined kernel that takes over at many tokens has
-// its own test below, Fp8PipelinedGpu): a token's output row is the same bits whatever the batch around it and wherever
-// it sits (a decode step's row and the training forward's row of one token), at T past one tile
-// too; and the whole batch matches the CPU reference (fp8 f32/bf16 tolerances above). Shapes: 4
-// uneven K splits (384 × 640), Qwen3-1.7B's qkv (4096 × 2048) and down projection (2048 × 6144).
+// above, in 128-token tiles past 64 tokens; the pipelined kernel that takes over at many tokens has
+// its own test below, Fp8PipelinedGpu): a token's output row is the same bits whatever the batch
+// around it and wherever it sits (a decode step's row and the training forward's row of one
+// token), at T past one tile too; and the whole batch matches the CPU reference (fp8 f32/bf16
+// tolerances above). Shapes: 4 uneven K splits (384 × 640), Qwen3-1.7B's qkv (4096 × 2048) and
+// down projection (2048 × 6144).
 class Fp8BatchInvariantGpu : public ::testing::TestWithParam<GemmCase> {};
 
 TEST_P(Fp8BatchInvariantGpu, RowsIndependentOfBatchAndPlace) {
