@@ -13,7 +13,9 @@
 // to ops/cuda/gemm_fp8_small_t.cu instead: per shape, whichever of the two timed faster on its
 // first call (gemm_set_fp8_small_t in ops/gemm_backends.h). Under the exact forward kernels
 // (ops/forward_kernels.h) a bf16 FProp runs one algorithm per weight shape at every T
-// (make_exact_plan) and fp8 FProp runs the batch-invariant kernel (ops/cuda/gemm_fp8_small_t.h).
+// (make_exact_plan) and fp8 FProp runs the batch-invariant GEMM (ops/cuda/gemm_fp8_small_t.h: the
+// weight-streaming kernel, or at many tokens the pipelined one, ops/cuda/gemm_fp8_pipelined.h, with
+// the same bits).
 //
 // Autotuning: the heuristic's first choice is often not the fastest kernel (block-scaled FP8
 // WGrad in particular), so a plan times up to 17 candidates on its first call's operands and keeps

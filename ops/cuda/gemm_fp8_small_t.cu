@@ -1,13 +1,16 @@
 // ops/cuda/gemm_fp8_small_t.cu — ops/cuda/gemm_fp8_small_t.h: the fp8 GEMM at decode token counts,
 // which is weight-bandwidth bound, and the batch-invariant FProp. Both launch the weight-streaming
 // kernel (ops/cuda/gemm_fp8_stream_kernel.cuh, where its design is described) over one weight: the
-// K split (a function of the shape alone) and the token tile width are chosen here.
+// K split (a function of the shape alone) and the token tile width are chosen here; at many tokens
+// the batch-invariant FProp takes the pipelined kernel instead (ops/cuda/gemm_fp8_pipelined.h:
+// the same bits, the same K split).
 #include "ops/cuda/gemm_fp8_small_t.h"
 
 #include <cstdint>
 
 #include "core/cuda_check.h"
 #include "core/device.h"
+#include "ops/cuda/gemm_fp8_pipelined.h"
 #include "ops/cuda/gemm_fp8_stream_kernel.cuh"
 
 namespace lockstep::cuda {
@@ -87,11 +90,18 @@ void gemm_fp8_small_t(Tensor& out, const Fp8Rows& act, const Fp8Blocks& weight) 
   run(out, act, weight);
 }
 
-void gemm_fp8_batch_invariant(Tensor& out, const Fp8Rows& act, const Fp8Blocks& weight) {
+void gemm_fp8_streaming(Tensor& out, const Fp8Rows& act, const Fp8Blocks& weight) {
   const int64_t T = act.rows();
-  LOCKSTEP_CHECK(T >= 1 && (T + 63) / 64 <= 65535, "fp8 batch-invariant GEMM: 1 .. ", int64_t(65535) * 64,
+  LOCKSTEP_CHECK(T >= 1 && (T + 63) / 64 <= 65535, "fp8 weight-streaming GEMM: 1 .. ", int64_t(65535) * 64,
                  " tokens, got ", T);
   run(out, act, weight);
+}
+
+int fp8_batch_invariant_splits(int64_t M, int64_t K) { return splits_for(M, K); }
+
+void gemm_fp8_batch_invariant(Tensor& out, const Fp8Rows& act, const Fp8Blocks& weight) {
+  if (fp8_pipelined_pays(act.rows(), weight.rows())) return gemm_fp8_pipelined(out, act, weight);
+  gemm_fp8_streaming(out, act, weight);
 }
 
 }  // namespace lockstep::cuda

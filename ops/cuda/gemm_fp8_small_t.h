@@ -34,11 +34,20 @@ void gemm_fp8_small_t(Tensor& out, const Fp8Rows& act, const Fp8Blocks& weight);
 
 // The same kernel at any T ≥ 1: past 64 tokens, tiles of 128 (a grid dimension; each tile streams
 // the weight again, from L2 mostly, with wgmma m64n128k32); up to 64, one tile of the narrowest
-// width, as gemm_fp8_small_t. Every token's output
-// row is the same bits whatever T and wherever the token sits in the batch (the K split and the
-// order of the K blocks are the shape's alone, and wgmma sums a token's column alike at every tile
-// width and column): the fp8 FProp of the exact forward kernels (ops/forward_kernels.h,
-// gemm_fp8_fprop), where the rollout's decode rows and the training forward's rows must agree.
+// width, as gemm_fp8_small_t. Every token's output row is the same bits whatever T and wherever the
+// token sits in the batch (the K split and the order of the K blocks are the shape's alone, and
+// wgmma sums a token's column alike at every tile width and column).
+void gemm_fp8_streaming(Tensor& out, const Fp8Rows& act, const Fp8Blocks& weight);
+
+// How many ways gemm_fp8_streaming splits the K blocks of an [M, K] weight (1, 2 or 4; a function
+// of the shape and the GPU, never of T). Split s sums K blocks [s·kb/splits, (s+1)·kb/splits), and
+// the splits' sums are added in order of s: the pipelined kernel (ops/cuda/gemm_fp8_pipelined.h)
+// repeats both to give the same bits.
+int fp8_batch_invariant_splits(int64_t M, int64_t K);
+
+// The fp8 FProp of the exact forward kernels (ops/forward_kernels.h, gemm_fp8_fprop), where the
+// rollout's decode rows and the training forward's rows must agree: gemm_fp8_streaming, or at many
+// tokens (fp8_pipelined_pays) the pipelined kernel, which gives every element the same bits.
 void gemm_fp8_batch_invariant(Tensor& out, const Fp8Rows& act, const Fp8Blocks& weight);
 
 }  // namespace lockstep::cuda

@@ -17,6 +17,10 @@
 #include "ops/forward_kernels.h"
 #include "ops/gemm.h"
 #include "ops/gemm_backends.h"
+#if LOCKSTEP_HAS_CUDA
+#include "ops/cuda/gemm_fp8_pipelined.h"
+#include "ops/cuda/gemm_fp8_small_t.h"
+#endif
 #include "tests/gpu/small_t_settings.h"
 #include "tests/test_util.h"
 
@@ -268,11 +272,25 @@ TEST(Fp8SmallTGpuBatch, TokenRowsIndependentOfBatch) {
     EXPECT_TRUE(same_bytes(fprop(T), full.rows(0, T))) << "T = " << T;
 }
 
-// The batch-invariant fp8 FProp (the exact forward kernels' FProp: the kernel above at any T, in
-// 64-token tiles): a token's output row is the same bits whatever the batch around it and wherever
-// it sits (a decode step's row and the training forward's row of one token), at T past one tile
-// too; and the whole batch matches the CPU reference (fp8 f32/bf16 tolerances above). Shapes: 4
-// uneven K splits (384 × 640), Qwen3-1.7B's qkv (4096 × 2048) and down projection (2048 × 6144).
+// Rows [begin, begin + count) of a quantized act (on the host) alone, on the GPU: their bytes and
+// their columns of the [K/128, T] scales.
+Fp8Rows rows_on_gpu(const Fp8Rows& q, int64_t begin, int64_t count) {
+  const int64_t T = q.rows(), K = q.cols();
+  Fp8Rows part = Fp8Rows::empty(count, K, Device::cpu);
+  std::memcpy(part.data.data(), q.data.rows(begin, begin + count).data(), size_t(count * K));
+  for (int64_t kb = 0; kb < q.scales.dim(0); ++kb)
+    for (int64_t t = 0; t < count; ++t)
+      part.scales.data_as<float>()[kb * count + t] = q.scales.data_as<float>()[kb * T + begin + t];
+  return Fp8Rows{part.data.to(Device::cuda), part.scales.to(Device::cuda)};
+}
+
+// The batch-invariant fp8 FProp (the exact forward kernels' FProp: at these shapes and T the kernel
+// above, in 128-token tiles past 64 tokens; the pipelined kernel that takes over at many tokens has
+// its own test below, Fp8PipelinedGpu): a token's output row is the same bits whatever the batch
+// around it and wherever it sits (a decode step's row and the training forward's row of one
+// token), at T past one tile too; and the whole batch matches the CPU reference (fp8 f32/bf16
+// tolerances above). Shapes: 4 uneven K splits (384 × 640), Qwen3-1.7B's qkv (4096 × 2048) and
+// down projection (2048 × 6144).
 class Fp8BatchInvariantGpu : public ::testing::TestWithParam<GemmCase> {};
 
 TEST_P(Fp8BatchInvariantGpu, RowsIndependentOfBatchAndPlace) {
@@ -283,18 +301,11 @@ TEST_P(Fp8BatchInvariantGpu, RowsIndependentOfBatchAndPlace) {
   Tensor full = poisoned({T, N}, out, Device::cuda);
   gemm_fprop(full, g.qx, g.qw);
   EXPECT_LE(worst_row_error(to_double(full), to_double(g.y), N), std::max(tolerance(out), kFp8F32Tol));
-  const Tensor qx_host = g.qx.data.to(Device::cpu), scales_host = g.qx.scales.to(Device::cpu);
-  // Rows [begin, begin + count) alone: their bytes and their columns of the [K/128, T] scales.
+  const Fp8Rows qx_host = to_host(g.qx);
   for (const auto& [begin, count] : {std::pair<int64_t, int64_t>{0, 1}, {5, 1}, {T - 1, 1}, {3, 17}, {37, 64},
                                     {10, 65}, {T / 3, T - T / 3}}) {
-    Fp8Rows part = Fp8Rows::empty(count, K, Device::cpu);
-    std::memcpy(part.data.data(), qx_host.rows(begin, begin + count).data(), size_t(count * K));
-    for (int64_t kb = 0; kb < scales_host.dim(0); ++kb)
-      for (int64_t t = 0; t < count; ++t)
-        part.scales.data_as<float>()[kb * count + t] = scales_host.data_as<float>()[kb * T + begin + t];
-    const Fp8Rows part_gpu{part.data.to(Device::cuda), part.scales.to(Device::cuda)};
     Tensor y = poisoned({count, N}, out, Device::cuda);
-    gemm_fprop(y, part_gpu, g.qw);
+    gemm_fprop(y, rows_on_gpu(qx_host, begin, count), g.qw);
     EXPECT_TRUE(same_bytes(y, full.rows(begin, begin + count))) << "rows " << begin << " .. " << begin + count;
   }
 }
@@ -340,6 +351,90 @@ INSTANTIATE_TEST_SUITE_P(
                       GemmCase{8192, 4096, 2048, DType::f32, false},
                       GemmCase{8192, 448, 2048, DType::f32, false}),
     case_name);
+
+#if LOCKSTEP_HAS_CUDA
+// The pipelined kernel (ops/cuda/gemm_fp8_pipelined.cu) computes the weight-streaming kernel's bits
+// for every element: f32 outputs (every bit of the fp32 sums; bf16 would round differences away)
+// compared byte for byte at T = 512, 777 (a partial last token tile), 4096 and 8192, bf16 at 777;
+// and rows computed alone at decode token counts (1 .. 64, through the weight-streaming kernel, as
+// the rollout computes them) equal the same rows inside the 8192-token batch. Shapes: Qwen3-8B's and
+// Qwen3-1.7B's FProp weights (N × K: qkv, o, gate_up, down), which take 1, 2 or 4 K splits.
+struct Fp8Shape {
+  int64_t N, K;
+};
+
+// Values in ±[0, 1) from a hash of (seed, index), each row scaled by one of 1e-3 .. 1e2 (as
+// random_tensor's varied rows): hundreds of millions of them in about a second.
+Tensor hashed_tensor(Shape shape, DType dtype, uint64_t seed) {
+  Tensor t = Tensor::empty(shape, dtype);
+  const int64_t cols = shape.back();
+  constexpr float kRowScales[] = {1e-3f, 1e-2f, 1e-1f, 1.0f, 1e1f, 1e2f};
+  auto hash = [](uint64_t z) {  // splitmix64's finalizer
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  };
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    const uint64_t h = hash(seed * 0x9E3779B97F4A7C15ull + uint64_t(i));
+    const float v = (float(h >> 40) / float(1 << 23) - 1.0f) * kRowScales[hash(seed + uint64_t(i / cols)) % 6];
+    if (dtype == DType::f32) t.data_as<float>()[i] = v;
+    else t.data_as<bf16>()[i] = float_to_bf16(v);
+  }
+  return t;
+}
+
+class Fp8PipelinedGpu : public ::testing::TestWithParam<Fp8Shape> {};
+
+TEST_P(Fp8PipelinedGpu, SameBitsAsWeightStreaming) {
+  LOCKSTEP_REQUIRE_GPU();
+  const auto [N, K] = GetParam();
+  constexpr int64_t kTokens = 8192;
+  Fp8Rows qx = Fp8Rows::empty(kTokens, K, Device::cuda);
+  quantize_rows(qx, hashed_tensor({kTokens, K}, DType::bf16, 20).to(Device::cuda));
+  Fp8Weight qw = Fp8Weight::empty(N, K, Device::cuda);
+  quantize_weight(qw, hashed_tensor({N, K}, DType::f32, 21).to(Device::cuda));
+  const Fp8Rows qx_host = to_host(qx);
+  Tensor full;
+  for (const int64_t T : {512, 777, 4096, 8192}) {
+    const Fp8Rows x = T == kTokens ? qx : rows_on_gpu(qx_host, 0, T);
+    for (const DType out : {DType::f32, DType::bf16}) {
+      if (out == DType::bf16 && T != 777) continue;
+      Tensor pipelined = poisoned({T, N}, out, Device::cuda), streaming = poisoned({T, N}, out, Device::cuda);
+      cuda::gemm_fp8_pipelined(pipelined, x, qw.w);
+      cuda::gemm_fp8_streaming(streaming, x, qw.w);
+      EXPECT_TRUE(same_bytes(pipelined, streaming)) << "T = " << T << ", " << dtype_name(out);
+      if (T == kTokens) full = std::move(pipelined);
+    }
+  }
+  EXPECT_TRUE(cuda::fp8_pipelined_pays(kTokens, N)) << "gemm_fp8_batch_invariant takes the pipelined kernel";
+  for (const auto& [begin, count] : {std::pair<int64_t, int64_t>{0, 1}, {kTokens - 1, 1}, {777, 17}, {4000, 33},
+                                    {kTokens - 64, 64}}) {
+    Tensor y = poisoned({count, N}, DType::f32, Device::cuda);
+    cuda::gemm_fp8_batch_invariant(y, rows_on_gpu(qx_host, begin, count), qw.w);
+    EXPECT_TRUE(same_bytes(y, full.rows(begin, begin + count))) << "rows " << begin << " .. " << begin + count;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Qwen3FProp, Fp8PipelinedGpu,
+                         ::testing::Values(Fp8Shape{6144, 4096}, Fp8Shape{4096, 4096}, Fp8Shape{24576, 4096},
+                                           Fp8Shape{4096, 12288}, Fp8Shape{4096, 2048}, Fp8Shape{2048, 2048},
+                                           Fp8Shape{12288, 2048}, Fp8Shape{2048, 6144}),
+                         [](const ::testing::TestParamInfo<Fp8Shape>& info) {
+                           std::string name = "N";  // (appended to, as in shape_name)
+                           return name += std::to_string(info.param.N) + "_K" + std::to_string(info.param.K);
+                         });
+
+// Weight rows that are no multiple of 128 (the weight-streaming kernel takes them in 64s) are
+// refused with the reason; gemm_fp8_batch_invariant sends them to the weight-streaming kernel.
+TEST(Fp8PipelinedGpuErrors, RowsNotAMultipleOf128) {
+  LOCKSTEP_REQUIRE_GPU();
+  Fp8Rows x = Fp8Rows::empty(512, 256, Device::cuda);
+  Fp8Weight w = Fp8Weight::empty(192, 256, Device::cuda);
+  Tensor y = Tensor::empty({512, 192}, DType::bf16, Device::cuda);
+  testing::expect_error([&] { cuda::gemm_fp8_pipelined(y, x, w.w); }, {"pipelined", "multiple of 128", "[192, 256]"});
+  EXPECT_FALSE(cuda::fp8_pipelined_pays(1 << 20, 192));
+}
+#endif
 
 // The dispatcher (kFp8SmallTAuto): a shape's first call times the small-T kernel and cuBLASLt into
 // the caller's output, then runs the faster. Whichever it picked, FProp and DGrad match the CPU
