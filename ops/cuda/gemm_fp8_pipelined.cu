@@ -10,7 +10,7 @@
 // from the accumulator fragments to out. Consumer warpgroup w sums weight rows 64w .. 64w+63 against
 // the 128 tokens, wgmma m64n128k32 e4m3 → f32 with A = its weight rows, B = the tokens, both
 // K-major and 128-byte swizzled in shared memory: the instruction, operands and step order of the
-// weight-streaming kernel's 128-token tile (ops/cuda/gemm_fp8_small_t.cu), which the TMA's
+// weight-streaming kernel's 128-token tile (ops/cuda/gemm_fp8_stream_kernel.cuh), which the TMA's
 // SWIZZLE_128B writes in the same layout (16-byte chunk c of row r at c ^ r%8, 1024-byte aligned).
 //
 // Bits: the weight-streaming kernel splits the K blocks `splits` ways (fp8_batch_invariant_splits,
@@ -125,7 +125,7 @@ __device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap& map, i
 
 // p = Σ over the K block of the warpgroup's 64 weight rows × the 128 tokens: 4 k32 steps in K order,
 // the first overwriting p, then a wait for all of them (their shared reads included). As
-// gemm_fp8_small_t.cu's partial_wgmma at its 128-token tile.
+// gemm_fp8_stream_kernel.cuh's partial_wgmma at its 128-token tile.
 __device__ __forceinline__ void partial_wgmma(uint32_t weight, uint32_t act, float (&p)[kNT][4]) {
   pin_registers(p);
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
@@ -193,7 +193,7 @@ __device__ __forceinline__ void produce(const CUtensorMap& weight_map, const CUt
 }
 
 // out[t][r] = v for one element; bf16 rounded to nearest even by the instruction of
-// gemm_fp8_small_t.cu's store4 (cvt.rn.bf16x2.f32), its low half.
+// gemm_fp8_stream_kernel.cuh's store4 (cvt.rn.bf16x2.f32), its low half.
 __device__ __forceinline__ void store1(float* out, float v) { *out = v; }
 __device__ __forceinline__ void store1(uint16_t* out, float v) { *out = uint16_t(pack_bf16x2(v, 0.0f) & 0xFFFF); }
 

@@ -1,5 +1,5 @@
 // ops/cuda/wgmma_e4m3.cuh — the pieces of the fp8 weight × token GEMMs that must round alike in
-// every kernel that computes gemm_fp8_batch_invariant's bits (ops/cuda/gemm_fp8_small_t.cu, the
+// every kernel that computes gemm_fp8_batch_invariant's bits (ops/cuda/gemm_fp8_stream_kernel.cuh, the
 // weight-streaming kernel; ops/cuda/gemm_fp8_pipelined.cu, the pipelined one for many tokens): the
 // wgmma m64nNk32 e4m3 instruction on 128-byte-swizzled K-major tiles, and the promotion of a K
 // block's fp32 partial into the accumulator. A K block is summed by 4 such steps in K order, the
