@@ -123,20 +123,6 @@ __device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap& map, i
       : "memory");
 }
 
-// p = Σ over the K block of the warpgroup's 64 weight rows × the 128 tokens: 4 k32 steps in K order,
-// the first overwriting p, then a wait for all of them (their shared reads included). As
-// gemm_fp8_stream_kernel.cuh's partial_wgmma at its 128-token tile.
-__device__ __forceinline__ void partial_wgmma(uint32_t weight, uint32_t act, float (&p)[kNT][4]) {
-  pin_registers(p);
-  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-  for (int j = 0; j < kBlockK / 32; ++j)
-    wgmma_e4m3<kNT>(p, tile_descriptor(weight + 32 * j), tile_descriptor(act + 32 * j), j > 0);
-  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-  pin_registers(p);
-}
-
 // The CTA's tiles: row blocks in groups of kGroupRowBlocks, each group's tiles token tile by token
 // tile, so that the tiles in work at once share a few row blocks of the weight and a few token
 // tiles (both read from L2 mostly, the weight's and the act's bytes from DRAM about once each).
@@ -245,7 +231,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int s = int(n % kStages);
         barrier_wait(bars + 8 * s, uint32_t(n / kStages & 1));
         const uint32_t stage = base + s * kStageBytes;
-        partial_wgmma(stage + warpgroup * 64 * kBlockK, stage + kActOffset, p);
+        wgmma_k_block<kNT>(stage + warpgroup * 64 * kBlockK, stage + kActOffset, p);
         const float* scales = reinterpret_cast<const float*>(smem + kScalesOffset + s * kScaleBytes);
         add_scaled<kNT>(acc, p, scales, scales[kTokens], q);
         __syncwarp();

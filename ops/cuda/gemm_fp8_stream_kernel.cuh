@@ -206,21 +206,11 @@ __device__ __forceinline__ void load_act(uint8_t* tiles, uint8_t* scales, const 
     cp_async4(scales + tid * 4, tid < tokens ? cp.act_scale + kb * a.T : a.act_scales, tid < tokens);
 }
 
-// p = Σ over the K block in `tiles` of the weight rows × the tokens, with wgmma: 4 k32 steps in
-// flight together, then a wait for all of them (their shared reads included, so the stage may be
-// refilled after the next barrier).
+// p = Σ over the K block in `tiles` of the weight rows × the tokens (wgmma_e4m3.cuh).
 template <int NT>
 __device__ __forceinline__ void partial_wgmma(const uint8_t* tiles, float (&p)[NT][4]) {
-  using L = Layout<NT>;
-  const uint32_t weight = smem_address(tiles), act = weight + L::kActOffset;
-  pin_registers(p);  // the last block's reads of p come first
-  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-  for (int j = 0; j < kBlockK / 32; ++j)
-    wgmma_e4m3<NT>(p, tile_descriptor(weight + 32 * j), tile_descriptor(act + 32 * j), j > 0);
-  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-  pin_registers(p);
+  const uint32_t weight = smem_address(tiles);
+  wgmma_k_block<NT>(weight, weight + Layout<NT>::kActOffset, p);
 }
 
 __device__ __forceinline__ void store4(float* out, const float4& v) { *reinterpret_cast<float4*>(out) = v; }

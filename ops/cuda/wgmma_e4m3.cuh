@@ -1,10 +1,10 @@
 // ops/cuda/wgmma_e4m3.cuh — the pieces of the fp8 weight × token GEMMs that must round alike in
 // every kernel that computes gemm_fp8_batch_invariant's bits (ops/cuda/gemm_fp8_stream_kernel.cuh, the
 // weight-streaming kernel; ops/cuda/gemm_fp8_pipelined.cu, the pipelined one for many tokens): the
-// wgmma m64nNk32 e4m3 instruction on 128-byte-swizzled K-major tiles, and the promotion of a K
-// block's fp32 partial into the accumulator. A K block is summed by 4 such steps in K order, the
-// first overwriting the partial; an element's sum does not depend on N (the tile's token width) nor
-// on the token's column in it. Partials and accumulators have the D fragment layout of wgmma m64nN,
+// wgmma m64nNk32 e4m3 instruction on 128-byte-swizzled K-major tiles, a K block's sum by 4 such
+// steps in K order, the first overwriting the partial (wgmma_k_block), and the promotion of the
+// K block's fp32 partial into the accumulator; an element's sum does not depend on N (the tile's
+// token width) nor on the token's column in it. Partials and accumulators have the D fragment layout of wgmma m64nN,
 // f32 (PTX ISA): lane l, g = l/4, q = l%4, element [n][e] is weight row 16·warp + g + 8·(e/2) of the
 // warpgroup's 64 and token 8n + 2q + e%2 (warp w of the warpgroup holds rows 16w .. 16w+15).
 // Include only from CUDA sources.
@@ -83,6 +83,23 @@ __device__ __forceinline__ void pin_registers(float (&p)[NT][4]) {
   for (int n = 0; n < NT; ++n)
 #pragma unroll
     for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(p[n][e])::"memory");
+}
+
+// p = Σ over one K block (128 bytes of e4m3) of 64 weight rows × 8·NT tokens, the tiles at shared
+// addresses `weight` and `act` (K-major, 128-byte swizzled): 4 k32 steps in K order, the first
+// overwriting p, in flight together, then a wait for all of them (their shared reads included, so
+// the stage may be refilled after the next barrier). Every kernel of gemm_fp8_batch_invariant sums
+// a K block through this function.
+template <int NT>
+__device__ __forceinline__ void wgmma_k_block(uint32_t weight, uint32_t act, float (&p)[NT][4]) {
+  pin_registers(p);  // the last block's reads of p come first
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+    wgmma_e4m3<NT>(p, tile_descriptor(weight + 32 * j), tile_descriptor(act + 32 * j), j > 0);
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+  pin_registers(p);
 }
 
 // acc += p · (sx[t] · sw): sx the act scales of the partial's tokens (8·NT of them, 8-byte aligned),
