@@ -12,17 +12,18 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstring>
 
 #include "dist/host_values.h"
 #include "tests/dist/test_world.h"
 #include "tests/model/model_test_util.h"
+#include "tests/test_util.h"
 #include "train/sharded_optimizer.h"
 #include "train/sharded_weights.h"
 
 namespace lockstep {
 namespace {
 
+using testing::same_bytes;
 using testing::world;
 
 ModelConfig three_layers() {
@@ -41,11 +42,6 @@ int64_t row_copy_bytes(Recipe recipe, int64_t n, int64_t k) {
   if (recipe == Recipe::bf16) return n * k * 2;
   const int64_t col_blocks = (k + 127) / 128;
   return n * k + (n + 127) / 128 * ((col_blocks + 3) / 4 * 4) * 4;
-}
-
-bool same_bytes(const Tensor& a, const Tensor& b) {
-  return a.defined() && b.defined() && a.nbytes() == b.nbytes() &&
-         std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
 }
 
 class ShardedWeightsTest : public ::testing::TestWithParam<Recipe> {};

@@ -8,18 +8,20 @@
 // `mpirun -np 2` and `-np 4` with the collectives' tests (test_dist_gpu).
 #include <gtest/gtest.h>
 
-#include <cstring>
+#include <algorithm>
 
 #include "rollout/engine.h"
 #include "tests/gpu/rank_gpu.h"
 #include "tests/model/model_test_util.h"
 #include "tests/rollout/rollout_test_util.h"
+#include "tests/test_util.h"
 #include "train/sharded_optimizer.h"
 #include "train/sharded_weights.h"
 
 namespace lockstep {
 namespace {
 
+using testing::same_bytes;
 using testing::world;
 
 // Four layers whose matrices the plan cuts inside on 2 and 4 ranks; a small gather bucket, so that
@@ -29,12 +31,6 @@ ModelConfig four_layers() {
                                                    .intermediate = 768, .layers = 4, .vocab = 1000});
 }
 constexpr int64_t kBucketNumel = int64_t(1) << 14;
-
-bool same_bytes(const Tensor& a, const Tensor& b) {
-  if (!a.defined() || !b.defined() || a.nbytes() != b.nbytes()) return false;
-  const Tensor x = a.to(Device::cpu), y = b.to(Device::cpu);
-  return std::memcmp(x.data(), y.data(), x.nbytes()) == 0;
-}
 
 class ShardedWeightsGpu : public ::testing::TestWithParam<Recipe> {};
 
