@@ -437,7 +437,9 @@ int run(int argc, char** argv) {
                    world.describe(), " (started by mpirun with -np ", world.size(),
                    "): give one or the other");
     if (world.size() > 1) join_as_rank(config, world);
-    const TrainSummary s = command == "train" ? run_train(config, {}, world) : run_sft(config, {}, world);
+    const std::string toml = to_toml(config);
+    const TrainSummary s =
+        command == "train" ? run_train(config, {}, world, toml) : run_sft(config, {}, world, toml);
     if (s.interrupted) {
       std::printf("interrupted: checkpoint saved in %s (continue with --run.resume=true)\n",
                   config.run.out_dir.c_str());

@@ -35,7 +35,7 @@
 #include <string>
 #include <vector>
 
-#include "cli/config.h"
+#include "rl/run_config.h"
 #include "dist/single_rank.h"
 #include "model/transformer.h"
 #include "train/layerwise_reduce.h"

@@ -1,4 +1,4 @@
-// rl/setup.h — what every subcommand builds from the run configuration (cli/config.h): the device,
+// rl/setup.h — what every subcommand builds from the run configuration (rl/run_config.h): the device,
 // the model (the builtin tiny model or a Hugging Face checkpoint), the tokenizer, the problems and
 // how a problem becomes prompt tokens, and the policy in the run's precision mode.
 //
@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "cli/config.h"
+#include "rl/run_config.h"
 #include "io/chat.h"
 #include "io/tokenizer.h"
 #include "model/transformer.h"

@@ -125,7 +125,8 @@ struct Run {
 };
 
 // `command` ("train", "sft") names the run on its first console line.
-Run start_run(const Config& config, std::string_view command, Communicator& comm) {
+Run start_run(const Config& config, std::string_view command, Communicator& comm,
+              const std::string& config_toml) {
   check_data_parallel(config, comm.size());
   Run run{&comm, make_setup(config, /*need_data=*/true), config.run.out_dir, {}, {}, {}, {}, {}, {}, {}, {}};
   if (comm.is_main()) fs::create_directories(run.out_dir);
@@ -152,7 +153,8 @@ Run start_run(const Config& config, std::string_view command, Communicator& comm
                 (long long)config.run.steps);
     std::fflush(stdout);
   }
-  if (comm.is_main()) write_file_atomically((run.out_dir / "config.toml").string(), to_toml(config));
+  if (comm.is_main() && !config_toml.empty())
+    write_file_atomically((run.out_dir / "config.toml").string(), config_toml);
   {
     const MemoryPurpose purpose = model_memory();
     run.policy = std::make_unique<Policy>(
@@ -576,9 +578,10 @@ void check_data_parallel(const Config& config, int ranks) {
                  "needs optim.shard_state = true (the weight copies are sharded as the fp32 masters are)");
 }
 
-TrainSummary run_train(const Config& config, const TrainHooks& hooks, Communicator& comm) {
+TrainSummary run_train(const Config& config, const TrainHooks& hooks, Communicator& comm,
+                       const std::string& config_toml) {
   SigintGuard sigint;
-  Run run = start_run(config, "train", comm);
+  Run run = start_run(config, "train", comm, config_toml);
   TrainSummary summary{NAN, NAN, false};
   if (already_complete(run, summary)) return summary;
   if (!sft_phase(run, hooks, summary)) return summary;
@@ -660,11 +663,12 @@ TrainSummary run_train(const Config& config, const TrainHooks& hooks, Communicat
   return summary;
 }
 
-TrainSummary run_sft(const Config& config, const TrainHooks& hooks, Communicator& comm) {
+TrainSummary run_sft(const Config& config, const TrainHooks& hooks, Communicator& comm,
+                     const std::string& config_toml) {
   Config c = config;
   c.run.steps = 0;
   SigintGuard sigint;
-  Run run = start_run(c, "sft", comm);
+  Run run = start_run(c, "sft", comm, config_toml);
   TrainSummary summary{NAN, NAN, false};
   if (already_complete(run, summary)) return summary;
   if (!sft_phase(run, hooks, summary)) return summary;

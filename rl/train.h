@@ -40,7 +40,7 @@
 #include <cstdint>
 #include <functional>
 
-#include "cli/config.h"
+#include "rl/run_config.h"
 #include "dist/single_rank.h"
 #include "model/parameters.h"
 
@@ -67,11 +67,14 @@ struct TrainSummary {
   bool already_complete = false;
 };
 
+// `config_toml`: the configuration as TOML (cli/config.h's to_toml), written to
+// run.out_dir/config.toml by the main rank once the run has started (`lockstep plot` reads its
+// bins there); empty: no file.
 TrainSummary run_train(const Config& config, const TrainHooks& hooks = {},
-                       Communicator& comm = single_rank());
+                       Communicator& comm = single_rank(), const std::string& config_toml = {});
 // SFT only (`lockstep sft`): sft.steps steps, then a checkpoint.
 TrainSummary run_sft(const Config& config, const TrainHooks& hooks = {},
-                     Communicator& comm = single_rank());
+                     Communicator& comm = single_rank(), const std::string& config_toml = {});
 
 // Whether `config` can run on `ranks` data-parallel ranks: an error saying what does not divide or
 // is not supported yet (checked before launching, and by every rank).

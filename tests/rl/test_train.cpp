@@ -6,6 +6,9 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <vector>
+
+#include <unistd.h>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -19,9 +22,20 @@ using testing::expect_error;
 
 namespace fs = std::filesystem;
 
+// A run folder of this process (ctest runs this file's tests in parallel processes, and two
+// checkouts' runs may share /tmp), removed when the process ends.
 fs::path fresh_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("lockstep_test_train_" + name);
+  struct Made {
+    std::vector<fs::path> dirs;
+    ~Made() {
+      for (const fs::path& d : dirs) fs::remove_all(d);
+    }
+  };
+  static Made made;
+  const fs::path dir =
+      fs::temp_directory_path() / ("lockstep_test_train_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(dir);
+  made.dirs.push_back(dir);
   return dir;
 }
 
