@@ -1,10 +1,10 @@
 // ops/cuda/gemm_bf16_grouped.cu — ops/gemm.h's gemm_bf16_grouped_fprop / _dgrad: the experts of a
 // mixture-of-experts layer in one cuBLAS call, cublasGemmGroupedBatchedEx.
 //
-// What CUDA 13.0 offers for this: cuBLASLt (cublasLt.h, 13.1) has batches of one shape only
-// (strided or pointer-array), no grouped matmul; cuBLAS's cublasGemmGroupedBatchedEx takes a
-// shape per group and a matrix per problem, and runs bf16 operands with CUBLAS_COMPUTE_32F into a
-// bf16 output (its documented type table has no f32 output for bf16 operands, hence bf16 only).
+// What CUDA 13.0 (cuBLAS 13.1) offers for this: cuBLASLt has batches of one shape only (strided or
+// pointer-array), no grouped matmul; cuBLAS's cublasGemmGroupedBatchedEx takes a shape per group
+// and a matrix per problem, and runs bf16 operands with CUBLAS_COMPUTE_32F into a bf16 output (its
+// documented type table has no f32 output for bf16 operands, hence bf16 only).
 // Each expert with rows is one problem; experts with the same row count form one group (a group
 // is one shape: transposes, m, n, k, leading dimensions). In cuBLAS's column-major terms, as in
 // ops/cuda/gemm.cu: FProp y_eᵀ [N × n_e] = W_e (stored K × N, op T) · x_eᵀ (K × n_e); DGrad
@@ -76,8 +76,8 @@ void gemm_bf16_grouped(Tensor& out, const Tensor& a, const std::vector<Tensor>& 
     sizes.push_back(int64_t(experts.size()));
     for (const size_t e : experts) {
       table[p] = w[e].data();
-      table[problems + p] = static_cast<char*>(a.data()) + offsets[e] * k * 2;
-      table[2 * problems + p] = static_cast<char*>(out.data()) + offsets[e] * m * 2;
+      table[problems + p] = a.rows(offsets[e], offsets[e + 1]).data();
+      table[2 * problems + p] = out.rows(offsets[e], offsets[e + 1]).data();
       for (size_t i = 0; i < 3; ++i)
         LOCKSTEP_CHECK(reinterpret_cast<uintptr_t>(table[i * problems + p]) % 16 == 0, "bf16 grouped GEMM: expert ", e,
                        "'s ", i == 0 ? "weight" : i == 1 ? "input rows" : "output rows",
