@@ -65,13 +65,13 @@ void gemm_fp8_grouped(Tensor& y, const Fp8Rows& x, const Fp8Blocks& w, const std
 // stacked copy), and
 //   FProp  y [rows of e]  [n_e, N] = x [rows of e]  · W_eᵀ
 //   DGrad  dx[rows of e]  [n_e, K] = dy[rows of e] · W_e     overwritten, or accumulated
-// y / dx: the output tensor of all rows, [x.rows(), N] / [dy.rows(), K] (the rows of an expert
-// without tokens are none). Each expert's rows are the ordinary gemm_fprop / gemm_dgrad of those
-// rows alone: on the CPU bit for bit (bf16 operands, or f32 ones: the fp32 recipe; output bf16 or
-// f32). On CUDA one cuBLAS grouped GEMM over the experts with rows (ops/cuda/gemm_bf16_grouped.cu):
-// bf16 operands and output only (cuBLAS's grouped GEMM has no bf16 → f32 form), fp32
-// accumulation, within the bf16 GEMMs' tolerance of the CPU reference; K and N multiples of 8
-// (every expert's rows 16-byte aligned); not during CUDA-graph capture.
+// y / dx: [x.rows(), N] / [dy.rows(), K], every row written (an expert without tokens owns none).
+// Each expert's rows are the ordinary gemm_fprop / gemm_dgrad of those rows alone: on the CPU bit
+// for bit (bf16 operands, or f32 ones: the fp32 recipe; output bf16 or f32). On CUDA one cuBLAS
+// grouped GEMM over the experts with rows (ops/cuda/gemm_bf16_grouped.cu): bf16 operands and
+// output only (cuBLAS's grouped GEMM has no bf16 → f32 form), fp32 accumulation, within the bf16
+// GEMMs' tolerance of the CPU reference; K and N multiples of 8 (every expert's rows 16-byte
+// aligned); not during CUDA-graph capture.
 void gemm_bf16_grouped_fprop(Tensor& y, const Tensor& x, const std::vector<Tensor>& w,
                              const std::vector<int64_t>& offsets);
 void gemm_bf16_grouped_dgrad(Tensor& dx, const Tensor& dy, const std::vector<Tensor>& w,
