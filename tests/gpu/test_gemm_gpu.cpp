@@ -699,10 +699,10 @@ TEST(Bf16GroupedGpuErrors, UnsupportedArgumentsAreClearErrors) {
   Tensor y32 = Tensor::empty({5, N}, DType::f32, Device::cuda);
   testing::expect_error([&] { gemm_bf16_grouped_fprop(y32, x, w, {0, 2, 5}); }, "on CUDA the output must be bf16");
 
-  const std::vector<Tensor> w_odd = {random_tensor({N, 100}, DType::bf16, 4).to(Device::cuda)};
+  const Tensor w_odd = random_tensor({N, 100}, DType::bf16, 4).to(Device::cuda);
   const Tensor x_odd = random_tensor({5, 100}, DType::bf16, 5).to(Device::cuda);
   Tensor y = Tensor::empty({5, N}, DType::bf16, Device::cuda);
-  testing::expect_error([&] { gemm_bf16_grouped_fprop(y, x_odd, {w_odd[0], w_odd[0]}, {0, 1, 5}); },
+  testing::expect_error([&] { gemm_bf16_grouped_fprop(y, x_odd, {w_odd, w_odd}, {0, 1, 5}); },
                         "expert 1's input rows must start 16-byte aligned");
 
   const SideStream stream;
