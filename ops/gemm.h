@@ -71,7 +71,8 @@ void gemm_fp8_grouped(Tensor& y, const Fp8Rows& x, const Fp8Blocks& w, const std
 // grouped GEMM over the experts with rows (ops/cuda/gemm_bf16_grouped.cu): bf16 operands and
 // output only (cuBLAS's grouped GEMM has no bf16 → f32 form), fp32 accumulation, within the bf16
 // GEMMs' tolerance of the CPU reference; K and N multiples of 8 (every expert's rows 16-byte
-// aligned); not during CUDA-graph capture.
+// aligned); not during CUDA-graph capture. Under the exact forward kernels (ops/forward_kernels.h)
+// CUDA FProp is the per-expert loop of gemm_fprop instead: each expert's rows its exact bits.
 void gemm_bf16_grouped_fprop(Tensor& y, const Tensor& x, const std::vector<Tensor>& w,
                              const std::vector<int64_t>& offsets);
 void gemm_bf16_grouped_dgrad(Tensor& dx, const Tensor& dy, const std::vector<Tensor>& w,

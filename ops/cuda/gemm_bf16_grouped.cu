@@ -12,7 +12,8 @@
 //
 // The problems' matrix pointers must be in device memory: a table of them is built on the host
 // from the offsets and copied on the current stream ahead of the call (which needs the host
-// offsets anyway, for every group's n). So the call cannot be captured into a CUDA graph.
+// offsets anyway, for every group's n). So the call cannot be captured into a CUDA graph (the
+// exact forward's FProp, a loop of the ordinary GEMMs, can).
 //
 // Checked by tests/gpu/test_gemm_gpu.cpp (Bf16GroupedGpu*); timed by `bench_gemm --grouped`.
 #include <cublas_v2.h>
@@ -25,6 +26,7 @@
 #include "core/cuda_check.h"
 #include "core/cuda_stream.h"
 #include "ops/cuda/cublas_check.h"
+#include "ops/forward_kernels.h"
 #include "ops/gemm_backends.h"
 
 namespace lockstep::cuda {
@@ -49,6 +51,17 @@ Cublas& cublas() {
 
 void gemm_bf16_grouped(Tensor& out, const Tensor& a, const std::vector<Tensor>& w, const std::vector<int64_t>& offsets,
                        bool dgrad, bool accumulate) {
+  // Under the exact forward kernels (ops/forward_kernels.h) FProp is each expert's gemm_fprop of
+  // its rows, one algorithm per weight shape at every T: the grouped call's kernels are cuBLAS's
+  // pick for the whole call, so a row's sum could depend on the other experts' loads.
+  if (!dgrad && exact_forward()) {
+    for (size_t e = 0; e + 1 < offsets.size(); ++e) {
+      if (offsets[e] == offsets[e + 1]) continue;
+      Tensor rows = out.rows(offsets[e], offsets[e + 1]);
+      gemm_fprop_bf16(rows, a.rows(offsets[e], offsets[e + 1]), w[e]);
+    }
+    return;
+  }
   cudaStream_t stream = current_stream();
   cudaStreamCaptureStatus capture;
   LOCKSTEP_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));

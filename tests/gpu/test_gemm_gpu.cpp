@@ -688,6 +688,28 @@ INSTANTIATE_TEST_SUITE_P(
                       GroupedCase{random_loads(16, 2048, 6, 4), 2048, 768, DType::bf16}),
     grouped_name);
 
+// Under the exact forward kernels the grouped bf16 FProp is each expert's exact gemm_fprop of its
+// rows alone (one algorithm per weight shape at every T): the same bytes, whatever the other loads.
+TEST(Bf16GroupedGpuExact, FPropIsEachExpertsExactGemm) {
+  LOCKSTEP_REQUIRE_GPU();
+  const ExactForwardScope exact;
+  const int64_t N = 256, K = 384;
+  const std::vector<int64_t> offsets = offsets_of({3, 0, 40, 1});
+  const int64_t T = offsets.back();
+  std::vector<Tensor> w;
+  for (uint64_t e = 0; e < 4; ++e) w.push_back(random_tensor({N, K}, DType::bf16, 50 + e).to(Device::cuda));
+  const Tensor x = random_tensor({T, K}, DType::bf16, 54, true).to(Device::cuda);
+  Tensor y = poisoned({T, N}, DType::bf16, Device::cuda);
+  gemm_bf16_grouped_fprop(y, x, w, offsets);
+  for (size_t e = 0; e < w.size(); ++e) {
+    const int64_t begin = offsets[e], end = offsets[e + 1];
+    if (begin == end) continue;
+    Tensor alone = poisoned({end - begin, N}, DType::bf16, Device::cuda);
+    gemm_fprop(alone, x.rows(begin, end), w[e]);
+    EXPECT_TRUE(same_bytes(y.rows(begin, end), alone)) << "expert " << e;
+  }
+}
+
 // What cuBLAS's grouped GEMM cannot do on CUDA is refused with the reason, before any work: an f32
 // output, rows that do not start 16-byte aligned (K = 100), a call during graph capture.
 TEST(Bf16GroupedGpuErrors, UnsupportedArgumentsAreClearErrors) {
