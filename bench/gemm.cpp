@@ -8,8 +8,9 @@
 //                   [--grouped]
 //   --decode-only: the decode table alone.
 //   --grouped: the expert GEMMs of a mixture-of-experts layer alone (Qwen3-30B-A3B's shapes): the
-//     grouped fp8 GEMM (ops/gemm.h gemm_fp8_grouped) against the per-expert loops of the ordinary
-//     fp8 and bf16 GEMMs, at training and decode token counts, uniform and skewed expert loads.
+//     grouped fp8 and bf16 GEMMs (ops/gemm.h gemm_fp8_grouped, gemm_bf16_grouped_*) against each
+//     other and the per-expert loops of the ordinary fp8 and bf16 GEMMs, at training and decode
+//     token counts, uniform and skewed expert loads.
 //   --exact: the exact forward kernels (ops/forward_kernels.h): fp8 FProp on the batch-invariant
 //     kernel, bf16 FProp without split-K.
 //   --small-t qwen3-8b:o:64: only the fp8 small-T kernel at that shape, --reps calls (L2 flushed
@@ -266,15 +267,19 @@ double rel_error_bf16(const Tensor& a, const Tensor& b) {
 }
 
 // --grouped: FProp and DGrad of the experts' linears, TFLOP/s of the useful work (2·rows·N·K), for
-// the grouped fp8 kernel, the per-expert loop of fp8 GEMMs on cuBLASLt (small-T off), that loop as
-// dispatched (cuBLASLt or the small-T kernel per expert, the model's loop today), and the
-// per-expert loop of bf16 GEMMs; with the grouped output's relative error against the cuBLASLt loop's.
-// Each expert has its own weight memory (the loops' reads are not served from L2 by a shared one).
+// the grouped fp8 kernel, the grouped bf16 GEMM (one cuBLAS grouped call), the per-expert loop of
+// fp8 GEMMs on cuBLASLt (small-T off), that loop as dispatched (cuBLASLt or the small-T kernel per
+// expert, the model's loop today), and the per-expert loop of bf16 GEMMs; the grouped fp8 GEMM's
+// speedup over the grouped bf16 one and over the loops; each grouped output's relative error
+// against its recipe's cuBLASLt loop (err8: fp8, err16: bf16). Each expert has its own weight
+// memory (the loops' reads are not served from L2 by a shared one); the bf16 grouped GEMM reads
+// the experts' weights where they are, as the fp8 one reads their stacked copy.
 void bench_grouped() {
   std::printf("\nExpert GEMMs of Qwen3-30B-A3B (%ld experts, top-%ld), TFLOP/s (fp8 excludes quantization)\n",
               long(kExperts), long(kTopK));
-  std::printf("%-8s %-5s %5s %6s %-7s %5s | %8s %8s %8s %8s | %9s %9s | %8s\n", "linear", "op", "T", "rows",
-              "loads", "most", "grouped8", "loop8", "loop8 d", "loop16", "g8/loop8", "g8/loop16", "rel err");
+  std::printf("%-8s %-5s %5s %6s %-7s %5s | %8s %9s %8s %8s %8s | %8s %8s %9s | %7s %7s\n", "linear", "op", "T",
+              "rows", "loads", "most", "grouped8", "grouped16", "loop8", "loop8 d", "loop16", "g8/g16", "g8/loop8",
+              "g8/loop16", "err8", "err16");
   const int previous = cuda::gemm_set_fp8_small_t(cuda::kFp8SmallTAuto);
   for (const Linear& l : kExpertLinears) {
     const int64_t N = l.n, K = l.k;
@@ -320,9 +325,14 @@ void bench_grouped() {
         // FProp: out [rows, N] from x; DGrad: out [rows, K] from dy.
         for (const bool dgrad : {false, true}) {
           Tensor grouped = Tensor::empty({rows, dgrad ? K : N}, DType::bf16, Device::cuda);
+          Tensor grouped16 = Tensor::empty(grouped.shape(), DType::bf16, Device::cuda);
           Tensor looped = Tensor::empty(grouped.shape(), DType::bf16, Device::cuda);
           const auto run_grouped = [&] {
             gemm_fp8_grouped(grouped, dgrad ? qdy : qx, dgrad ? wt : w, offsets, device_offsets);
+          };
+          const auto run_grouped16 = [&] {
+            if (dgrad) gemm_bf16_grouped_dgrad(grouped16, dy, bf16, offsets);
+            else gemm_bf16_grouped_fprop(grouped16, x, bf16, offsets);
           };
           const auto run_loop8 = [&] {
             for (int64_t e = 0; e < kExperts; ++e) {
@@ -341,27 +351,30 @@ void bench_grouped() {
               else gemm_fprop(out, x.rows(b, end), bf16[size_t(e)]);
             }
           };
-          const double g8 = time_ms(run_grouped);
+          const double g8 = time_ms(run_grouped), g16 = time_ms(run_grouped16);
           cuda::gemm_set_fp8_small_t(cuda::kFp8SmallTAuto);
           const double loop8_dispatched = time_ms(run_loop8);
           cuda::gemm_set_fp8_small_t(0);
           const double loop8 = time_ms(run_loop8);  // leaves the cuBLASLt loop's output in `looped`
-          const double err = rel_error_bf16(grouped, looped);
-          const double loop16 = time_ms(run_loop16);
+          const double err8 = rel_error_bf16(grouped, looped);
+          const double loop16 = time_ms(run_loop16);  // leaves the bf16 loop's output in `looped`
+          const double err16 = rel_error_bf16(grouped16, looped);
           cuda::gemm_set_fp8_small_t(cuda::kFp8SmallTAuto);
           auto tf = [&](double ms) { return flops / (ms * 1e-3) / 1e12; };
           const char* op = dgrad ? "dgrad" : "fprop";
           const char* shape = skewed ? "skewed" : "uniform";
-          std::printf("%-8s %-5s %5ld %6ld %-7s %5ld | %8.1f %8.1f %8.1f %8.1f | %8.2fx %8.2fx | %8.1e\n", l.name, op,
-                      long(T), long(rows), shape, long(most), tf(g8), tf(loop8), tf(loop8_dispatched), tf(loop16),
-                      loop8 / g8, loop16 / g8, err);
+          std::printf("%-8s %-5s %5ld %6ld %-7s %5ld | %8.1f %9.1f %8.1f %8.1f %8.1f | %7.2fx %7.2fx %8.2fx | %7.1e "
+                      "%7.1e\n", l.name, op, long(T), long(rows), shape, long(most), tf(g8), tf(g16), tf(loop8),
+                      tf(loop8_dispatched), tf(loop16), g16 / g8, loop8 / g8, loop16 / g8, err8, err16);
           add_json("{\"kind\": \"grouped\", \"model\": \"" + std::string(l.model) + "\", \"linear\": \"" + l.name +
                    "\", \"op\": \"" + op + "\", \"T\": " + std::to_string(T) + ", \"rows\": " + std::to_string(rows) +
                    ", \"loads\": \"" + shape + "\", \"most\": " + std::to_string(most) + ", \"N\": " +
                    std::to_string(N) + ", \"K\": " + std::to_string(K) + ", \"grouped_fp8_ms\": " +
-                   std::to_string(g8) + ", \"loop_fp8_cublaslt_ms\": " + std::to_string(loop8) +
-                   ", \"loop_fp8_dispatched_ms\": " + std::to_string(loop8_dispatched) + ", \"loop_bf16_ms\": " +
-                   std::to_string(loop16) + ", \"rel_err_vs_loop_fp8\": " + std::to_string(err) + "}");
+                   std::to_string(g8) + ", \"grouped_bf16_ms\": " + std::to_string(g16) +
+                   ", \"grouped_fp8_speedup_over_bf16\": " + std::to_string(g16 / g8) + ", \"loop_fp8_cublaslt_ms\": " +
+                   std::to_string(loop8) + ", \"loop_fp8_dispatched_ms\": " + std::to_string(loop8_dispatched) +
+                   ", \"loop_bf16_ms\": " + std::to_string(loop16) + ", \"rel_err_vs_loop_fp8\": " +
+                   std::to_string(err8) + ", \"rel_err_grouped_bf16_vs_loop_bf16\": " + std::to_string(err16) + "}");
         }
       }
   }

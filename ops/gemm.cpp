@@ -66,6 +66,39 @@ void check_k(int64_t a, int64_t b, const char* op, const Tensor& x, const Tensor
   LOCKSTEP_CHECK(a == b, op, ": inner dimensions differ: ", x.describe(), " and ", y.describe());
 }
 
+// The offsets of a grouped GEMM (ops/gemm.h), E + 1 >= 2 values (the caller has checked their
+// count): from 0 to the rows of `a` (named a_what), never decreasing.
+void check_offsets(const char* op, const std::vector<int64_t>& offsets, const char* a_what, int64_t rows) {
+  LOCKSTEP_CHECK(offsets.front() == 0 && offsets.back() == rows, op, ": offsets must run from 0 to ", a_what,
+                 "'s rows (", rows, "), got ", offsets.front(), " .. ", offsets.back());
+  for (size_t e = 0; e + 1 < offsets.size(); ++e)
+    LOCKSTEP_CHECK(offsets[e] <= offsets[e + 1], op, ": offsets decrease at expert ", e, ": ", offsets[e], " then ",
+                   offsets[e + 1]);
+}
+
+// The bf16 recipe's grouped GEMMs: a [rows, N] (DGrad) or [rows, K] (FProp) sorted by expert, E
+// weights [N, K] of one shape in a's dtype on a's device, out [rows, K] or [rows, N] (bf16 on CUDA:
+// cuBLAS's grouped GEMM has no other output for bf16 operands).
+void check_bf16_grouped(const char* op, const Tensor& out, const Tensor& a, const char* a_what,
+                        const std::vector<Tensor>& w, const std::vector<int64_t>& offsets, bool dgrad) {
+  LOCKSTEP_CHECK(!w.empty(), op, ": no experts' weights");
+  const Tensor& w0 = w.front();
+  check_operands(a, detail::concat(op, ": ", a_what).c_str(), w0, detail::concat(op, ": w[0]").c_str());
+  for (size_t e = 1; e < w.size(); ++e)
+    LOCKSTEP_CHECK(w[e].defined() && w[e].dtype() == a.dtype() && w[e].device() == a.device() &&
+                       w[e].shape() == w0.shape(),
+                   op, ": every expert's weight must be ", w0.describe(), " as w[0] is, got w[", e, "] ",
+                   w[e].defined() ? w[e].describe() : std::string("empty (not allocated)"));
+  check_k(a.dim(1), w0.dim(dgrad ? 0 : 1), op, a, w0);
+  LOCKSTEP_CHECK(offsets.size() == w.size() + 1, op, ": offsets must hold E + 1 = ", w.size() + 1, " values for the ",
+                 w.size(), " experts of w, got ", offsets.size());
+  check_offsets(op, offsets, a_what, a.dim(0));
+  check_output(out, detail::concat(op, ": output").c_str(), a.device(), {a.dim(0), w0.dim(dgrad ? 1 : 0)});
+  LOCKSTEP_CHECK(!out.is_cuda() || out.dtype() == DType::bf16, op,
+                 ": on CUDA the output must be bf16 (cuBLAS's grouped GEMM has no f32 output for bf16 operands), got ",
+                 out.describe());
+}
+
 #if LOCKSTEP_HAS_CUDA
 #define LOCKSTEP_ON_CUDA(call) call
 #else
@@ -150,16 +183,25 @@ void gemm_fp8_grouped(Tensor& y, const Fp8Rows& x, const Fp8Blocks& w, const std
                  kQuantGroup, " (whole scale blocks per expert), got ", y.describe());
   LOCKSTEP_CHECK(experts >= 1 && w.rows() == experts * n, "gemm_fp8_grouped: w must stack ", experts,
                  " experts (offsets holds ", offsets.size(), " values) of N = ", n, " rows, got ", w.data.describe());
-  LOCKSTEP_CHECK(offsets.front() == 0 && offsets.back() == x.rows(),
-                 "gemm_fp8_grouped: offsets must run from 0 to x's rows (", x.rows(), "), got ", offsets.front(),
-                 " .. ", offsets.back());
-  for (int64_t e = 0; e < experts; ++e)
-    LOCKSTEP_CHECK(offsets[size_t(e)] <= offsets[size_t(e + 1)], "gemm_fp8_grouped: offsets decrease at expert ", e,
-                   ": ", offsets[size_t(e)], " then ", offsets[size_t(e + 1)]);
+  check_offsets("gemm_fp8_grouped", offsets, "x", x.rows());
   if (d == Device::cpu) return cpu::gemm_fp8_grouped(y, x, w, offsets);
   check_tensor(device_offsets, "gemm_fp8_grouped: device_offsets", DType::i64, d);
   check_shape(device_offsets, "gemm_fp8_grouped: device_offsets", {experts + 1});
   LOCKSTEP_ON_CUDA(cuda::gemm_fp8_grouped(y, x, w, offsets, device_offsets));
+}
+
+void gemm_bf16_grouped_fprop(Tensor& y, const Tensor& x, const std::vector<Tensor>& w,
+                             const std::vector<int64_t>& offsets) {
+  check_bf16_grouped("gemm_bf16_grouped_fprop", y, x, "x", w, offsets, false);
+  if (!x.is_cuda()) return cpu::gemm_bf16_grouped(y, x, w, offsets, false, false);
+  LOCKSTEP_ON_CUDA(cuda::gemm_bf16_grouped(y, x, w, offsets, false, false));
+}
+
+void gemm_bf16_grouped_dgrad(Tensor& dx, const Tensor& dy, const std::vector<Tensor>& w,
+                             const std::vector<int64_t>& offsets, bool accumulate) {
+  check_bf16_grouped("gemm_bf16_grouped_dgrad", dx, dy, "dy", w, offsets, true);
+  if (!dy.is_cuda()) return cpu::gemm_bf16_grouped(dx, dy, w, offsets, true, accumulate);
+  LOCKSTEP_ON_CUDA(cuda::gemm_bf16_grouped(dx, dy, w, offsets, true, accumulate));
 }
 
 Fp8Blocks stack_fp8_blocks(const std::vector<Fp8Blocks>& parts) {

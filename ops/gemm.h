@@ -59,6 +59,25 @@ void gemm_wgrad(Tensor& dw, const Fp8Rows& dy_t, const Fp8Rows& x_t, bool accumu
 void gemm_fp8_grouped(Tensor& y, const Fp8Rows& x, const Fp8Blocks& w, const std::vector<int64_t>& offsets,
                       const Tensor& device_offsets);
 
+// The experts of a mixture-of-experts layer in the bf16 recipe, in one call: the rows of x (dy) sorted
+// by expert and `offsets` as for gemm_fp8_grouped (E + 1 host values; no device copy needed), w
+// the E experts' weights W_e [N, K] as the model keeps them (LinearWeight::bf16 of each expert: no
+// stacked copy), and
+//   FProp  y [rows of e]  [n_e, N] = x [rows of e]  · W_eᵀ
+//   DGrad  dx[rows of e]  [n_e, K] = dy[rows of e] · W_e     overwritten, or accumulated
+// y / dx: [x.rows(), N] / [dy.rows(), K], every row written (an expert without tokens owns none).
+// Each expert's rows are the ordinary gemm_fprop / gemm_dgrad of those rows alone: on the CPU bit
+// for bit (bf16 operands, or f32 ones: the fp32 recipe; output bf16 or f32). On CUDA one cuBLAS
+// grouped GEMM over the experts with rows (ops/cuda/gemm_bf16_grouped.cu): bf16 operands and
+// output only (cuBLAS's grouped GEMM has no bf16 → f32 form), fp32 accumulation, within the bf16
+// GEMMs' tolerance of the CPU reference; K and N multiples of 8 (every expert's rows 16-byte
+// aligned); not during CUDA-graph capture. Under the exact forward kernels (ops/forward_kernels.h)
+// CUDA FProp is the per-expert loop of gemm_fprop instead: each expert's rows its exact bits.
+void gemm_bf16_grouped_fprop(Tensor& y, const Tensor& x, const std::vector<Tensor>& w,
+                             const std::vector<int64_t>& offsets);
+void gemm_bf16_grouped_dgrad(Tensor& dx, const Tensor& dy, const std::vector<Tensor>& w,
+                             const std::vector<int64_t>& offsets, bool accumulate = false);
+
 // parts (E blocks of the same shape, rows a multiple of 128, on one device) stacked into the
 // [E·rows, cols] operand of gemm_fp8_grouped: a copy of every part's bytes and scales.
 Fp8Blocks stack_fp8_blocks(const std::vector<Fp8Blocks>& parts);

@@ -25,6 +25,10 @@ void gemm_tn_fp8(Tensor& out, const Fp8Rows& a, const Fp8Blocks& b, bool accumul
 // ops/gemm.h's gemm_fp8_grouped: expert e's rows of a times rows [e·N, (e+1)·N) of b, N = out's
 // columns; each expert the gemm_tn_fp8 of its rows alone.
 void gemm_fp8_grouped(Tensor& out, const Fp8Rows& a, const Fp8Blocks& b, const std::vector<int64_t>& offsets);
+// ops/gemm.h's gemm_bf16_grouped_*: expert e's rows of a times w[e] (FProp) or, `dgrad`, w[e]
+// transposed; each expert the gemm_tn of its rows alone (so gemm_fprop's / gemm_dgrad's bits).
+void gemm_bf16_grouped(Tensor& out, const Tensor& a, const std::vector<Tensor>& w, const std::vector<int64_t>& offsets,
+                       bool dgrad, bool accumulate);
 }  // namespace lockstep::cpu
 
 namespace lockstep::cuda {
@@ -42,6 +46,9 @@ void gemm_fp8_fprop(Tensor& y, const Fp8Rows& x, const Fp8Blocks& w);
 // ops/gemm.h's gemm_fp8_grouped (ops/cuda/gemm_fp8_grouped.cu).
 void gemm_fp8_grouped(Tensor& y, const Fp8Rows& x, const Fp8Blocks& w, const std::vector<int64_t>& offsets,
                       const Tensor& device_offsets);
+// ops/gemm.h's gemm_bf16_grouped_* (ops/cuda/gemm_bf16_grouped.cu), as the CPU's above; out bf16.
+void gemm_bf16_grouped(Tensor& out, const Tensor& a, const std::vector<Tensor>& w, const std::vector<int64_t>& offsets,
+                       bool dgrad, bool accumulate);
 void gemm_wgrad_fp8(Tensor& dw, const Fp8Rows& dy_t, const Fp8Rows& x_t, bool accumulate);
 // Tests: take the padded-token path even where cuBLASLt could run the odd token count natively.
 void gemm_force_token_padding(bool on);

@@ -465,4 +465,14 @@ void gemm_fp8_grouped(Tensor& out, const Fp8Rows& a, const Fp8Blocks& b, const s
   }
 }
 
+void gemm_bf16_grouped(Tensor& out, const Tensor& a, const std::vector<Tensor>& w, const std::vector<int64_t>& offsets,
+                       bool dgrad, bool accumulate) {
+  for (size_t e = 0; e + 1 < offsets.size(); ++e) {
+    const int64_t begin = offsets[e], end = offsets[e + 1];
+    if (begin == end) continue;
+    Tensor rows = out.rows(begin, end);
+    gemm_tn(rows, {a.rows(begin, end)}, {w[e], dgrad}, accumulate);
+  }
+}
+
 }  // namespace lockstep::cpu

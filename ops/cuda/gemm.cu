@@ -45,38 +45,14 @@
 
 #include "core/cuda_check.h"
 #include "core/cuda_stream.h"
+#include "ops/cuda/cublas_check.h"
 #include "ops/cuda/gemm_fp8_small_t.h"
 #include "ops/forward_kernels.h"
 #include "ops/gemm_backends.h"
 
-#define LOCKSTEP_CUBLAS_CHECK(call)                                                          \
-  do {                                                                                       \
-    cublasStatus_t lockstep_st_ = (call);                                                    \
-    if (lockstep_st_ != CUBLAS_STATUS_SUCCESS)                                               \
-      throw ::lockstep::Error(::lockstep::detail::concat("cuBLASLt error ",                  \
-                                                         cublas_status_name(lockstep_st_),   \
-                                                         " in ", #call, " at ", __FILE__,    \
-                                                         ":", __LINE__));                    \
-  } while (0)
-
 namespace lockstep::cuda {
 
 namespace {
-
-// (cublasGetStatusString lives in libcublas, which we do not otherwise link.)
-const char* cublas_status_name(cublasStatus_t s) {
-  switch (s) {
-    case CUBLAS_STATUS_NOT_INITIALIZED: return "NOT_INITIALIZED";
-    case CUBLAS_STATUS_ALLOC_FAILED: return "ALLOC_FAILED";
-    case CUBLAS_STATUS_INVALID_VALUE: return "INVALID_VALUE";
-    case CUBLAS_STATUS_ARCH_MISMATCH: return "ARCH_MISMATCH";
-    case CUBLAS_STATUS_MAPPING_ERROR: return "MAPPING_ERROR";
-    case CUBLAS_STATUS_EXECUTION_FAILED: return "EXECUTION_FAILED";
-    case CUBLAS_STATUS_INTERNAL_ERROR: return "INTERNAL_ERROR";
-    case CUBLAS_STATUS_NOT_SUPPORTED: return "NOT_SUPPORTED";
-    default: return "UNKNOWN";
-  }
-}
 
 constexpr size_t kWorkspaceBytes = 32u << 20;       // cuBLAS's recommendation for Hopper
 constexpr size_t kTuneWorkspaceBytes = 128u << 20;  // what autotune candidates may ask for

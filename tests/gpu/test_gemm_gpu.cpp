@@ -1,4 +1,4 @@
-// Every CUDA GEMM (cuBLASLt, the fp8 small-T kernel, the grouped fp8 GEMM) against the CPU
+// Every CUDA GEMM (cuBLASLt, the fp8 small-T kernel, the grouped fp8 and bf16 GEMMs) against the CPU
 // reference on the same operands: ‖gpu − cpu‖/‖cpu‖.
 #include <gtest/gtest.h>
 
@@ -640,6 +640,96 @@ TEST(Fp8GroupedGpuRows, IndependentOfTheOtherExperts) {
   Tensor dense = poisoned({rows, N}, DType::bf16, Device::cuda);
   gemm_fprop(dense, qx1, w1);
   EXPECT_TRUE(same_bytes(narrow, dense));
+}
+
+// The grouped bf16 GEMM of the experts (ops/gemm.h gemm_bf16_grouped_fprop / _dgrad;
+// ops/cuda/gemm_bf16_grouped.cu, one cuBLAS grouped call) against the CPU reference on the same
+// operands — which is, bit for bit, the per-expert loop of gemm_fprop / gemm_dgrad
+// (tests/ops/test_gemm_grouped.cpp) — error per row within the bf16 GEMMs' tolerance above (bf16
+// output rounding; the sums differ only in order). The cases are the fp8 grouped GEMM's (uneven
+// loads, empty experts first, inside and last, Qwen3-30B-A3B's shapes); DGrad overwritten and
+// accumulated onto the same start.
+class Bf16GroupedGpu : public ::testing::TestWithParam<GroupedCase> {};
+
+TEST_P(Bf16GroupedGpu, MatchesCpu) {
+  LOCKSTEP_REQUIRE_GPU();
+  const GroupedCase& c = GetParam();
+  const std::vector<int64_t> offsets = offsets_of(c.loads);
+  const int64_t T = offsets.back();
+  std::vector<Tensor> w, wg;
+  for (size_t e = 0; e < c.loads.size(); ++e) {
+    w.push_back(random_tensor({c.N, c.K}, DType::bf16, 300 + e));
+    wg.push_back(w.back().to(Device::cuda));
+  }
+  const Tensor x = random_tensor({T, c.K}, DType::bf16, 40, true), dy = random_tensor({T, c.N}, DType::bf16, 41, true);
+  const Tensor xg = x.to(Device::cuda), dyg = dy.to(Device::cuda);
+  const double tol = tolerance(DType::bf16);
+
+  Tensor y = poisoned({T, c.N}, DType::bf16, Device::cpu), yg = poisoned({T, c.N}, DType::bf16, Device::cuda);
+  gemm_bf16_grouped_fprop(y, x, w, offsets);
+  gemm_bf16_grouped_fprop(yg, xg, wg, offsets);
+  EXPECT_LE(worst_row_error(to_double(yg), to_double(y), c.N), tol) << "fprop";
+
+  Tensor dx = poisoned({T, c.K}, DType::bf16, Device::cpu), dxg = poisoned({T, c.K}, DType::bf16, Device::cuda);
+  gemm_bf16_grouped_dgrad(dx, dy, w, offsets);
+  gemm_bf16_grouped_dgrad(dxg, dyg, wg, offsets);
+  EXPECT_LE(worst_row_error(to_double(dxg), to_double(dx), c.K), tol) << "dgrad";
+  gemm_bf16_grouped_dgrad(dx, dy, w, offsets, true);
+  gemm_bf16_grouped_dgrad(dxg, dyg, wg, offsets, true);
+  EXPECT_LE(worst_row_error(to_double(dxg), to_double(dx), c.K), tol) << "dgrad (accumulated)";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Loads, Bf16GroupedGpu,
+    ::testing::Values(GroupedCase{{0, 1, 0}, 256, 384, DType::bf16}, GroupedCase{{3, 0, 9, 2}, 256, 384, DType::bf16},
+                      GroupedCase{{129, 0, 1, 128, 127, 300, 0}, 256, 384, DType::bf16},
+                      GroupedCase{random_loads(32, 512, 5, 1), 256, 384, DType::bf16},
+                      GroupedCase{random_loads(16, 512, 6, 3), 1536, 2048, DType::bf16},
+                      GroupedCase{random_loads(16, 2048, 6, 4), 2048, 768, DType::bf16}),
+    grouped_name);
+
+// Under the exact forward kernels the grouped bf16 FProp is each expert's exact gemm_fprop of its
+// rows alone (one algorithm per weight shape at every T): the same bytes, whatever the other loads.
+TEST(Bf16GroupedGpuExact, FPropIsEachExpertsExactGemm) {
+  LOCKSTEP_REQUIRE_GPU();
+  const ExactForwardScope exact;
+  const int64_t N = 256, K = 384;
+  const std::vector<int64_t> offsets = offsets_of({3, 0, 40, 1});
+  const int64_t T = offsets.back();
+  std::vector<Tensor> w;
+  for (uint64_t e = 0; e < 4; ++e) w.push_back(random_tensor({N, K}, DType::bf16, 50 + e).to(Device::cuda));
+  const Tensor x = random_tensor({T, K}, DType::bf16, 54, true).to(Device::cuda);
+  Tensor y = poisoned({T, N}, DType::bf16, Device::cuda);
+  gemm_bf16_grouped_fprop(y, x, w, offsets);
+  for (size_t e = 0; e < w.size(); ++e) {
+    const int64_t begin = offsets[e], end = offsets[e + 1];
+    if (begin == end) continue;
+    Tensor alone = poisoned({end - begin, N}, DType::bf16, Device::cuda);
+    gemm_fprop(alone, x.rows(begin, end), w[e]);
+    EXPECT_TRUE(same_bytes(y.rows(begin, end), alone)) << "expert " << e;
+  }
+}
+
+// What cuBLAS's grouped GEMM cannot do on CUDA is refused with the reason, before any work: an f32
+// output, rows that do not start 16-byte aligned (K = 100), a call during graph capture.
+TEST(Bf16GroupedGpuErrors, UnsupportedArgumentsAreClearErrors) {
+  LOCKSTEP_REQUIRE_GPU();
+  const int64_t N = 256, K = 384;
+  const std::vector<Tensor> w = {random_tensor({N, K}, DType::bf16, 1).to(Device::cuda),
+                                 random_tensor({N, K}, DType::bf16, 2).to(Device::cuda)};
+  const Tensor x = random_tensor({5, K}, DType::bf16, 3).to(Device::cuda);
+  Tensor y32 = Tensor::empty({5, N}, DType::f32, Device::cuda);
+  testing::expect_error([&] { gemm_bf16_grouped_fprop(y32, x, w, {0, 2, 5}); }, "on CUDA the output must be bf16");
+
+  const Tensor w_odd = random_tensor({N, 100}, DType::bf16, 4).to(Device::cuda);
+  const Tensor x_odd = random_tensor({5, 100}, DType::bf16, 5).to(Device::cuda);
+  Tensor y = Tensor::empty({5, N}, DType::bf16, Device::cuda);
+  testing::expect_error([&] { gemm_bf16_grouped_fprop(y, x_odd, {w_odd, w_odd}, {0, 1, 5}); },
+                        "expert 1's input rows must start 16-byte aligned");
+
+  const SideStream stream;
+  testing::expect_error([&] { CudaGraph::capture(stream, [&] { gemm_bf16_grouped_fprop(y, x, w, {0, 2, 5}); }); },
+                        "cannot run while a CUDA graph is captured");
 }
 
 // Autotuning picks whichever of cuBLASLt's candidates is fastest, so every candidate must compute
