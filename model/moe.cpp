@@ -79,12 +79,6 @@ void MoeWeights::stack_fp8_copies(int64_t hidden, int64_t moe_intermediate, Devi
   }
 }
 
-void MoeWeights::drop_fp8_copies() {
-  gate_up_fp8 = down_fp8 = StackedFp8Weight();
-  for (LinearWeight& l : gate_up) l.fp8 = Fp8Weight();
-  for (LinearWeight& l : down) l.fp8 = Fp8Weight();
-}
-
 namespace {
 
 // N, C_e, P_e of load_balancing_loss.

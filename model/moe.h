@@ -51,8 +51,6 @@ struct MoeWeights {
   // fp8 recipe: allocates both stacks (the Wᵀ ones too with `with_transpose`) and points every
   // expert's LinearWeight::fp8 at its rows.
   void stack_fp8_copies(int64_t hidden, int64_t moe_intermediate, Device device, bool with_transpose);
-  // Drops the stacks and the experts' views of them (the memory is freed with the last).
-  void drop_fp8_copies();
 };
 
 // Which rows of the gathered tensor each expert owns: the (token, j) pairs sorted by expert, then

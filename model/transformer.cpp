@@ -170,7 +170,7 @@ void Transformer::allocate_layer_copies(int64_t layer, bool with_transpose) {
 void Transformer::drop_layer_copies(int64_t layer) {
   LayerWeights& w = weights_.at(size_t(layer));
   for (LinearWeight* l : linear_weights(w)) l->drop_copy();
-  w.moe.drop_fp8_copies();
+  w.moe.gate_up_fp8 = w.moe.down_fp8 = StackedFp8Weight();  // (freed with the experts' views)
 }
 
 DType Transformer::activation_dtype() const { return lockstep::activation_dtype(recipe_); }
