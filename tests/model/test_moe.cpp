@@ -3,7 +3,8 @@
 // (with replayed experts too), its gradients against finite differences (the load-balancing loss's
 // and the router z-loss's too) and the bf16/fp8 recipes' against fp32, routing replay of the
 // router's own choices (the same bits), the rollout's record of its routing, the Hugging Face
-// checkpoint names, and the router statistics. (Rollout = training bit for bit: test_model_generation.cpp's
+// checkpoint names, and the router statistics; in fp8 the grouped expert GEMMs against the
+// per-expert loop (the same bits) and the experts' copies as views of their stacks. (Rollout = training bit for bit: test_model_generation.cpp's
 // qwen3_moe cases.)
 #include <gtest/gtest.h>
 
