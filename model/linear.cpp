@@ -7,25 +7,42 @@
 
 namespace lockstep {
 
-LinearWeight::LinearWeight(Recipe r, const Tensor& m) : recipe(r), master(m) {
-  if (recipe == Recipe::fp8)
+LinearWeight::LinearWeight(Recipe r, const Tensor& m, Fp8Weight fp8_copy)
+    : recipe(r), master(m), fp8(std::move(fp8_copy)), shape(m.shape()) {
+  if (recipe == Recipe::fp8) {
     LOCKSTEP_CHECK(master.dim(0) % kFp8ColsMultiple == 0 && master.dim(1) % kFp8ColsMultiple == 0,
                    "the fp8 recipe needs linear layers whose dimensions are multiples of ", kFp8ColsMultiple,
                    "; this model has a ", shape_string(master.shape()), " weight");
+    if (fp8.w.data.defined()) check_fp8_weight(fp8, "LinearWeight: fp8_copy", shape[0], shape[1], master.device());
+  }
   refresh();
 }
 
-void LinearWeight::refresh() {
+void LinearWeight::allocate_copy(Device d, bool with_transpose) {
   switch (recipe) {
     case Recipe::fp32: break;
     case Recipe::bf16:
-      if (!bf16.defined()) bf16 = Tensor::empty(master.shape(), DType::bf16, master.device());
-      convert(bf16, master);
+      if (!bf16.defined()) bf16 = Tensor::empty(shape, DType::bf16, d);
       break;
     case Recipe::fp8:
-      if (!fp8.w.data.defined()) fp8 = Fp8Weight::empty(master.dim(0), master.dim(1), master.device());
-      quantize_weight(fp8, master);
+      if (fp8.w.data.defined()) break;
+      if (with_transpose) fp8 = Fp8Weight::empty(shape[0], shape[1], d);
+      else fp8.w = Fp8Blocks::empty(shape[0], shape[1], d);
       break;
+  }
+}
+
+void LinearWeight::drop_copy() {
+  bf16 = Tensor();
+  fp8 = Fp8Weight();
+}
+
+void LinearWeight::refresh() {
+  allocate_copy(master.device(), /*with_transpose=*/true);
+  switch (recipe) {
+    case Recipe::fp32: break;
+    case Recipe::bf16: convert(bf16, master); break;
+    case Recipe::fp8: quantize_weight(fp8, master); break;
   }
 }
 

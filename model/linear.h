@@ -14,18 +14,26 @@
 namespace lockstep {
 
 // The weight as the recipe's GEMMs read it, rebuilt from the fp32 master by refresh() after every
-// change of the master (an optimizer step).
+// change of the master (an optimizer step). The copy is written in place once it exists: a sparse
+// layer's experts' fp8 copies are views of one stacked buffer (model/moe.h, StackedFp8Weight).
 struct LinearWeight {
   Recipe recipe = Recipe::bf16;
   Tensor master;  // f32 [N, K], shared with ModelParameters
   Tensor bf16;    // bf16 recipe
   Fp8Weight fp8;  // fp8 recipe
+  Shape shape;    // [N, K], kept when the master is released
 
   LinearWeight() = default;
-  LinearWeight(Recipe recipe, const Tensor& master);
+  // fp8_copy: where the fp8 recipe's copy goes (an expert's views of its layer's stack), else
+  // allocated here.
+  LinearWeight(Recipe recipe, const Tensor& master, Fp8Weight fp8_copy = {});
   void refresh();
-  int64_t out_features() const { return master.dim(0); }
-  int64_t in_features() const { return master.dim(1); }
+  // Allocates the recipe's copy on `device` unless it has one (fp8: Wᵀ too with
+  // `with_transpose`); drops it. For copies kept elsewhere between uses (train/sharded_weights.h).
+  void allocate_copy(Device device, bool with_transpose);
+  void drop_copy();
+  int64_t out_features() const { return shape.at(0); }
+  int64_t in_features() const { return shape.at(1); }
 };
 
 // A linear layer's input in the recipe's form.

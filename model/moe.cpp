@@ -37,6 +37,50 @@ MoeDispatch plan_moe_dispatch(const Tensor& expert_ids, int64_t num_experts, Ten
 
 namespace {
 
+// E experts' Fp8Blocks of [n, k], one after another: E times the rows of one expert's data and
+// scales.
+Fp8Blocks stacked_blocks(int64_t experts, int64_t n, int64_t k, Device device) {
+  const Fp8Blocks one = Fp8Blocks::empty(n, k, device);  // (checks the shape; freed at once)
+  return {Tensor::empty({experts * one.data.dim(0), one.data.dim(1)}, DType::e4m3, device),
+          Tensor::empty({experts * one.scales.dim(0), one.scales.dim(1)}, DType::f32, device)};
+}
+
+// Expert e's rows of blocks stacked by stacked_blocks.
+Fp8Blocks expert_blocks(const Fp8Blocks& all, int64_t experts, int64_t e) {
+  if (!all.data.defined()) return {};
+  const int64_t rows = all.data.dim(0) / experts, blocks = all.scales.dim(0) / experts;
+  return {all.data.rows(e * rows, (e + 1) * rows), all.scales.rows(e * blocks, (e + 1) * blocks)};
+}
+
+}  // namespace
+
+StackedFp8Weight StackedFp8Weight::empty(int64_t experts, int64_t n, int64_t k, Device device,
+                                         bool with_transpose) {
+  LOCKSTEP_CHECK(experts >= 1, "StackedFp8Weight: needs at least one expert, got ", experts);
+  StackedFp8Weight s;
+  s.experts = experts;
+  s.all.w = stacked_blocks(experts, n, k, device);
+  if (with_transpose) s.all.wt = stacked_blocks(experts, k, n, device);
+  return s;
+}
+
+Fp8Weight StackedFp8Weight::expert(int64_t e) const {
+  LOCKSTEP_CHECK(e >= 0 && e < experts, "StackedFp8Weight: expert ", e, " of ", experts);
+  return {expert_blocks(all.w, experts, e), expert_blocks(all.wt, experts, e)};
+}
+
+void MoeWeights::stack_fp8_copies(int64_t hidden, int64_t moe_intermediate, Device device, bool with_transpose) {
+  const int64_t E = int64_t(gate_up.size());
+  gate_up_fp8 = StackedFp8Weight::empty(E, 2 * moe_intermediate, hidden, device, with_transpose);
+  down_fp8 = StackedFp8Weight::empty(E, hidden, moe_intermediate, device, with_transpose);
+  for (int64_t e = 0; e < E; ++e) {
+    gate_up[size_t(e)].fp8 = gate_up_fp8.expert(e);
+    down[size_t(e)].fp8 = down_fp8.expert(e);
+  }
+}
+
+namespace {
+
 // N, C_e, P_e of load_balancing_loss.
 struct Pooled {
   double tokens = 0;

@@ -8,8 +8,9 @@
 //                                                  (fp8 recipe: bf16, as in the bf16 recipe)
 //   probs, ids, w = moe_route_forward(logits)      softmax in fp32, top-k, norm_topk_prob
 //   rows [T·k, H] = n[token_of_row]                the tokens gathered by expert (plan_moe_dispatch)
-//   rows[e's]     = down_e(swiglu(gate_up_e(rows[e's])))   one GEMM pair per expert, the recipe's
-//                                                  linear layers (fp8: 1×128 / 128×128 blocks)
+//   rows[e's]     = down_e(swiglu(gate_up_e(rows[e's])))   the recipe's linear layers per expert
+//                                                  (fp8: 1×128 / 128×128 blocks; one grouped GEMM
+//                                                  over every expert for each projection)
 //   out [T, H]    = Σ_j w_j · rows[slots[t, j]]     moe_combine_forward
 // Every step treats a token independently of the others (a row's GEMM result does not depend on
 // the other rows, ops/gemm.h), so a token gets the same bits in any batch: the rollout (one token
@@ -24,15 +25,40 @@
 
 namespace lockstep {
 
+// The fp8 copies of one projection of E experts (each W [N, K]) in one buffer, so that
+// gemm_fp8_grouped (ops/gemm.h) reads them as they are: all.w [E·N, K] and all.wt [E·K, N] as
+// Fp8Blocks (wt undefined where only a forward runs), expert e's in rows [e·N, (e + 1)·N) and
+// [e·K, (e + 1)·K), its scales in block rows [e·⌈N/128⌉, …) and [e·⌈K/128⌉, …). Each expert's
+// LinearWeight::fp8 is expert(e), a view: whatever writes the copies (LinearWeight::refresh, the
+// optimizer's pass, a ZeRO-3 gather) writes them in place, into the stack. (Where N or K is not a
+// multiple of 128 the views are just as valid; the grouped GEMM then cannot read the stack, and the
+// model runs its per-expert loop.)
+struct StackedFp8Weight {
+  Fp8Weight all;
+  int64_t experts = 0;
+
+  static StackedFp8Weight empty(int64_t experts, int64_t n, int64_t k, Device device, bool with_transpose);
+  Fp8Weight expert(int64_t e) const;  // views of all's rows (wt undefined when all.wt is)
+};
+
 struct MoeWeights {
   LinearWeight router;                      // [E, H]: fp32 recipe fp32, else a bf16 copy
   std::vector<LinearWeight> gate_up, down;  // per expert, the model's recipe
+  // fp8 recipe: the experts' copies, gate_up[e].fp8 and down[e].fp8 views of them (empty while
+  // the copies are dropped, train/sharded_weights.h).
+  StackedFp8Weight gate_up_fp8, down_fp8;   // [E·2Im, H] (Wᵀ [E·H, 2Im]); [E·H, Im] (Wᵀ [E·Im, H])
+
+  // fp8 recipe: allocates both stacks (the Wᵀ ones too with `with_transpose`) and points every
+  // expert's LinearWeight::fp8 at its rows.
+  void stack_fp8_copies(int64_t hidden, int64_t moe_intermediate, Device device, bool with_transpose);
 };
 
 // Which rows of the gathered tensor each expert owns: the (token, j) pairs sorted by expert, then
 // by token (a counting sort on the host; the expert GEMMs need the counts there anyway).
 struct MoeDispatch {
   std::vector<int64_t> offsets;  // E + 1: expert e owns rows [offsets[e], offsets[e + 1])
+  Tensor device_offsets;         // the same, i64 [E + 1] on CUDA, where the grouped GEMM reads them
+                                 // (uploaded once per layer call by moe_forward; else undefined)
   Tensor token_of_row;           // i32 [T·k], on the ids' device
   Tensor slots;                  // i32 [T, k]: the row of (t, j), on the ids' device
 };
@@ -47,9 +73,10 @@ struct MoeActivations {
   Tensor lse;                              // f32 [T]: the router logits' logsumexp (router z-loss)
   MoeDispatch dispatch;
   Tensor rows;                             // the experts' outputs [T·k, H], by dispatch row
-  std::vector<LinearInput> gate_up_in;     // per expert (empty: no tokens)
-  std::vector<Tensor> gate_up;             // per expert: the SwiGLU input [n_e, 2·Im]
-  std::vector<LinearInput> down_in;        // per expert
+  Tensor gate_up;                          // the SwiGLU input [T·k, 2·Im], by dispatch row
+  // Per expert (empty: no tokens), what keep_for_backward leaves (fp8: the columnwise copies of
+  // the expert's rows alone, whose 128-token blocks must not straddle experts).
+  std::vector<LinearInput> gate_up_in, down_in;
 };
 
 // What one sparse layer's router did with a batch (host values).

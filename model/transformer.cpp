@@ -101,6 +101,7 @@ Transformer::Transformer(const ModelConfig& config, ModelParameters params, Reci
       eps_(float(config.rms_norm_eps)),
       trainable_(options.trainable),
       fp8_kv_cache_(options.fp8_kv_cache),
+      grouped_experts_(options.grouped_experts),
       device_(params.embed.device()),
       params_(std::move(params)) {
   check_head_layout(layout_);
@@ -121,9 +122,17 @@ Transformer::Transformer(const ModelConfig& config, ModelParameters params, Reci
       // The router stays out of fp8 (routing decisions are the most precision-sensitive step):
       // bf16 in the fp8 recipe, as in the bf16 one.
       w.moe.router = LinearWeight(recipe_ == Recipe::fp32 ? Recipe::fp32 : Recipe::bf16, l.router);
-      for (ExpertParameters& e : l.experts) {
-        w.moe.gate_up.emplace_back(recipe_, e.gate_up);
-        w.moe.down.emplace_back(recipe_, e.down);
+      // fp8: the experts' copies in one stack per projection (gemm_fp8_grouped reads them there).
+      const int64_t experts = int64_t(l.experts.size()), im = config_.moe->moe_intermediate_size;
+      const bool fp8 = recipe_ == Recipe::fp8;
+      if (fp8) {
+        w.moe.gate_up_fp8 = StackedFp8Weight::empty(experts, 2 * im, config_.hidden_size, device(), true);
+        w.moe.down_fp8 = StackedFp8Weight::empty(experts, config_.hidden_size, im, device(), true);
+      }
+      for (int64_t e = 0; e < experts; ++e) {
+        const ExpertParameters& p = l.experts[size_t(e)];
+        w.moe.gate_up.emplace_back(recipe_, p.gate_up, fp8 ? w.moe.gate_up_fp8.expert(e) : Fp8Weight());
+        w.moe.down.emplace_back(recipe_, p.down, fp8 ? w.moe.down_fp8.expert(e) : Fp8Weight());
       }
     }
     weights_.push_back(std::move(w));
@@ -133,8 +142,10 @@ Transformer::Transformer(const ModelConfig& config, ModelParameters params, Reci
   refresh_weights();
   if (trainable_) return;
   release_masters();
-  for (LayerWeights& w : weights_)
-    for (LinearWeight* l : linear_weights(w)) l->fp8.wt = Fp8Blocks();  // DGrad's only
+  for (LayerWeights& w : weights_) {  // DGrad's only
+    for (LinearWeight* l : linear_weights(w)) l->fp8.wt = Fp8Blocks();
+    for (StackedFp8Weight* s : {&w.moe.gate_up_fp8, &w.moe.down_fp8}) s->all.wt = Fp8Blocks();
+  }
 }
 
 void Transformer::release_masters() {
@@ -147,6 +158,19 @@ void Transformer::release_masters() {
   for (LayerWeights& w : weights_)
     for (LinearWeight* l : linear_weights(w)) l->master = Tensor();
   masters_released_ = true;
+}
+
+void Transformer::allocate_layer_copies(int64_t layer, bool with_transpose) {
+  LayerWeights& w = weights_.at(size_t(layer));
+  if (recipe_ == Recipe::fp8 && !w.moe.gate_up.empty() && !w.moe.gate_up_fp8.all.w.data.defined())
+    w.moe.stack_fp8_copies(config_.hidden_size, config_.moe->moe_intermediate_size, device(), with_transpose);
+  for (LinearWeight* l : linear_weights(w)) l->allocate_copy(device(), with_transpose);
+}
+
+void Transformer::drop_layer_copies(int64_t layer) {
+  LayerWeights& w = weights_.at(size_t(layer));
+  for (LinearWeight* l : linear_weights(w)) l->drop_copy();
+  w.moe.gate_up_fp8 = w.moe.down_fp8 = StackedFp8Weight();  // (freed with the experts' views)
 }
 
 DType Transformer::activation_dtype() const { return lockstep::activation_dtype(recipe_); }

@@ -105,6 +105,10 @@ struct TransformerOptions {
   // forward rounds its k and v to the same values (round_kv_to_fp8), so rollout and training still
   // compute the same function (bit for bit on the CPU).
   bool fp8_kv_cache = false;
+  // fp8 recipe: a sparse layer's experts run as one gemm_fp8_grouped per projection (ops/gemm.h;
+  // where its widths are multiples of 128). false: one GEMM pair per expert, the same bits on the
+  // CPU (kept to compare the two).
+  bool grouped_experts = true;
 };
 
 class Transformer {
@@ -169,10 +173,18 @@ class Transformer {
     std::function<void(int64_t layer)> done;
   };
   void set_layer_weight_source(LayerWeightSource source) { weight_source_ = std::move(source); }
+  // For such a source: allocates the copies of layer `layer`'s matrices that it does not hold (fp8:
+  // Wᵀ too with `with_transpose`; a sparse layer's experts' fp8 copies as their stacks, model/moe.h),
+  // for the source to fill through weight_copies(); or drops them all.
+  void allocate_layer_copies(int64_t layer, bool with_transpose);
+  void drop_layer_copies(int64_t layer);
   // Bytes of the weight copies the GEMMs read that the model holds now (bf16 copies, fp8 W and Wᵀ
   // with their scales, and with `embedding_and_head` the embedding's and LM head's copies; 0 in the
   // fp32 recipe, whose GEMMs read the masters).
   int64_t weight_copy_bytes(bool embedding_and_head = true) const;
+  // Whether the sparse layers' expert GEMMs run as gemm_fp8_grouped (model/transformer_moe.cpp),
+  // else one pair per expert.
+  bool grouped_fp8_experts() const;
   // Whether a hook of report_gradients_per_layer or set_layer_weight_source is installed: a
   // data-parallel trainer fills them with collectives, so every rank must then run the same
   // passes. A rank with fewer forwards or backwards than the others (fewer micro-batches, a
@@ -293,6 +305,7 @@ class Transformer {
   float eps_;
   bool trainable_;
   bool fp8_kv_cache_;
+  bool grouped_experts_;
   Device device_;
   bool recompute_ = false;
   bool masters_released_ = false;

@@ -1,14 +1,21 @@
 // model/transformer_moe.cpp — the sparse MLP of a Transformer layer (model/moe.h gives the steps).
 //
-// The experts run one after another, each a pair of the recipe's ordinary GEMMs on its rows of the
-// gathered tensor; experts without tokens are skipped. (A grouped GEMM over all experts at once is
-// the faster path for the GPU; this loop is its reference.)
+// fp8 recipe: each projection of every expert is one gemm_fp8_grouped (ops/gemm.h) over the
+// gathered rows, sorted by expert, reading the experts' stacked copies (model/moe.h): the rows are
+// quantized once (1×128 along K is per row, so the same bits as each expert's rows alone) and the
+// SwiGLU runs over all of them. What stays per expert are the WGrads and their columnwise (128×1
+// along tokens) copies, whose 128-token blocks must not straddle experts.
+// Otherwise (the bf16 and fp32 recipes, widths the grouped GEMM does not take, or
+// TransformerOptions::grouped_experts off) the experts run one after another, each a pair of the
+// recipe's ordinary GEMMs on its rows; experts without tokens are skipped. On the CPU both forms
+// give the same bits (the grouped reference is the per-expert GEMM, bit for bit).
 #include <algorithm>
 
 #include "core/error.h"
 #include "model/transformer.h"
 #include "ops/elementwise.h"
 #include "ops/embedding.h"
+#include "ops/gemm.h"
 #include "ops/moe_combine.h"
 #include "ops/moe_route.h"
 #include "ops/swiglu.h"
@@ -46,7 +53,29 @@ Tensor replayed_ids(const Tensor& own, const Tensor& replay, int64_t num_experts
   return ids;
 }
 
+// dw += dyᵀ · x for one expert's rows: dy [n_e, N] in the activation dtype, `saved` what
+// keep_for_backward left of its input (fp8: dy quantized 128×1 along the expert's tokens).
+void expert_wgrad(Tensor& dw, const Tensor& dy, const LinearInput& saved) {
+  Fp8Rows dy_cols = Fp8Rows::empty_columnwise(dy.dim(0), dy.dim(1), dy.device());
+  quantize_columns(dy_cols, dy);
+  gemm_wgrad(dw, dy_cols, saved.cols, /*accumulate=*/true);
+}
+
+Fp8Rows quantized_rows(const Tensor& x) {
+  Fp8Rows q = Fp8Rows::empty(x.dim(0), x.dim(1), x.device());
+  quantize_rows(q, x);
+  return q;
+}
+
 }  // namespace
+
+// gemm_fp8_grouped needs the N of each of its GEMMs a multiple of 128 (every 128×128 scale block
+// within one expert): 2·Im and H forward, H and Im for the DGrads. Tiny configs whose widths are
+// multiples of 16 only keep the per-expert loop.
+bool Transformer::grouped_fp8_experts() const {
+  return recipe_ == Recipe::fp8 && grouped_experts_ && config_.hidden_size % kQuantGroup == 0 &&
+         config_.moe->moe_intermediate_size % kQuantGroup == 0;
+}
 
 Tensor Transformer::moe_forward(size_t i, const Tensor& hn, MoeActivations* save, RouterStats* stats,
                                 const Tensor* replay) const {
@@ -76,28 +105,53 @@ Tensor Transformer::moe_forward(size_t i, const Tensor& hn, MoeActivations* save
   if (!replay) router_ids = host_ids;
 
   // The gather is the embedding lookup with hn as the table.
-  Tensor gathered = empty_act(t * k, hidden), rows = empty_act(t * k, hidden);
+  const int64_t im = m.moe_intermediate_size;
+  Tensor gathered = empty_act(t * k, hidden), gate_up = empty_act(t * k, 2 * im), rows = empty_act(t * k, hidden);
   embedding_forward(gathered, plan.token_of_row, hn);
   if (train) {
     save->gate_up_in.resize(size_t(E));
-    save->gate_up.resize(size_t(E));
     save->down_in.resize(size_t(E));
   }
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t begin = plan.offsets[size_t(e)], end = plan.offsets[size_t(e + 1)];
-    if (begin == end) continue;
-    LinearInput in = linear_input(recipe_, gathered.rows(begin, end), train);
-    Tensor gate_up = empty_act(end - begin, 2 * m.moe_intermediate_size);
-    linear_forward(gate_up, in, w.gate_up[size_t(e)], Tensor());
-    LinearInput a = swiglu_input(gate_up, train);
-    Tensor y = rows.rows(begin, end);
-    linear_forward(y, a, w.down[size_t(e)], Tensor());
+  if (grouped_fp8_experts()) {
+    if (device() != Device::cpu) {
+      Tensor offsets = Tensor::empty({E + 1}, DType::i64);
+      std::copy(plan.offsets.begin(), plan.offsets.end(), offsets.data_as<int64_t>());
+      plan.device_offsets = offsets.to(device());
+    }
+    gemm_fp8_grouped(gate_up, quantized_rows(gathered), w.gate_up_fp8.all.w, plan.offsets, plan.device_offsets);
+    Fp8Rows a = Fp8Rows::empty(t * k, im, device());
     if (train) {
-      keep_for_backward(in);
-      keep_for_backward(a);
-      save->gate_up_in[size_t(e)] = std::move(in);
-      save->gate_up[size_t(e)] = std::move(gate_up);
-      save->down_in[size_t(e)] = std::move(a);
+      // swiglu_forward_fp8's composition, keeping the bf16 output for each expert's columnwise copy.
+      Tensor act = empty_act(t * k, im);
+      swiglu_forward(act, gate_up);
+      quantize_rows(a, act);
+      for (int64_t e = 0; e < E; ++e) {
+        const int64_t begin = plan.offsets[size_t(e)], end = plan.offsets[size_t(e + 1)];
+        if (begin == end) continue;
+        save->gate_up_in[size_t(e)] = linear_saved_input(recipe_, gathered.rows(begin, end));
+        save->down_in[size_t(e)] = linear_saved_input(recipe_, act.rows(begin, end));
+      }
+    } else {
+      Fp8Rows no_columns;
+      swiglu_forward_fp8(a, no_columns, gate_up);
+    }
+    gemm_fp8_grouped(rows, a, w.down_fp8.all.w, plan.offsets, plan.device_offsets);
+  } else {
+    for (int64_t e = 0; e < E; ++e) {
+      const int64_t begin = plan.offsets[size_t(e)], end = plan.offsets[size_t(e + 1)];
+      if (begin == end) continue;
+      LinearInput in = linear_input(recipe_, gathered.rows(begin, end), train);
+      Tensor gate_up_e = gate_up.rows(begin, end);
+      linear_forward(gate_up_e, in, w.gate_up[size_t(e)], Tensor());
+      LinearInput a = swiglu_input(gate_up_e, train);
+      Tensor y = rows.rows(begin, end);
+      linear_forward(y, a, w.down[size_t(e)], Tensor());
+      if (train) {
+        keep_for_backward(in);
+        keep_for_backward(a);
+        save->gate_up_in[size_t(e)] = std::move(in);
+        save->down_in[size_t(e)] = std::move(a);
+      }
     }
   }
   Tensor out = empty_act(t, hidden);
@@ -122,6 +176,7 @@ Tensor Transformer::moe_forward(size_t i, const Tensor& hn, MoeActivations* save
     save->lse = std::move(lse);
     save->dispatch = std::move(plan);
     save->rows = std::move(rows);
+    save->gate_up = std::move(gate_up);
   }
   return out;
 }
@@ -141,16 +196,32 @@ Tensor Transformer::moe_backward(size_t i, MoeActivations& s, const Tensor& dout
 
   // rows[e's] = down_e(swiglu(gate_up_e(gathered[e's])))
   Tensor dgathered = empty_act(rows, hidden), no_bias;
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t begin = s.dispatch.offsets[size_t(e)], end = s.dispatch.offsets[size_t(e + 1)];
-    if (begin == end) continue;
-    ExpertParameters& ge = g.experts[size_t(e)];
-    Tensor da = empty_act(end - begin, im);
-    linear_backward(da, ge.down, no_bias, drows.rows(begin, end), s.down_in[size_t(e)], w.down[size_t(e)]);
-    Tensor dgate_up = empty_act(end - begin, 2 * im);
-    swiglu_backward(dgate_up, da, s.gate_up[size_t(e)]);
-    Tensor dx = dgathered.rows(begin, end);
-    linear_backward(dx, ge.gate_up, no_bias, dgate_up, s.gate_up_in[size_t(e)], w.gate_up[size_t(e)]);
+  const std::vector<int64_t>& offsets = s.dispatch.offsets;
+  if (grouped_fp8_experts()) {
+    // The DGrads grouped (the Wᵀ stacks), each expert's WGrad on its own rows.
+    Tensor da = empty_act(rows, im), dgate_up = empty_act(rows, 2 * im);
+    gemm_fp8_grouped(da, quantized_rows(drows), w.down_fp8.all.wt, offsets, s.dispatch.device_offsets);
+    swiglu_backward(dgate_up, da, s.gate_up);
+    gemm_fp8_grouped(dgathered, quantized_rows(dgate_up), w.gate_up_fp8.all.wt, offsets, s.dispatch.device_offsets);
+    for (int64_t e = 0; e < E; ++e) {
+      const int64_t begin = offsets[size_t(e)], end = offsets[size_t(e + 1)];
+      if (begin == end) continue;
+      ExpertParameters& ge = g.experts[size_t(e)];
+      expert_wgrad(ge.down, drows.rows(begin, end), s.down_in[size_t(e)]);
+      expert_wgrad(ge.gate_up, dgate_up.rows(begin, end), s.gate_up_in[size_t(e)]);
+    }
+  } else {
+    for (int64_t e = 0; e < E; ++e) {
+      const int64_t begin = offsets[size_t(e)], end = offsets[size_t(e + 1)];
+      if (begin == end) continue;
+      ExpertParameters& ge = g.experts[size_t(e)];
+      Tensor da = empty_act(end - begin, im);
+      linear_backward(da, ge.down, no_bias, drows.rows(begin, end), s.down_in[size_t(e)], w.down[size_t(e)]);
+      Tensor dgate_up = empty_act(end - begin, 2 * im);
+      swiglu_backward(dgate_up, da, s.gate_up.rows(begin, end));
+      Tensor dx = dgathered.rows(begin, end);
+      linear_backward(dx, ge.gate_up, no_bias, dgate_up, s.gate_up_in[size_t(e)], w.gate_up[size_t(e)]);
+    }
   }
 
   // gathered = hn[token_of_row]: each token's k rows summed back.

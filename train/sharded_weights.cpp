@@ -41,9 +41,8 @@ ShardedWeights::ShardedWeights(Transformer& model, ShardedAdamW& optimizer)
         r.fp8.w.scales.copy_from(c.fp8->w.scales.rows(block, block + r.fp8.w.scales.dim(0)));
       }
     }
-    if (c.bf16) *c.bf16 = Tensor();
-    if (c.fp8) *c.fp8 = Fp8Weight();
   }
+  for (size_t l = 0; l < layer_tensors_.size(); ++l) model.drop_layer_copies(int64_t(l));
   model.set_layer_weight_source(
       {.wanted = [this](int64_t layer, int64_t next) {
          if (all_) return;
@@ -82,23 +81,13 @@ void ShardedWeights::gather(const std::vector<int64_t>& layers, bool beside, boo
   const ShardPlan& plan = optimizer_.plan();
   std::vector<WeightCopies> whole(plan.tensors.size()), rows(plan.tensors.size());
   for (int64_t layer : layers) {
+    // (The model allocates them: a sparse layer's experts' fp8 copies are views of its stacks.)
+    model_.allocate_layer_copies(layer, with_transpose);
     for (int i : layer_tensors_[size_t(layer)]) {
-      const Shape& shape = plan.tensors[size_t(i)].shape;
       whole[size_t(i)] = model_.weight_copies(plan.tensors[size_t(i)].name);
       RowCopies& r = rows_[size_t(i)];
-      if (whole[size_t(i)].fp8) {
-        Fp8Weight& w = *whole[size_t(i)].fp8;
-        if (with_transpose) {
-          w = Fp8Weight::empty(shape[0], shape[1], model_.device());
-        } else {
-          w = Fp8Weight();
-          w.w = Fp8Blocks::empty(shape[0], shape[1], model_.device());
-        }
-        rows[size_t(i)] = {.fp8 = &r.fp8, .fp8_format = r.format};
-      } else {
-        *whole[size_t(i)].bf16 = Tensor::empty(shape, DType::bf16, model_.device());
-        rows[size_t(i)] = {.bf16 = &r.bf16};
-      }
+      if (whole[size_t(i)].fp8) rows[size_t(i)] = {.fp8 = &r.fp8, .fp8_format = r.format};
+      else rows[size_t(i)] = {.bf16 = &r.bf16};
     }
     gathered_[size_t(layer)] = true;
   }
@@ -121,11 +110,7 @@ void ShardedWeights::wait_for_gathers() {
 }
 
 void ShardedWeights::drop(int64_t layer) {
-  for (int i : layer_tensors_[size_t(layer)]) {
-    const WeightCopies c = model_.weight_copies(optimizer_.plan().tensors[size_t(i)].name);
-    if (c.bf16) *c.bf16 = Tensor();
-    if (c.fp8) *c.fp8 = Fp8Weight();
-  }
+  model_.drop_layer_copies(layer);
   gathered_[size_t(layer)] = false;
 }
 

@@ -4,10 +4,12 @@
 // its 128-row blocks); a layer's whole copies exist only while the model computes with it:
 //
 //   - training (Transformer::set_layer_weight_source): before layer i's forward or backward its
-//     whole copies are all-gathered into fresh buffers (ShardedAdamW::gather_copies; fp8's Wᵀ is
-//     remade from the gathered W), and freed after it. The layer the model will want next (i + 1
-//     in the forward, i − 1 in the backward) is gathered beside layer i's compute (on the GPU, on
-//     a stream of its own), so at most two layers' whole copies are alive;
+//     whole copies are all-gathered into fresh buffers (Transformer::allocate_layer_copies: a
+//     sparse layer's experts' fp8 copies as views of its stacks, model/moe.h;
+//     ShardedAdamW::gather_copies; fp8's Wᵀ is remade from the gathered W), and freed after it.
+//     The layer the model will want next (i + 1 in the forward, i − 1 in the backward) is
+//     gathered beside layer i's compute (on the GPU, on a stream of its own), so at most two
+//     layers' whole copies are alive;
 //   - rollout: gather_all() makes every layer's whole copies at once (the weight hand-over: one
 //     all-gather of bf16 bytes, or of E4M3 bytes and scales; no Wᵀ, which generation does not
 //     read), drop_all() frees them after it;

@@ -4,7 +4,8 @@
 // the ranks); a training forward holds at most two layers' whole copies at any op; the forward's
 // logprobs and the backward's gradients (fp8's DGrad reading the remade Wᵀ) are the whole model's
 // bits; gather_all() makes the whole model's copies byte for byte (fp8: W, no Wᵀ) and drop_all()
-// frees them. Run under `mpirun -np 2` and `-np 3`
+// frees them; a sparse fp8 model's expert copies stay views of their layer's stacks through the
+// step's hand-over and the gathers (ShardedWeightsMoe). Run under `mpirun -np 2` and `-np 3`
 // (tests/CMakeLists.txt); alone, one rank, which owns every row.
 //
 // The model: three Qwen3 layers whose matrices are whole fp8 blocks (hidden 128, qkv 256 rows,
@@ -118,6 +119,62 @@ TEST_P(ShardedWeightsTest, RanksKeepTheirRowsAndGatherTheWholeModelsBits) {
 
 INSTANTIATE_TEST_SUITE_P(Recipes, ShardedWeightsTest, ::testing::Values(Recipe::bf16, Recipe::fp8),
                          [](const auto& info) { return std::string(recipe_name(info.param)); });
+
+// A sparse model in fp8 whose experts run as grouped GEMMs (hidden and Im 128), their copies views
+// of one stack per projection (model/moe.h). The optimizer's hand-over writes the whole copies
+// through the views (this rank's W rows, the gathered rest, Wᵀ remade). With ZeRO-3 the layer
+// gathers allocate the stacks and fill them: the forward and backward give the whole model's bits,
+// and after a step gather_all's copies are fresh copies of the updated masters. (Each expert's
+// copy against a fresh LinearWeight of its master: tests/model/model_test_util.h.)
+TEST(ShardedWeightsMoe, ExpertCopiesStayViewsOfTheirStacks) {
+  Communicator& comm = world();
+  const ModelConfig config = testing::tiny_config(
+      ModelFamily::qwen3_moe,
+      {.hidden = 128, .heads = 2, .kv_heads = 1, .head_dim = 64, .intermediate = 256, .layers = 2, .vocab = 64});
+  const ModelParameters start = testing::random_parameters(config, 21), gradient = testing::random_parameters(config, 22);
+  auto updated_masters = [&](ShardedAdamW& optimizer) {
+    ModelParameters full = ModelParameters::zeros(config);
+    optimizer.gather_masters(full);
+    EXPECT_FALSE(same_bytes(full.layers[0].experts[5].gate_up, start.layers[0].experts[5].gate_up)) << "no update";
+    return full;
+  };
+  {  // Whole copies, written by the step's hand-over.
+    Transformer model(config, start.copy_to(Device::cpu), Recipe::fp8);
+    ASSERT_TRUE(model.grouped_fp8_experts());
+    ShardedAdamW optimizer(model.params(), OptimizerConfig{}, comm);
+    model.release_masters();
+    ModelParameters g = gradient.copy_to(Device::cpu);
+    ASSERT_TRUE(optimizer.step(model.params(), g, [&](const std::string& n) { return model.weight_copies(n); }).applied);
+    EXPECT_EQ(testing::expert_copies_mismatch(model, updated_masters(optimizer), true), "");
+  }
+  {  // ZeRO-3.
+    Transformer whole(config, start.copy_to(Device::cpu), Recipe::fp8);
+    Transformer model(config, start.copy_to(Device::cpu), Recipe::fp8);
+    ShardedAdamW optimizer(model.params(), OptimizerConfig{}, comm);
+    model.release_masters();
+    ShardedWeights weights(model, optimizer);
+    const TrainBatch batch = testing::pack(testing::random_sequences({5, 9, 3}, config.vocab_size, 23));
+    TrainForward f = model.forward(batch), g = whole.forward(batch);
+    EXPECT_TRUE(same_bytes(f.logprob, g.logprob));
+    const Tensor dlogprob = testing::random_tensor({batch.tokens.dim(0)}, DType::f32, 24);
+    model.backward(f, dlogprob, Tensor());
+    whole.backward(g, dlogprob, Tensor());
+    std::vector<const Tensor*> grads;
+    whole.grads().for_each([&](const std::string&, const Tensor& t) { grads.push_back(&t); });
+    size_t i = 0;
+    model.grads().for_each([&](const std::string& name, const Tensor& t) {
+      EXPECT_TRUE(same_bytes(t, *grads[i++])) << name;
+    });
+    ModelParameters step_gradient = gradient.copy_to(Device::cpu);
+    // (The step writes the row copies itself; it is given the whole ones still kept: the embedding's.)
+    const auto whole_copies = [&](const std::string& n) { return weights.holds(n) ? WeightCopies{} : model.weight_copies(n); };
+    ASSERT_TRUE(optimizer.step(model.params(), step_gradient, whole_copies).applied);
+    weights.gather_all();
+    EXPECT_EQ(testing::expert_copies_mismatch(model, updated_masters(optimizer), false), "");
+    weights.drop_all();
+    EXPECT_EQ(model.weight_copy_bytes(false), 0);
+  }
+}
 
 }  // namespace
 }  // namespace lockstep

@@ -3,7 +3,9 @@
 #pragma once
 
 #include <algorithm>
+#include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "io/config.h"
@@ -126,6 +128,45 @@ inline TrainBatch pack(const Sequences& seqs) {
 inline std::vector<float> to_floats(const Tensor& t) {
   const float* p = t.data_as<float>();
   return {p, p + t.numel()};
+}
+
+// The fp8 recipe's expert copies of every sparse layer (model/moe.h): "" when each expert's copy
+// (weight_copies) is a view of its projection's stack — expert e's W, W's scales (and with
+// `with_transpose` Wᵀ's) right after expert e − 1's — and holds the bytes of a fresh
+// LinearWeight made from its master in `masters` (host tensors); else the first that is not.
+inline std::string expert_copies_mismatch(Transformer& model, const ModelParameters& masters, bool with_transpose) {
+  for (size_t i = 0; i < masters.layers.size(); ++i) {
+    const std::vector<ExpertParameters>& experts = masters.layers[i].experts;
+    for (const char* proj : {"gate_up", "down"}) {
+      const Fp8Weight* prev = nullptr;
+      for (size_t e = 0; e < experts.size(); ++e) {
+        const std::string name = "layers." + std::to_string(i) + ".experts." + std::to_string(e) + "." + proj;
+        const Fp8Weight* c = model.weight_copies(name).fp8;
+        if (!c || !c->w.data.defined()) return name + ": no fp8 copy";
+        const LinearWeight fresh(Recipe::fp8, std::string(proj) == "gate_up" ? experts[e].gate_up : experts[e].down);
+        std::vector<std::pair<const Fp8Blocks*, const Fp8Blocks*>> blocks = {{&c->w, &fresh.fp8.w}};
+        if (with_transpose) blocks.push_back({&c->wt, &fresh.fp8.wt});
+        for (size_t b = 0; b < blocks.size(); ++b) {
+          const char* which = b == 0 ? " W" : " Wᵀ";
+          const Fp8Blocks& got = *blocks[b].first;
+          const Fp8Blocks& want = *blocks[b].second;
+          for (auto [g, w] : {std::pair{&got.data, &want.data}, std::pair{&got.scales, &want.scales}}) {
+            const Tensor host = g->to(Device::cpu);
+            if (host.shape() != w->shape() || std::memcmp(host.data(), w->data(), w->nbytes()) != 0)
+              return name + which + ": not the bytes of a fresh copy of its master";
+          }
+          if (prev) {
+            const Fp8Blocks& before = b == 0 ? prev->w : prev->wt;
+            for (auto [t, p] : {std::pair{&got.data, &before.data}, std::pair{&got.scales, &before.scales}})
+              if (t->data() != static_cast<const char*>(p->data()) + p->nbytes())
+                return name + which + ": not right after the previous expert's in a stack";
+          }
+        }
+        prev = c;
+      }
+    }
+  }
+  return "";
 }
 
 }  // namespace lockstep::testing

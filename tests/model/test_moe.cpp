@@ -3,7 +3,8 @@
 // (with replayed experts too), its gradients against finite differences (the load-balancing loss's
 // and the router z-loss's too) and the bf16/fp8 recipes' against fp32, routing replay of the
 // router's own choices (the same bits), the rollout's record of its routing, the Hugging Face
-// checkpoint names, and the router statistics. (Rollout = training bit for bit: test_model_generation.cpp's
+// checkpoint names, and the router statistics; in fp8 the grouped expert GEMMs against the
+// per-expert loop (the same bits) and the experts' copies as views of their stacks. (Rollout = training bit for bit: test_model_generation.cpp's
 // qwen3_moe cases.)
 #include <gtest/gtest.h>
 
@@ -23,6 +24,7 @@
 #include "tests/io/io_test_helpers.h"
 #include "tests/model/model_test_util.h"
 #include "tests/test_util.h"
+#include "train/optimizer.h"
 
 namespace lockstep {
 namespace {
@@ -637,6 +639,67 @@ TEST(MoeModel, InferenceOnlyAndWeightCopies) {
     EXPECT_EQ(expert.bf16 != nullptr, recipe == Recipe::bf16);
     EXPECT_TRUE(trainable.weight_copies("layers.1.gate_up").bf16 || trainable.weight_copies("layers.1.gate_up").fp8);
   }
+}
+
+// fp8 recipe, widths multiples of 128: the experts as gemm_fp8_grouped (rows quantized once, the
+// SwiGLU over all rows, the DGrads grouped) give the per-expert loop's bits on the CPU — the
+// training and the inference forward's logprobs and every gradient — with experts that get no
+// tokens among them. Widths the grouped GEMM does not take keep the loop.
+TEST(MoeModel, GroupedFp8ExpertsGiveThePerExpertLoopsBits) {
+  ModelConfig c = tiny_moe({.hidden = 128, .heads = 2, .kv_heads = 1, .head_dim = 64, .intermediate = 256,
+                            .layers = 2, .vocab = 301});
+  c.moe->num_experts = 16;
+  const ModelParameters params = random_parameters(c, 41);
+  const TrainBatch batch = pack(random_sequences({9, 4, 13}, c.vocab_size, 42));  // 52 rows, 16 experts
+  const Tensor a = testing::random_tensor({batch.tokens.numel()}, DType::f32, 43);
+  const Tensor b = testing::random_tensor({batch.tokens.numel()}, DType::f32, 44);
+  auto run = [&](bool grouped) {
+    Transformer model(c, params.copy_to(Device::cpu), Recipe::fp8, {.grouped_experts = grouped});
+    EXPECT_EQ(model.grouped_fp8_experts(), grouped);
+    std::vector<Tensor> out = {model.forward(batch, 1.0f, false).logprob};
+    TrainForward f = model.forward(batch);
+    const std::vector<int64_t>& tokens = f.routing[0].expert_tokens;
+    EXPECT_NE(std::find(tokens.begin(), tokens.end(), 0), tokens.end()) << "no expert without tokens";
+    out.push_back(f.logprob);
+    model.backward(f, a, b, 0.01);
+    model.grads().for_each([&](const std::string&, const Tensor& g) { out.push_back(g); });
+    return out;
+  };
+  const std::vector<Tensor> grouped = run(true), loop = run(false);
+  ASSERT_EQ(grouped.size(), loop.size());
+  for (size_t i = 0; i < grouped.size(); ++i) EXPECT_TRUE(testing::same_bytes(grouped[i], loop[i])) << "output " << i;
+  // H 192, Im 160: not whole 128-blocks per expert.
+  const ModelConfig partial = tiny_moe({.hidden = 192, .heads = 3, .kv_heads = 1, .head_dim = 64,
+                                        .intermediate = 320, .layers = 2, .vocab = 301});
+  EXPECT_FALSE(Transformer(partial, random_parameters(partial, 45), Recipe::fp8).grouped_fp8_experts());
+}
+
+// fp8 recipe: each sparse layer's expert copies are views of one stack per projection, and what
+// rewrites them writes through the views: the optimizer's update pass (AdamW with the model's
+// copies), refresh_weights after a step without copies, and an inference-only model's (W only).
+// Each expert's copy is then a fresh LinearWeight of its master, byte for byte.
+TEST(MoeModel, ExpertFp8CopiesAreViewsOfTheirStacks) {
+  const ModelConfig c = tiny_moe({.hidden = 128, .heads = 2, .kv_heads = 1, .head_dim = 64, .intermediate = 256,
+                                  .layers = 2, .vocab = 301});
+  const ModelParameters params = random_parameters(c, 51);
+  Transformer model(c, params.copy_to(Device::cpu), Recipe::fp8);
+  EXPECT_EQ(testing::expert_copies_mismatch(model, model.params(), true), "");
+  const TrainBatch batch = pack(random_sequences({6, 11}, c.vocab_size, 52));
+  AdamW optimizer(model.params(), OptimizerConfig{});
+  for (bool with_copies : {true, false}) {
+    TrainForward f = model.forward(batch);
+    model.backward(f, testing::random_tensor({batch.tokens.numel()}, DType::f32, 53), Tensor());
+    const OptimizerStep step = with_copies ? optimizer.step(model.params(), model.grads(),
+                                                            [&](const std::string& n) { return model.weight_copies(n); })
+                                           : optimizer.step(model.params(), model.grads());
+    ASSERT_TRUE(step.applied);
+    if (!with_copies) model.refresh_weights();
+    EXPECT_EQ(testing::expert_copies_mismatch(model, model.params(), true), "") << "copies in the step: " << with_copies;
+  }
+  EXPECT_FALSE(testing::same_bytes(model.params().layers[0].experts[3].down, params.layers[0].experts[3].down))
+      << "the steps changed no master";
+  Transformer infer(c, params.copy_to(Device::cpu), Recipe::fp8, {.trainable = false});
+  EXPECT_EQ(testing::expert_copies_mismatch(infer, params, false), "");
 }
 
 // ---- routing replay, router z-loss
