@@ -105,9 +105,10 @@ struct TransformerOptions {
   // forward rounds its k and v to the same values (round_kv_to_fp8), so rollout and training still
   // compute the same function (bit for bit on the CPU).
   bool fp8_kv_cache = false;
-  // fp8 recipe: a sparse layer's experts run as one gemm_fp8_grouped per projection (ops/gemm.h;
-  // where its widths are multiples of 128). false: one GEMM pair per expert, the same bits on the
-  // CPU (kept to compare the two).
+  // fp8 and bf16 recipes: a sparse layer's experts run as one grouped GEMM per projection
+  // (ops/gemm.h: gemm_fp8_grouped where the widths are multiples of 128, gemm_bf16_grouped_* where
+  // they are multiples of 8). false: one GEMM pair per expert, the same bits on the CPU (kept to
+  // compare the two).
   bool grouped_experts = true;
 };
 
@@ -185,6 +186,8 @@ class Transformer {
   // Whether the sparse layers' expert GEMMs run as gemm_fp8_grouped (model/transformer_moe.cpp),
   // else one pair per expert.
   bool grouped_fp8_experts() const;
+  // The same for the bf16 recipe's gemm_bf16_grouped_fprop / _dgrad.
+  bool grouped_bf16_experts() const;
   // Whether a hook of report_gradients_per_layer or set_layer_weight_source is installed: a
   // data-parallel trainer fills them with collectives, so every rank must then run the same
   // passes. A rank with fewer forwards or backwards than the others (fewer micro-batches, a

@@ -5,10 +5,12 @@
 // quantized once (1×128 along K is per row, so the same bits as each expert's rows alone) and the
 // SwiGLU runs over all of them. What stays per expert are the WGrads and their columnwise (128×1
 // along tokens) copies, whose 128-token blocks must not straddle experts.
-// Otherwise (the bf16 and fp32 recipes, widths the grouped GEMM does not take, or
+// bf16 recipe: likewise one gemm_bf16_grouped_fprop / _dgrad per projection (the experts' bf16
+// copies where they are), the SwiGLU over all rows, the WGrads per expert.
+// Otherwise (the fp32 recipe, widths the grouped GEMMs do not take, or
 // TransformerOptions::grouped_experts off) the experts run one after another, each a pair of the
 // recipe's ordinary GEMMs on its rows; experts without tokens are skipped. On the CPU both forms
-// give the same bits (the grouped reference is the per-expert GEMM, bit for bit).
+// give the same bits (the grouped references are the per-expert GEMMs, bit for bit).
 #include <algorithm>
 
 #include "core/error.h"
@@ -77,6 +79,24 @@ bool Transformer::grouped_fp8_experts() const {
          config_.moe->moe_intermediate_size % kQuantGroup == 0;
 }
 
+// gemm_bf16_grouped_* on CUDA needs every expert's rows 16-byte aligned: widths multiples of 8.
+bool Transformer::grouped_bf16_experts() const {
+  return recipe_ == Recipe::bf16 && grouped_experts_ && config_.hidden_size % 8 == 0 &&
+         config_.moe->moe_intermediate_size % 8 == 0;
+}
+
+namespace {
+
+// The experts' bf16 copies of one projection, in expert order (gemm_bf16_grouped_*'s w).
+std::vector<Tensor> bf16_copies(const std::vector<LinearWeight>& experts) {
+  std::vector<Tensor> w;
+  w.reserve(experts.size());
+  for (const LinearWeight& e : experts) w.push_back(e.bf16);
+  return w;
+}
+
+}  // namespace
+
 Tensor Transformer::moe_forward(size_t i, const Tensor& hn, MoeActivations* save, RouterStats* stats,
                                 const Tensor* replay) const {
   const MoeConfig& m = *config_.moe;
@@ -136,6 +156,19 @@ Tensor Transformer::moe_forward(size_t i, const Tensor& hn, MoeActivations* save
       swiglu_forward_fp8(a, no_columns, gate_up);
     }
     gemm_fp8_grouped(rows, a, w.down_fp8.all.w, plan.offsets, plan.device_offsets);
+  } else if (grouped_bf16_experts()) {
+    gemm_bf16_grouped_fprop(gate_up, gathered, bf16_copies(w.gate_up), plan.offsets);
+    Tensor act = empty_act(t * k, im);
+    swiglu_forward(act, gate_up);
+    gemm_bf16_grouped_fprop(rows, act, bf16_copies(w.down), plan.offsets);
+    if (train) {
+      for (int64_t e = 0; e < E; ++e) {  // what keep_for_backward keeps in bf16: the inputs
+        const int64_t begin = plan.offsets[size_t(e)], end = plan.offsets[size_t(e + 1)];
+        if (begin == end) continue;
+        save->gate_up_in[size_t(e)].act = gathered.rows(begin, end);
+        save->down_in[size_t(e)].act = act.rows(begin, end);
+      }
+    }
   } else {
     for (int64_t e = 0; e < E; ++e) {
       const int64_t begin = plan.offsets[size_t(e)], end = plan.offsets[size_t(e + 1)];
@@ -209,6 +242,18 @@ Tensor Transformer::moe_backward(size_t i, MoeActivations& s, const Tensor& dout
       ExpertParameters& ge = g.experts[size_t(e)];
       expert_wgrad(ge.down, drows.rows(begin, end), s.down_in[size_t(e)]);
       expert_wgrad(ge.gate_up, dgate_up.rows(begin, end), s.gate_up_in[size_t(e)]);
+    }
+  } else if (grouped_bf16_experts()) {
+    Tensor da = empty_act(rows, im), dgate_up = empty_act(rows, 2 * im);
+    gemm_bf16_grouped_dgrad(da, drows, bf16_copies(w.down), offsets);
+    swiglu_backward(dgate_up, da, s.gate_up);
+    gemm_bf16_grouped_dgrad(dgathered, dgate_up, bf16_copies(w.gate_up), offsets);
+    for (int64_t e = 0; e < E; ++e) {
+      const int64_t begin = offsets[size_t(e)], end = offsets[size_t(e + 1)];
+      if (begin == end) continue;
+      ExpertParameters& ge = g.experts[size_t(e)];
+      gemm_wgrad(ge.down, drows.rows(begin, end), s.down_in[size_t(e)].act, /*accumulate=*/true);
+      gemm_wgrad(ge.gate_up, dgate_up.rows(begin, end), s.gate_up_in[size_t(e)].act, /*accumulate=*/true);
     }
   } else {
     for (int64_t e = 0; e < E; ++e) {

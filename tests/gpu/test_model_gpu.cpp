@@ -103,7 +103,8 @@ TEST_P(ModelStepGpu, MatchesCpuWithPartialBlocks) {
 }
 
 // A Qwen3-MoE layer stack (8 experts of 192, one dense layer): the router, the gather by expert,
-// the per-expert GEMMs (Im 192: not whole 128-blocks, so fp8 too runs the loop) and the weighted
+// the expert GEMMs (Im 192: not whole 128-blocks, so fp8 runs the per-expert loop, bf16 its grouped
+// GEMMs) and the weighted
 // combine on the GPU against the CPU. Every token goes to
 // every expert (k = E): a near-tie between two experts' probabilities, which the two backends can
 // round apart, then changes only the order of the combine, not which experts run.
@@ -116,11 +117,12 @@ TEST_P(ModelStepGpu, MoeMatchesCpu) {
   expect_step_matches_cpu(GetParam(), c);
 }
 
-// The fp8 recipe's grouped expert GEMMs (model/transformer_moe.cpp; hidden and Im multiples of 128,
-// here 256 each): one gemm_fp8_grouped per projection and per DGrad on the GPU. Against the CPU as
-// MoeMatchesCpu (k = E: every expert 464 rows, a partial 128-token tile each), and against the
-// GPU's per-expert loop (TransformerOptions::grouped_experts off) under top-2 routing: one sparse
-// layer, so both runs route the same tokens (uneven experts), within the fp8 step tolerances.
+// The grouped expert GEMMs (model/transformer_moe.cpp; fp8: hidden and Im multiples of 128, here
+// 256 each): one gemm_fp8_grouped per projection and per DGrad on the GPU. Against the CPU as
+// MoeMatchesCpu (k = E: every expert 464 rows, a partial 128-token tile each), and, in fp8 and bf16
+// (gemm_bf16_grouped_*), against the GPU's per-expert loop (TransformerOptions::grouped_experts off)
+// under top-2 routing: one sparse layer, so both runs route the same tokens (uneven experts),
+// within the recipe's step tolerances.
 TEST(ModelStepGpuFp8, MoeGroupedExpertsMatchCpuAndThePerExpertLoop) {
   LOCKSTEP_REQUIRE_GPU();
   const ModelConfig c = tiny_config(ModelFamily::qwen3_moe, {.hidden = 256, .heads = 4, .kv_heads = 2,
@@ -138,21 +140,24 @@ TEST(ModelStepGpuFp8, MoeGroupedExpertsMatchCpuAndThePerExpertLoop) {
     Tensor logprob, expert_ids;
     ModelParameters grads;
   };
-  auto run = [&](bool grouped) {
-    Transformer model(c, init.copy_to(Device::cuda), Recipe::fp8, {.grouped_experts = grouped});
-    EXPECT_EQ(model.grouped_fp8_experts(), grouped);
-    TrainForward f = model.forward(batch);
-    Run r{f.logprob.to(Device::cpu), f.routing[0].expert_ids, {}};
-    model.backward(f, dlogprob, Tensor());
-    r.grads = model.grads().copy_to(Device::cpu);
-    return r;
-  };
-  const Run grouped = run(true), loop = run(false);
-  ASSERT_TRUE(same_bytes(grouped.expert_ids, loop.expert_ids)) << "the sparse layer routed differently";
-  const StepTolerance tol = step_tolerance(Recipe::fp8);
-  EXPECT_LE(rel_error(to_double(grouped.logprob), to_double(loop.logprob)), tol.logprob);
-  const auto [grad_error, grad_name] = worst_rel_error(grouped.grads, loop.grads);
-  EXPECT_LE(grad_error, tol.grads) << "worst gradient: " << grad_name;
+  for (Recipe recipe : {Recipe::fp8, Recipe::bf16}) {
+    SCOPED_TRACE(recipe_name(recipe));
+    auto run = [&](bool grouped) {
+      Transformer model(c, init.copy_to(Device::cuda), recipe, {.grouped_experts = grouped});
+      EXPECT_EQ(recipe == Recipe::fp8 ? model.grouped_fp8_experts() : model.grouped_bf16_experts(), grouped);
+      TrainForward f = model.forward(batch);
+      Run r{f.logprob.to(Device::cpu), f.routing[0].expert_ids, {}};
+      model.backward(f, dlogprob, Tensor());
+      r.grads = model.grads().copy_to(Device::cpu);
+      return r;
+    };
+    const Run grouped = run(true), loop = run(false);
+    ASSERT_TRUE(same_bytes(grouped.expert_ids, loop.expert_ids)) << "the sparse layer routed differently";
+    const StepTolerance tol = step_tolerance(recipe);
+    EXPECT_LE(rel_error(to_double(grouped.logprob), to_double(loop.logprob)), tol.logprob);
+    const auto [grad_error, grad_name] = worst_rel_error(grouped.grads, loop.grads);
+    EXPECT_LE(grad_error, tol.grads) << "worst gradient: " << grad_name;
+  }
 }
 
 // Routing replay of the router's own choices on the GPU (top-2 of 8): the same logprobs and

@@ -644,8 +644,9 @@ TEST(MoeModel, InferenceOnlyAndWeightCopies) {
 // fp8 recipe, widths multiples of 128: the experts as gemm_fp8_grouped (rows quantized once, the
 // SwiGLU over all rows, the DGrads grouped) give the per-expert loop's bits on the CPU — the
 // training and the inference forward's logprobs and every gradient — with experts that get no
-// tokens among them. Widths the grouped GEMM does not take keep the loop.
-TEST(MoeModel, GroupedFp8ExpertsGiveThePerExpertLoopsBits) {
+// tokens among them; the bf16 recipe's gemm_bf16_grouped_* likewise. Widths the grouped fp8 GEMM
+// does not take keep the loop.
+TEST(MoeModel, GroupedExpertsGiveThePerExpertLoopsBits) {
   ModelConfig c = tiny_moe({.hidden = 128, .heads = 2, .kv_heads = 1, .head_dim = 64, .intermediate = 256,
                             .layers = 2, .vocab = 301});
   c.moe->num_experts = 16;
@@ -653,25 +654,29 @@ TEST(MoeModel, GroupedFp8ExpertsGiveThePerExpertLoopsBits) {
   const TrainBatch batch = pack(random_sequences({9, 4, 13}, c.vocab_size, 42));  // 52 rows, 16 experts
   const Tensor a = testing::random_tensor({batch.tokens.numel()}, DType::f32, 43);
   const Tensor b = testing::random_tensor({batch.tokens.numel()}, DType::f32, 44);
-  auto run = [&](bool grouped) {
-    Transformer model(c, params.copy_to(Device::cpu), Recipe::fp8, {.grouped_experts = grouped});
-    EXPECT_EQ(model.grouped_fp8_experts(), grouped);
-    std::vector<Tensor> out = {model.forward(batch, 1.0f, false).logprob};
-    TrainForward f = model.forward(batch);
-    const std::vector<int64_t>& tokens = f.routing[0].expert_tokens;
-    EXPECT_NE(std::find(tokens.begin(), tokens.end(), 0), tokens.end()) << "no expert without tokens";
-    out.push_back(f.logprob);
-    model.backward(f, a, b, 0.01);
-    model.grads().for_each([&](const std::string&, const Tensor& g) { out.push_back(g); });
-    return out;
-  };
-  const std::vector<Tensor> grouped = run(true), loop = run(false);
-  ASSERT_EQ(grouped.size(), loop.size());
-  for (size_t i = 0; i < grouped.size(); ++i) EXPECT_TRUE(testing::same_bytes(grouped[i], loop[i])) << "output " << i;
+  for (Recipe recipe : {Recipe::fp8, Recipe::bf16}) {
+    auto run = [&](bool grouped) {
+      Transformer model(c, params.copy_to(Device::cpu), recipe, {.grouped_experts = grouped});
+      EXPECT_EQ(recipe == Recipe::fp8 ? model.grouped_fp8_experts() : model.grouped_bf16_experts(), grouped);
+      std::vector<Tensor> out = {model.forward(batch, 1.0f, false).logprob};
+      TrainForward f = model.forward(batch);
+      const std::vector<int64_t>& tokens = f.routing[0].expert_tokens;
+      EXPECT_NE(std::find(tokens.begin(), tokens.end(), 0), tokens.end()) << "no expert without tokens";
+      out.push_back(f.logprob);
+      model.backward(f, a, b, 0.01);
+      model.grads().for_each([&](const std::string&, const Tensor& g) { out.push_back(g); });
+      return out;
+    };
+    const std::vector<Tensor> grouped = run(true), loop = run(false);
+    ASSERT_EQ(grouped.size(), loop.size());
+    for (size_t i = 0; i < grouped.size(); ++i)
+      EXPECT_TRUE(testing::same_bytes(grouped[i], loop[i])) << recipe_name(recipe) << " output " << i;
+  }
   // H 192, Im 160: not whole 128-blocks per expert.
   const ModelConfig partial = tiny_moe({.hidden = 192, .heads = 3, .kv_heads = 1, .head_dim = 64,
                                         .intermediate = 320, .layers = 2, .vocab = 301});
   EXPECT_FALSE(Transformer(partial, random_parameters(partial, 45), Recipe::fp8).grouped_fp8_experts());
+  EXPECT_TRUE(Transformer(partial, random_parameters(partial, 45), Recipe::bf16).grouped_bf16_experts());
 }
 
 // fp8 recipe: each sparse layer's expert copies are views of one stack per projection, and what
