@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "model/expert_parallel.h"
 #include "model/linear.h"
 
 namespace lockstep {
@@ -47,6 +48,9 @@ struct MoeActivations {
   Tensor lse;                              // f32 [T]: the router logits' logsumexp (router z-loss)
   MoeDispatch dispatch;
   Tensor rows;                             // the experts' outputs [T·k, H], by dispatch row
+  // With expert parallelism (model/expert_parallel.h; else empty): the rows' route to this rank's
+  // experts and back. The per-expert tensors below are then of the rows this rank received.
+  ExpertParallelRoute expert_parallel;
   std::vector<LinearInput> gate_up_in;     // per expert (empty: no tokens)
   std::vector<Tensor> gate_up;             // per expert: the SwiGLU input [n_e, 2·Im]
   std::vector<LinearInput> down_in;        // per expert

@@ -214,7 +214,27 @@ int64_t Transformer::weight_copy_bytes(bool embedding_and_head) const {
   return bytes;
 }
 
+void Transformer::set_expert_parallel(ExpertParallel ep) {
+  LOCKSTEP_CHECK(config_.moe, "set_expert_parallel: the model has no sparse layers");
+  check_expert_parallel(config_.moe->num_experts, ep.ranks);
+  LOCKSTEP_CHECK(ep.rank >= 0 && ep.rank < ep.ranks && ep.all_to_all, "set_expert_parallel: rank ",
+                 ep.rank, " of ", ep.ranks, (ep.all_to_all ? "" : " without an all_to_all"));
+  expert_parallel_ = std::move(ep);
+}
+
+namespace {
+
+// The other ranks' rows of this rank's experts would wait for it (model/expert_parallel.h).
+void check_no_expert_parallel_skip(const ExpertParallel& ep, const char* what) {
+  LOCKSTEP_CHECK(!ep.on(), what, ": expert parallelism needs every rank to run the same forward and "
+                 "backward passes (this rank's experts serve the others' rows); give every rank the same "
+                 "number of micro-batches, or turn optim.expert_parallel off");
+}
+
+}  // namespace
+
 void Transformer::skip_forward() {
+  check_no_expert_parallel_skip(expert_parallel_, "skip_forward");
   const int64_t layers = int64_t(params_.layers.size());
   if (!weight_source_.wanted) return;
   for (int64_t i = 0; i < layers; ++i) {
@@ -224,6 +244,7 @@ void Transformer::skip_forward() {
 }
 
 void Transformer::skip_backward() {
+  check_no_expert_parallel_skip(expert_parallel_, "skip_backward");
   // backward()'s hooks, in its order.
   const std::vector<std::vector<std::string>> groups =
       gradients_ready_ ? gradient_groups() : std::vector<std::vector<std::string>>();
@@ -317,7 +338,8 @@ void Transformer::layer_forward(size_t i, Tensor& x, Tensor& residual, const Ten
     Tensor hn = empty_act(t, hidden);
     rmsnorm_forward(hn, post_rstd, h, x, p.post_norm, eps_);
     tap(i, "mlp_norm", hn);
-    out = moe_forward(i, hn, train ? &save->moe : nullptr, stats, replay);
+    out = moe_forward(i, hn, train ? &save->moe : nullptr, stats, replay,
+                      /*expert_parallel=*/!kv && expert_parallel_.on());
     tap(i, "moe", out);
   } else {
     gate_up_in = normed_input(h, x, p.post_norm, post_rstd, train);

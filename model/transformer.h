@@ -169,6 +169,14 @@ class Transformer {
     std::function<void(int64_t layer)> done;
   };
   void set_layer_weight_source(LayerWeightSource source) { weight_source_ = std::move(source); }
+  // Expert parallelism of the training forward and backward (model/expert_parallel.h): from now on
+  // each sparse layer of forward() / hidden_states() / backward() runs only this rank's experts
+  // (ep.rank's share), on every rank's rows of them, through ep.all_to_all; the gradients of the
+  // other experts stay zero here (their owners hold them). forward_infer runs every expert locally
+  // (the rollout's weights are whole). Every rank must run the same passes: skip_forward() and
+  // skip_backward() are then an error. An error unless the experts split evenly over ep.ranks.
+  void set_expert_parallel(ExpertParallel ep);
+  bool expert_parallel() const { return expert_parallel_.on(); }
   // Bytes of the weight copies the GEMMs read that the model holds now (bf16 copies, fp8 W and Wᵀ
   // with their scales, and with `embedding_and_head` the embedding's and LM head's copies; 0 in the
   // fp32 recipe, whose GEMMs read the masters).
@@ -180,7 +188,7 @@ class Transformer {
   // lacks: the hooks that pass calls, in its order, with nothing computed (a skipped backward
   // reports each group's gradients as they are: zero when the hook consumed the last ones). No-ops
   // without hooks.
-  bool has_pass_hooks() const { return gradients_ready_ || weight_source_.wanted; }
+  bool has_pass_hooks() const { return gradients_ready_ || weight_source_.wanted || expert_parallel_.on(); }
   void skip_forward();
   void skip_backward();
   // Reads `other`'s bf16 embedding and LM-head copies from now on (the fp8-rollout mode's rollout
@@ -265,10 +273,11 @@ class Transformer {
                         float z_scale);
   void recompute_inputs(size_t i, LayerActivations& saved) const;
   // The sparse MLP of layer i (model/transformer_moe.cpp): out [T, H] from the normed hn [T, H];
-  // fills `save` and `stats` when given; `replay` as layer_forward's. The backward returns dhn and
-  // adds into grads().
+  // fills `save` and `stats` when given; `replay` as layer_forward's; `expert_parallel`: run this
+  // rank's experts on every rank's rows (set_expert_parallel). The backward returns dhn and adds
+  // into grads() (with expert parallelism: this rank's experts' gradients, of every rank's rows).
   Tensor moe_forward(size_t i, const Tensor& hn, MoeActivations* save, RouterStats* stats,
-                     const Tensor* replay) const;
+                     const Tensor* replay, bool expert_parallel) const;
   Tensor moe_backward(size_t i, MoeActivations& saved, const Tensor& dout, const Tensor& dprobs,
                       float z_scale);
   // The input of the linear layer after an RMSNorm (of x += residual, when residual is defined), or
@@ -298,6 +307,7 @@ class Transformer {
   bool masters_released_ = false;
   GradientsReady gradients_ready_;
   LayerWeightSource weight_source_;
+  ExpertParallel expert_parallel_;
   ActivationTap tap_;
   ModelParameters params_, grads_;
   std::vector<LayerWeights> weights_;

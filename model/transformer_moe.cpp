@@ -49,7 +49,7 @@ Tensor replayed_ids(const Tensor& own, const Tensor& replay, int64_t num_experts
 }  // namespace
 
 Tensor Transformer::moe_forward(size_t i, const Tensor& hn, MoeActivations* save, RouterStats* stats,
-                                const Tensor* replay) const {
+                                const Tensor* replay, bool expert_parallel) const {
   const MoeConfig& m = *config_.moe;
   const MoeWeights& w = weights_[i].moe;
   const int64_t t = hn.dim(0), hidden = config_.hidden_size, E = m.num_experts, k = m.num_experts_per_tok;
@@ -78,13 +78,23 @@ Tensor Transformer::moe_forward(size_t i, const Tensor& hn, MoeActivations* save
   // The gather is the embedding lookup with hn as the table.
   Tensor gathered = empty_act(t * k, hidden), rows = empty_act(t * k, hidden);
   embedding_forward(gathered, plan.token_of_row, hn);
+  // With expert parallelism the experts below are this rank's, on every rank's rows of them
+  // (model/expert_parallel.h); `offsets` are then their rows among those received.
+  ExpertParallelRoute route;
+  std::vector<int64_t> offsets = plan.offsets;
+  if (expert_parallel) {
+    route = route_to_owners(expert_parallel_, plan.offsets, device());
+    gathered = send_to_owners(expert_parallel_, route, gathered);
+    rows = empty_act(gathered.dim(0), hidden);
+    offsets = route.offsets;
+  }
   if (train) {
     save->gate_up_in.resize(size_t(E));
     save->gate_up.resize(size_t(E));
     save->down_in.resize(size_t(E));
   }
   for (int64_t e = 0; e < E; ++e) {
-    const int64_t begin = plan.offsets[size_t(e)], end = plan.offsets[size_t(e + 1)];
+    const int64_t begin = offsets[size_t(e)], end = offsets[size_t(e + 1)];
     if (begin == end) continue;
     LinearInput in = linear_input(recipe_, gathered.rows(begin, end), train);
     Tensor gate_up = empty_act(end - begin, 2 * m.moe_intermediate_size);
@@ -100,6 +110,7 @@ Tensor Transformer::moe_forward(size_t i, const Tensor& hn, MoeActivations* save
       save->down_in[size_t(e)] = std::move(a);
     }
   }
+  if (expert_parallel) rows = return_from_owners(expert_parallel_, route, rows);
   Tensor out = empty_act(t, hidden);
   moe_combine_forward(out, rows, plan.slots, weights);
 
@@ -122,6 +133,7 @@ Tensor Transformer::moe_forward(size_t i, const Tensor& hn, MoeActivations* save
     save->lse = std::move(lse);
     save->dispatch = std::move(plan);
     save->rows = std::move(rows);
+    save->expert_parallel = std::move(route);
   }
   return out;
 }
@@ -132,17 +144,22 @@ Tensor Transformer::moe_backward(size_t i, MoeActivations& s, const Tensor& dout
   const MoeWeights& w = weights_[i].moe;
   LayerParameters& g = grads_.layers[i];
   const int64_t t = dout.dim(0), hidden = config_.hidden_size, E = m.num_experts;
-  const int64_t rows = s.rows.dim(0), im = m.moe_intermediate_size;
+  const int64_t im = m.moe_intermediate_size;
 
   // out = Σ_j w_j · rows[slots[t, j]]
-  Tensor drows = empty_act(rows, hidden), dweights = Tensor::empty(s.weights.shape(), DType::f32, device());
+  Tensor drows = empty_act(s.rows.dim(0), hidden), dweights = Tensor::empty(s.weights.shape(), DType::f32, device());
   moe_combine_backward(drows, dweights, dout, s.rows, s.dispatch.slots, s.weights);
   s.rows = Tensor();
+  // Expert parallelism: the row gradients go to the experts' owners the forward's way.
+  const bool expert_parallel = !s.expert_parallel.offsets.empty();
+  const std::vector<int64_t>& offsets = expert_parallel ? s.expert_parallel.offsets : s.dispatch.offsets;
+  if (expert_parallel) drows = send_to_owners(expert_parallel_, s.expert_parallel, drows);
+  const int64_t rows = drows.dim(0);
 
   // rows[e's] = down_e(swiglu(gate_up_e(gathered[e's])))
   Tensor dgathered = empty_act(rows, hidden), no_bias;
   for (int64_t e = 0; e < E; ++e) {
-    const int64_t begin = s.dispatch.offsets[size_t(e)], end = s.dispatch.offsets[size_t(e + 1)];
+    const int64_t begin = offsets[size_t(e)], end = offsets[size_t(e + 1)];
     if (begin == end) continue;
     ExpertParameters& ge = g.experts[size_t(e)];
     Tensor da = empty_act(end - begin, im);
@@ -152,6 +169,8 @@ Tensor Transformer::moe_backward(size_t i, MoeActivations& s, const Tensor& dout
     Tensor dx = dgathered.rows(begin, end);
     linear_backward(dx, ge.gate_up, no_bias, dgate_up, s.gate_up_in[size_t(e)], w.gate_up[size_t(e)]);
   }
+
+  if (expert_parallel) dgathered = return_from_owners(expert_parallel_, s.expert_parallel, dgathered);
 
   // gathered = hn[token_of_row]: each token's k rows summed back.
   Tensor dhn = empty_act(t, hidden);

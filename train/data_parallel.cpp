@@ -25,8 +25,11 @@ void ReplicatedAdamW::gather_masters(ModelParameters&) {
 std::unique_ptr<DataParallelOptimizer> make_data_parallel_optimizer(const ModelParameters& params,
                                                                     const OptimizerConfig& config,
                                                                     Communicator& comm,
-                                                                    bool shard_state) {
-  if (shard_state && comm.size() > 1) return std::make_unique<ShardedAdamW>(params, config, comm);
+                                                                    bool shard_state,
+                                                                    bool expert_parallel) {
+  if (shard_state && comm.size() > 1)
+    return std::make_unique<ShardedAdamW>(params, config, comm, ShardedAdamW::kDefaultBucketNumel,
+                                          expert_parallel);
   return std::make_unique<ReplicatedAdamW>(params, config, comm);
 }
 

@@ -70,9 +70,12 @@ class ReplicatedAdamW final : public DataParallelOptimizer {
 };
 
 // ShardedAdamW when `shard_state` and comm has several ranks, else ReplicatedAdamW.
+// `expert_parallel` (several ranks, shard_state): the experts' tensors owned whole by their ranks
+// (ShardedAdamW's experts_owned).
 std::unique_ptr<DataParallelOptimizer> make_data_parallel_optimizer(const ModelParameters& params,
                                                                     const OptimizerConfig& config,
                                                                     Communicator& comm,
-                                                                    bool shard_state);
+                                                                    bool shard_state,
+                                                                    bool expert_parallel = false);
 
 }  // namespace lockstep

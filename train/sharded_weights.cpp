@@ -12,6 +12,9 @@ ShardedWeights::ShardedWeights(Transformer& model, ShardedAdamW& optimizer)
   LOCKSTEP_CHECK(model.masters_released(), "ShardedWeights: the model still holds its fp32 masters "
                  "(Transformer::release_masters first: the sharded optimizer writes the copies)");
   const ShardPlan& plan = optimizer.plan();
+  LOCKSTEP_CHECK(!plan.has_owned_tensors() || model.expert_parallel(), "ShardedWeights: the optimizer "
+                 "owns each expert on one rank, and the model does not run them there "
+                 "(Transformer::set_expert_parallel first)");
   rows_.resize(plan.tensors.size());
   held_.resize(plan.tensors.size());
   layer_tensors_.resize(size_t(model.config().num_hidden_layers));
@@ -84,8 +87,14 @@ void ShardedWeights::gather(const std::vector<int64_t>& layers, bool beside, boo
   for (int64_t layer : layers) {
     for (int i : layer_tensors_[size_t(layer)]) {
       const Shape& shape = plan.tensors[size_t(i)].shape;
-      whole[size_t(i)] = model_.weight_copies(plan.tensors[size_t(i)].name);
       RowCopies& r = rows_[size_t(i)];
+      if (plan.owned_whole(i) && !all_) {
+        // An expert, owned whole: the training forward and backward read this rank's own (its row
+        // copies are whole) and no other's (model/expert_parallel.h): nothing to gather.
+        use_own_expert(i, with_transpose);
+        continue;
+      }
+      whole[size_t(i)] = model_.weight_copies(plan.tensors[size_t(i)].name);
       if (whole[size_t(i)].fp8) {
         Fp8Weight& w = *whole[size_t(i)].fp8;
         if (with_transpose) {
@@ -115,6 +124,22 @@ void ShardedWeights::gather(const std::vector<int64_t>& layers, bool beside, boo
   optimizer_.gather_copies(whole, rows);
 }
 
+void ShardedWeights::use_own_expert(int tensor, bool with_transpose) {
+  const RowCopies& r = rows_[size_t(tensor)];
+  if (!r.bf16.defined() && !r.fp8.w.data.defined()) return;  // another rank's expert
+  const WeightCopies whole = model_.weight_copies(optimizer_.plan().tensors[size_t(tensor)].name);
+  if (whole.bf16) *whole.bf16 = r.bf16;  // the same storage: the row copy is the whole tensor
+  if (whole.fp8) {
+    *whole.fp8 = Fp8Weight();
+    whole.fp8->w = r.fp8.w;
+    if (with_transpose) {
+      const Shape& shape = optimizer_.plan().tensors[size_t(tensor)].shape;
+      whole.fp8->wt = Fp8Weight::empty(shape[0], shape[1], model_.device()).wt;
+      transpose_weight_blocks(*whole.fp8);
+    }
+  }
+}
+
 void ShardedWeights::wait_for_gathers() {
   if (pending_) current_stream_waits_for(*gather_stream_);
   pending_ = false;
@@ -134,8 +159,8 @@ void ShardedWeights::gather_all() {
   std::vector<int64_t> layers;
   for (size_t l = 0; l < gathered_.size(); ++l)
     if (!gathered_[l]) layers.push_back(int64_t(l));
+  all_ = true;  // (before the gather: it gathers the experts too)
   gather(layers, /*beside=*/false, /*with_transpose=*/false);
-  all_ = true;
 }
 
 void ShardedWeights::drop_all() {
