@@ -222,19 +222,15 @@ void Transformer::set_expert_parallel(ExpertParallel ep) {
   expert_parallel_ = std::move(ep);
 }
 
-namespace {
-
-// The other ranks' rows of this rank's experts would wait for it (model/expert_parallel.h).
-void check_no_expert_parallel_skip(const ExpertParallel& ep, const char* what) {
-  LOCKSTEP_CHECK(!ep.on(), what, ": expert parallelism needs every rank to run the same forward and "
-                 "backward passes (this rank's experts serve the others' rows); give every rank the same "
-                 "number of micro-batches, or turn optim.expert_parallel off");
-}
-
-}  // namespace
-
 void Transformer::skip_forward() {
-  check_no_expert_parallel_skip(expert_parallel_, "skip_forward");
+  if (expert_parallel_.on()) {
+    // One token of its own; the forward serves the other ranks' rows of this rank's experts.
+    const Tensor zero = Tensor::zeros({1}, DType::i32, device());
+    Tensor cu = Tensor::zeros({2}, DType::i32);
+    cu.data_as<int32_t>()[1] = 1;
+    skipped_ = std::make_shared<TrainForward>(forward({zero, zero, cu.to(device())}));
+    return;
+  }
   const int64_t layers = int64_t(params_.layers.size());
   if (!weight_source_.wanted) return;
   for (int64_t i = 0; i < layers; ++i) {
@@ -243,8 +239,15 @@ void Transformer::skip_forward() {
   }
 }
 
-void Transformer::skip_backward() {
-  check_no_expert_parallel_skip(expert_parallel_, "skip_backward");
+void Transformer::skip_backward(TrainForward* forward) {
+  if (expert_parallel_.on()) {
+    LOCKSTEP_CHECK(forward || skipped_, "skip_backward: with expert parallelism it backpropagates a "
+                   "forward: the skipped one (skip_forward() first) or the one given");
+    TrainForward& f = forward ? *forward : *skipped_;
+    backward(f, Tensor::zeros(f.logprob.shape(), DType::f32, device()), Tensor());
+    skipped_.reset();
+    return;
+  }
   // backward()'s hooks, in its order.
   const std::vector<std::vector<std::string>> groups =
       gradients_ready_ ? gradient_groups() : std::vector<std::vector<std::string>>();

@@ -173,8 +173,9 @@ class Transformer {
   // each sparse layer of forward() / hidden_states() / backward() runs only this rank's experts
   // (ep.rank's share), on every rank's rows of them, through ep.all_to_all; the gradients of the
   // other experts stay zero here (their owners hold them). forward_infer runs every expert locally
-  // (the rollout's weights are whole). Every rank must run the same passes: skip_forward() and
-  // skip_backward() are then an error. An error unless the experts split evenly over ep.ranks.
+  // (the rollout's weights are whole). Every rank runs the same passes (skip_forward and
+  // skip_backward below serve the other ranks' rows). An error unless the experts split evenly over
+  // ep.ranks.
   void set_expert_parallel(ExpertParallel ep);
   bool expert_parallel() const { return expert_parallel_.on(); }
   // Bytes of the weight copies the GEMMs read that the model holds now (bf16 copies, fp8 W and Wᵀ
@@ -187,10 +188,15 @@ class Transformer {
   // backward skipped for a non-finite loss) calls skip_forward() / skip_backward() for each it
   // lacks: the hooks that pass calls, in its order, with nothing computed (a skipped backward
   // reports each group's gradients as they are: zero when the hook consumed the last ones). No-ops
-  // without hooks.
+  // without hooks. With expert parallelism a rank's experts serve the other ranks' rows in every
+  // pass, so a skipped pass is a real one of a single token (token 0), with a zero gradient in the
+  // backward: skip_backward() backpropagates the last skip_forward()'s, or `forward` when given (a
+  // real forward whose backward is skipped: its gradients then count for nothing, as the caller
+  // drops the mini-batch). Zero gradients add exact zeros (x + 0 = x) wherever the activations are
+  // finite.
   bool has_pass_hooks() const { return gradients_ready_ || weight_source_.wanted || expert_parallel_.on(); }
   void skip_forward();
-  void skip_backward();
+  void skip_backward(TrainForward* forward = nullptr);
   // Reads `other`'s bf16 embedding and LM-head copies from now on (the fp8-rollout mode's rollout
   // model: the same values as its trainer's, written by the trainer's optimizer step).
   void share_embedding_copies(const Transformer& other);
@@ -308,6 +314,7 @@ class Transformer {
   GradientsReady gradients_ready_;
   LayerWeightSource weight_source_;
   ExpertParallel expert_parallel_;
+  std::shared_ptr<TrainForward> skipped_;  // expert parallelism: the last skip_forward()'s pass
   ActivationTap tap_;
   ModelParameters params_, grads_;
   std::vector<LayerWeights> weights_;

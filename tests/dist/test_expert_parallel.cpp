@@ -7,6 +7,10 @@
 // alone (one rank: every row stays) and under `mpirun -np 2` and `-np 3` (tests/CMakeLists.txt);
 // `mpirun -np 4` works too (tests/dist/mpirun.sh 4 build/test_dist --gtest_filter='Expert*').
 //
+// Besides plain micro-batches, the ranks run different numbers of passes (one rank a forward alone
+// and a second micro-batch that the others skip, a backward skipped on one rank): with expert
+// parallelism the skipped passes still serve the others' rows (Transformer::skip_forward).
+//
 // What must agree, and how closely:
 //   - the first forward's logprobs, bit for bit: a row's expert GEMMs do not depend on the other
 //     rows (ops/gemm.h), so running them on the owner changes no bit;
@@ -109,11 +113,16 @@ TrainRun train(Communicator& comm, Recipe recipe, bool expert_parallel, Optimize
       ++layers_checked;
     });
   TrainRun run;
-  for (int step = 0; step < steps; ++step) {
-    // Each rank its own tokens (so the ranks route differently and rows cross), lengths differing.
-    const TrainBatch batch = lockstep::testing::pack(lockstep::testing::random_sequences(
-        {5 + comm.rank(), 7, 3}, mc.vocab_size, uint64_t(100 * step + comm.rank())));
-    TrainForward fwd = model.forward(batch);
+  int64_t forwards = 0;
+  // Each rank its own tokens (so the ranks route differently and rows cross), lengths differing.
+  const auto batch_of = [&](uint64_t seed) {
+    return lockstep::testing::pack(lockstep::testing::random_sequences({5 + comm.rank(), 7, 3}, mc.vocab_size,
+                                                                       seed + uint64_t(comm.rank())));
+  };
+  // A micro-batch's forward and (with `backward`) backward; returns its loss, −Σ logprob.
+  const auto micro_batch = [&](uint64_t seed, bool backward, std::vector<float>* logprobs = nullptr) {
+    TrainForward fwd = model.forward(batch_of(seed));
+    ++forwards;
     const int64_t t = fwd.logprob.dim(0);
     Tensor dlogprob = Tensor::empty({t}, DType::f32);
     double loss = 0;
@@ -121,8 +130,36 @@ TrainRun train(Communicator& comm, Recipe recipe, bool expert_parallel, Optimize
       loss -= fwd.logprob.data_as<float>()[i];
       dlogprob.data_as<float>()[i] = -1.0f / 64;
     }
-    if (step == 0) run.first_logprobs.push_back(lockstep::testing::to_floats(fwd.logprob));
-    model.backward(fwd, dlogprob, Tensor(), /*load_balancing_weight=*/0.01, /*router_z_weight=*/0.001);
+    if (logprobs) *logprobs = lockstep::testing::to_floats(fwd.logprob);
+    if (backward) model.backward(fwd, dlogprob, Tensor(), /*load_balancing_weight=*/0.01, /*router_z_weight=*/0.001);
+    else model.skip_backward(&fwd);  // (no-op without pass hooks)
+    return loss;
+  };
+  for (int step = 0; step < steps; ++step) {
+    double loss = 0;
+    if (step == 0) run.first_logprobs.emplace_back();
+    loss += micro_batch(uint64_t(100 * step), true, step == 0 ? &run.first_logprobs.back() : nullptr);
+    if (step == 1) {
+      // Rank 0 runs a forward alone (an old-policy logprob pass) and a second micro-batch; the
+      // others skip them (with expert parallelism: passes of one token that serve rank 0's rows).
+      if (comm.rank() == 0) {
+        (void)model.forward(batch_of(7), 1.0f, /*for_backward=*/false);
+        ++forwards;
+        loss += micro_batch(1000, true);
+      } else {
+        model.skip_forward();
+        model.skip_forward();
+        model.skip_backward();
+        forwards += 2;
+      }
+    }
+    // The last rank's backward of a second micro-batch is skipped (a non-finite loss would be):
+    // its rows count for nothing there, the other ranks' count.
+    if (step == 2) {
+      const bool last = comm.rank() == comm.size() - 1;
+      const double extra = micro_batch(2000, !last);
+      if (!last) loss += extra;
+    }
     run.losses.push_back(sum_over_ranks(comm, loss));
     if (step == 0 && !layerwise) {
       run.local_first_grads = model.grads().copy_to(Device::cpu);
@@ -132,7 +169,7 @@ TrainRun train(Communicator& comm, Recipe recipe, bool expert_parallel, Optimize
     const OptimizerStep s = optimizer->step(model.params(), model.grads(), copies);
     EXPECT_TRUE(s.applied);
   }
-  if (sharded_weights) EXPECT_EQ(layers_checked, steps);  // one sparse layer, one forward a step
+  if (sharded_weights) EXPECT_EQ(layers_checked, forwards);  // one sparse layer a forward
   if (optimizer->holds_masters()) {
     run.params = ModelParameters::zeros(mc);
     optimizer->gather_masters(run.params);
@@ -251,10 +288,10 @@ TEST(ExpertParallel, BadSetupsAreClearErrors) {
   Transformer dense_model(dense, lockstep::testing::random_parameters(dense, 7), Recipe::fp32);
   expect_error([&] { dense_model.set_expert_parallel({0, 1, nothing}); },
                "set_expert_parallel: the model has no sparse layers");
-  // A rank cannot sit a pass out: its experts serve the other ranks' rows.
+  // A skipped backward is a real one (its experts serve the other ranks' rows): of a forward.
   model.set_expert_parallel({0, 2, nothing});
-  expect_error([&] { model.skip_forward(); }, "skip_forward: expert parallelism needs every rank to run the same");
-  expect_error([&] { model.skip_backward(); }, "skip_backward: expert parallelism needs every rank to run the same");
+  expect_error([&] { model.skip_backward(); },
+               "skip_backward: with expert parallelism it backpropagates a forward: the skipped one");
 }
 
 }  // namespace
