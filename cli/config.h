@@ -122,6 +122,7 @@ struct OptimOptions {
   bool shard_state = true;
   bool reduce_per_layer = true;
   bool shard_weights = false;
+  bool expert_parallel = false;
   bool operator==(const OptimOptions&) const = default;
 };
 

@@ -17,6 +17,12 @@ OptimizerStep ReplicatedAdamW::step(ModelParameters& params, ModelParameters& gr
   return adamw_.step(params, grads, copies);
 }
 
+ExpertParallel expert_parallel_over(Communicator& comm) {
+  return {comm.rank(), comm.size(),
+          [&comm](const Tensor& send, std::span<const int64_t> send_rows, Tensor& recv,
+                  std::span<const int64_t> recv_rows) { comm.all_to_all(send, send_rows, recv, recv_rows); }};
+}
+
 void ReplicatedAdamW::gather_masters(ModelParameters&) {
   LOCKSTEP_CHECK(false, "ReplicatedAdamW::gather_masters: this optimizer holds no masters (the "
                  "model's own are whole)");

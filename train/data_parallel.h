@@ -16,6 +16,7 @@
 #include <memory>
 
 #include "dist/communicator.h"
+#include "model/expert_parallel.h"
 #include "model/parameters.h"
 #include "train/optimizer.h"
 
@@ -68,6 +69,9 @@ class ReplicatedAdamW final : public DataParallelOptimizer {
   Communicator& comm_;
   AdamW adamw_;
 };
+
+// model/expert_parallel.h's setting for `comm`'s ranks: its all_to_all is comm's.
+ExpertParallel expert_parallel_over(Communicator& comm);
 
 // ShardedAdamW when `shard_state` and comm has several ranks, else ReplicatedAdamW.
 // `expert_parallel` (several ranks, shard_state): the experts' tensors owned whole by their ranks

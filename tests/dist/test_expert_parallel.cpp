@@ -29,6 +29,8 @@
 #include "core/error.h"
 #include "dist/host_values.h"
 #include "model/expert_parallel.h"
+#include "rl/grpo_update.h"
+#include "rollout/engine.h"
 #include "tests/dist/test_world.h"
 #include "tests/model/model_test_util.h"
 #include "train/data_parallel.h"
@@ -266,6 +268,64 @@ INSTANTIATE_TEST_SUITE_P(RecipesAndOptimizers, ExpertParallelTraining,
                                            std::tuple{Recipe::bf16, Optimizer::sharded_layerwise},
                                            std::tuple{Recipe::bf16, Optimizer::sharded_weights}),
                          [](const auto& info) { return case_name(std::get<0>(info.param), std::get<1>(info.param)); });
+
+// rl/grpo_update.h's update with expert parallelism: each rank's share of a batch of rollouts, in
+// micro-batches of few tokens (so the ranks have different numbers of them and skip passes), the
+// old logprobs recomputed (forwards alone), the router z-loss on: the loss and the gradient
+// summed over the ranks agree with the same update without it (the same tolerances as above).
+TEST(ExpertParallel, GrpoUpdateEqualsTheUpdateWithoutIt) {
+  Communicator& comm = world();
+  const ModelConfig mc = ep_config();
+  const ModelParameters params = lockstep::testing::random_parameters(mc, 31);
+  Transformer rollout(mc, params.copy_to(Device::cpu), Recipe::fp32);
+  Engine engine(rollout, {.num_blocks = 256, .block_size = 4, .record_routing = true});
+  std::vector<GenerationRequest> requests(12);  // divides among 1, 2, 3 and 4 ranks
+  for (size_t r = 0; r < requests.size(); ++r) {
+    requests[r].prompt = {int32_t(1 + r), int32_t(2 + r), 3};
+    requests[r].sampling.n = 2;
+    requests[r].sampling.max_new_tokens = 2 + int(r % 5);
+    requests[r].sampling.seed = 40 + r;
+  }
+  const auto samples = engine.generate(requests);
+  const size_t share = requests.size() / size_t(comm.size());
+  std::vector<ScoredGroup> mine;
+  for (size_t r = share * size_t(comm.rank()); r < share * size_t(comm.rank() + 1); ++r)
+    mine.push_back({requests[r].prompt, samples[r], {float(r % 2), float((r + 1) % 3)}});
+  Config c;
+  c.rollout.max_new_tokens = 6;
+  c.optim.micro_batch_tokens = 12 + 4 * comm.rank();  // another count of micro-batches per rank
+  c.loss.router_z_coef = 0.01;
+
+  const auto update = [&](bool expert_parallel, ModelParameters& summed) {
+    Transformer trainer(mc, params.copy_to(Device::cpu), Recipe::fp32);
+    if (expert_parallel) trainer.set_expert_parallel(expert_parallel_over(comm));
+    const OptimizerStepFn capture = [&](ModelParameters&, ModelParameters& grads) {
+      summed = grads.copy_to(Device::cpu);
+      sum_gradients_over_ranks(comm, summed);
+      grads.zero();
+      OptimizerStep s;
+      s.applied = true;
+      return s;
+    };
+    return metric(grpo_update(mine, c, trainer, nullptr, capture, comm).metrics, "loss");
+  };
+  ModelParameters with, without;
+  const double loss_with = update(true, with), loss_without = update(false, without);
+  EXPECT_NEAR(loss_with, loss_without, 1e-9 * std::fabs(loss_without));
+  std::vector<Tensor> got;
+  with.for_each([&](const std::string&, const Tensor& t) { got.push_back(t); });
+  size_t i = 0;
+  without.for_each([&](const std::string& name, const Tensor& w) {
+    const Tensor& g = got[i++];
+    if (!is_expert(name)) {
+      EXPECT_EQ(std::memcmp(w.data(), g.data(), w.nbytes()), 0) << name;
+      return;
+    }
+    const double tol = kWGradTol * max_abs(w);
+    for (int64_t j = 0; j < w.numel(); ++j) ASSERT_NEAR(g.data_as<float>()[j], w.data_as<float>()[j], tol) << name;
+  });
+  EXPECT_GT(max_abs(without.layers[0].router), 0.0) << "no gradient: nothing was tested";
+}
 
 template <class F>
 void expect_error(F f, const std::string& text) {
