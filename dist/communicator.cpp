@@ -86,6 +86,12 @@ void check_all_to_all(const Communicator& c, const Tensor& send, std::span<const
   }
 }
 
+size_t row_bytes(const Tensor& t) {
+  size_t n = dtype_size(t.dtype());
+  for (size_t d = 1; d < t.shape().size(); ++d) n *= size_t(t.shape()[d]);
+  return n;
+}
+
 std::vector<int64_t> exchange_row_counts(Communicator& c, std::span<const int64_t> send_rows) {
   LOCKSTEP_CHECK(send_rows.size() == size_t(c.size()), "exchange_row_counts: ", send_rows.size(),
                  " counts, expected one per rank (", c.size(), ")");

@@ -80,6 +80,8 @@ void check_reduce_scatter(const Communicator& c, const Tensor& full, const Tenso
 void check_broadcast(const Communicator& c, const Tensor& t, int root);
 void check_all_to_all(const Communicator& c, const Tensor& send, std::span<const int64_t> send_rows,
                       const Tensor& recv, std::span<const int64_t> recv_rows);
+// Bytes of one row of t [rows, ...] (from its shape: also when it has no rows).
+size_t row_bytes(const Tensor& t);
 
 // recv_rows of all_to_all from this rank's send_rows (size() counts): element q becomes rank q's
 // send_rows[rank()]. A collective on host values (an all_to_all of one i64 per pair of ranks).

@@ -236,12 +236,12 @@ void MpiCommunicator::host_broadcast(Tensor& t, int root) {
 void MpiCommunicator::host_all_to_all(const Tensor& send, std::span<const int64_t> send_rows,
                                       Tensor& recv, std::span<const int64_t> recv_rows) {
   // Counts and displacements in rows (MPI's are ints): one contiguous datatype of a row's bytes.
-  const int64_t rows = std::max(send.dim(0), recv.dim(0));
-  const size_t row_bytes = rows > 0 ? std::max(send.nbytes(), recv.nbytes()) / size_t(rows) : 0;
-  LOCKSTEP_CHECK(row_bytes <= size_t(INT_MAX) && send.dim(0) <= INT_MAX && recv.dim(0) <= INT_MAX,
+  // Every rank calls MPI_Alltoallv, also one that sends and receives nothing.
+  const size_t row = row_bytes(send);
+  LOCKSTEP_CHECK(row <= size_t(INT_MAX) && send.dim(0) <= INT_MAX && recv.dim(0) <= INT_MAX,
                  "rank ", rank_, ": all_to_all of ", send.describe(), " and ", recv.describe(),
                  " is too large for MPI's int counts");
-  if (row_bytes == 0) return;
+  if (row == 0) return;  // (rows of no bytes on every rank: the row shape is the same everywhere)
   const size_t n = static_cast<size_t>(size_);
   std::vector<int> send_counts(n), send_displs(n), recv_counts(n), recv_displs(n);
   for (int q = 0, s = 0, r = 0; q < size_; ++q) {
@@ -252,14 +252,14 @@ void MpiCommunicator::host_all_to_all(const Tensor& send, std::span<const int64_
     s += send_counts[size_t(q)];
     r += recv_counts[size_t(q)];
   }
-  MPI_Datatype row;
-  check_mpi(MPI_Type_contiguous(int(row_bytes), MPI_BYTE, &row), rank_, "MPI_Type_contiguous (all_to_all)");
-  MPI_Type_commit(&row);
+  MPI_Datatype type;
+  check_mpi(MPI_Type_contiguous(int(row), MPI_BYTE, &type), rank_, "MPI_Type_contiguous (all_to_all)");
+  MPI_Type_commit(&type);
   Watchdog::Wait wait(*watchdog_, "all_to_all");
   const HostTimer timer(host_seconds_);
-  const int code = MPI_Alltoallv(send.data(), send_counts.data(), send_displs.data(), row, recv.data(),
-                                 recv_counts.data(), recv_displs.data(), row, MPI_COMM_WORLD);
-  MPI_Type_free(&row);
+  const int code = MPI_Alltoallv(send.data(), send_counts.data(), send_displs.data(), type, recv.data(),
+                                 recv_counts.data(), recv_displs.data(), type, MPI_COMM_WORLD);
+  MPI_Type_free(&type);
   check_mpi(code, rank_, "MPI_Alltoallv (all_to_all)");
 }
 

@@ -4,7 +4,6 @@
 #include <nccl.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -17,6 +16,7 @@
 #include "core/cuda_check.h"
 #include "core/cuda_stream.h"
 #include "core/error.h"
+#include "dist/communicator.h"
 
 namespace lockstep {
 
@@ -195,8 +195,7 @@ void NcclGroup::broadcast(Tensor& t, int root, void* stream) {
 void NcclGroup::all_to_all(const Tensor& send, std::span<const int64_t> send_rows, Tensor& recv,
                            std::span<const int64_t> recv_rows, void* stream) {
   const cudaStream_t st = stream_or_current(stream);
-  const int64_t rows = std::max(send.dim(0), recv.dim(0));
-  const size_t row_bytes = rows > 0 ? std::max(send.nbytes(), recv.nbytes()) / size_t(rows) : 0;
+  const size_t row = row_bytes(send);
   const char* src = static_cast<const char*>(send.data());
   char* dst = static_cast<char*>(recv.data());
   state_->run("all_to_all", st, [&] {
@@ -204,7 +203,7 @@ void NcclGroup::all_to_all(const Tensor& send, std::span<const int64_t> send_row
     ncclResult_t r = ncclGroupStart();
     size_t s = 0, d = 0;
     for (int q = 0; q < int(send_rows.size()) && (r == ncclSuccess || r == ncclInProgress); ++q) {
-      const size_t out = size_t(send_rows[size_t(q)]) * row_bytes, in = size_t(recv_rows[size_t(q)]) * row_bytes;
+      const size_t out = size_t(send_rows[size_t(q)]) * row, in = size_t(recv_rows[size_t(q)]) * row;
       if (out > 0) r = ncclSend(src + s, out, ncclUint8, q, state_->comm, st);
       if (in > 0 && (r == ncclSuccess || r == ncclInProgress))
         r = ncclRecv(dst + d, in, ncclUint8, q, state_->comm, st);

@@ -134,7 +134,7 @@ void ShardedWeights::use_own_expert(int tensor, bool with_transpose) {
     whole.fp8->w = r.fp8.w;
     if (with_transpose) {
       const Shape& shape = optimizer_.plan().tensors[size_t(tensor)].shape;
-      whole.fp8->wt = Fp8Weight::empty(shape[0], shape[1], model_.device()).wt;
+      whole.fp8->wt = Fp8Blocks::empty(shape[1], shape[0], model_.device());  // [K, N]
       transpose_weight_blocks(*whole.fp8);
     }
   }

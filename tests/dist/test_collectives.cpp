@@ -140,6 +140,32 @@ TEST(Collectives, AllToAllSendsEachRanksRowsToIt) {
         ASSERT_EQ(*in++, row_value(q, me, j, col)) << "from rank " << q << " row " << j << " col " << col;
 }
 
+TEST(Collectives, AllToAllWithARankThatSendsAndReceivesNothing) {
+  // The last rank takes part in the collective with no rows either way; the others exchange.
+  Communicator& c = world();
+  const int me = c.rank(), last = c.size() - 1;
+  std::vector<int64_t> send_rows;
+  int64_t total = 0;
+  for (int q = 0; q < c.size(); ++q) {
+    send_rows.push_back(me != last && q != last ? me + q + 1 : 0);
+    total += send_rows.back();
+  }
+  const std::vector<int64_t> recv_rows = exchange_row_counts(c, send_rows);
+  int64_t total_recv = 0;
+  for (int64_t r : recv_rows) total_recv += r;
+  Tensor send = Tensor::empty({total, 2}, DType::f32), recv = Tensor::empty({total_recv, 2}, DType::f32);
+  for (int64_t i = 0; i < send.numel(); ++i) send.data_as<float>()[i] = float(100 * me) + float(i);
+  c.all_to_all(send, send_rows, recv, recv_rows);
+  const float* in = recv.data_as<float>();
+  for (int q = 0; q < c.size(); ++q) {
+    ASSERT_EQ(recv_rows[size_t(q)], me != last && q != last ? me + q + 1 : 0);
+    int64_t from = 0;  // where q's rows for this rank start in q's send
+    for (int p = 0; p < me; ++p) from += p != last && q != last ? q + p + 1 : 0;
+    for (int64_t j = 0; j < 2 * recv_rows[size_t(q)]; ++j)
+      ASSERT_EQ(*in++, float(100 * q) + float(2 * from + j)) << "from rank " << q;
+  }
+}
+
 TEST(Collectives, AllToAllWithNoRows) {
   Communicator& c = world();
   const std::vector<int64_t> none(size_t(c.size()), 0);

@@ -171,7 +171,9 @@ TrainRun train(Communicator& comm, Recipe recipe, bool expert_parallel, Optimize
     const OptimizerStep s = optimizer->step(model.params(), model.grads(), copies);
     EXPECT_TRUE(s.applied);
   }
-  if (sharded_weights) EXPECT_EQ(layers_checked, forwards);  // one sparse layer a forward
+  if (sharded_weights) {
+    EXPECT_EQ(layers_checked, forwards);  // one sparse layer a forward
+  }
   if (optimizer->holds_masters()) {
     run.params = ModelParameters::zeros(mc);
     optimizer->gather_masters(run.params);
@@ -213,7 +215,9 @@ void expect_same_first_gradients(const TrainRun& ep, const TrainRun& all, Commun
     if (scale > 0) ++experts_checked;
     for (int64_t j = 0; j < w.numel(); ++j) {
       ASSERT_NEAR(g.data_as<float>()[j], w.data_as<float>()[j], tol) << name << " element " << j;
-      if (!mine) ASSERT_EQ(l.data_as<float>()[j], 0.0f) << name << ": another rank's expert has a gradient here";
+      if (!mine) {
+        ASSERT_EQ(l.data_as<float>()[j], 0.0f) << name << ": another rank's expert has a gradient here";
+      }
     }
   });
   EXPECT_GT(experts_checked, 0) << "no expert had a gradient: nothing was tested";
