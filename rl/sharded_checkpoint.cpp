@@ -44,15 +44,6 @@ void on_every_rank(Communicator& comm, const char* what, Fn&& write) {
     LOCKSTEP_CHECK(false, what, failed_here ? ": " + error : std::string(": it failed on another rank"));
 }
 
-// Experts a sparse layer of `tensors` has (1 + the largest index in "layers.<i>.experts.<e>.…").
-int64_t experts_in(const std::vector<ShardedTensor>& tensors) {
-  int64_t n = 0;
-  for (const ShardedTensor& t : tensors)
-    if (const size_t at = t.name.find(".experts."); at != std::string::npos)
-      n = std::max<int64_t>(n, std::stoll(t.name.substr(at + 9)) + 1);
-  return n;
-}
-
 // The files of a sharded checkpoint and the plan they were written with (state.json's "shards",
 // and "experts_owned" when expert parallelism gave each expert to its rank): rows of any tensor.
 class ShardFiles {
@@ -65,7 +56,7 @@ class ShardFiles {
                    state.string(), ": expected a positive integer \"shards\" (a sharded checkpoint)");
     const int ranks = j["shards"].get<int>();
     std::vector<ShardedTensor> tensors = shapes;
-    if (j.value("experts_owned", false)) assign_experts_to_owners(tensors, experts_in(tensors), ranks);
+    if (j.value("experts_owned", false)) assign_experts_to_owners(tensors, ranks);
     plan_ = plan_shards(tensors, ranks);
     for (int r = 0; r < ranks; ++r) {
       const fs::path f = shard_file(dir / "shards", r, ranks);

@@ -17,12 +17,6 @@ OptimizerStep ReplicatedAdamW::step(ModelParameters& params, ModelParameters& gr
   return adamw_.step(params, grads, copies);
 }
 
-ExpertParallel expert_parallel_over(Communicator& comm) {
-  return {comm.rank(), comm.size(),
-          [&comm](const Tensor& send, std::span<const int64_t> send_rows, Tensor& recv,
-                  std::span<const int64_t> recv_rows) { comm.all_to_all(send, send_rows, recv, recv_rows); }};
-}
-
 void ReplicatedAdamW::gather_masters(ModelParameters&) {
   LOCKSTEP_CHECK(false, "ReplicatedAdamW::gather_masters: this optimizer holds no masters (the "
                  "model's own are whole)");
@@ -37,6 +31,12 @@ std::unique_ptr<DataParallelOptimizer> make_data_parallel_optimizer(const ModelP
     return std::make_unique<ShardedAdamW>(params, config, comm, ShardedAdamW::kDefaultBucketNumel,
                                           expert_parallel);
   return std::make_unique<ReplicatedAdamW>(params, config, comm);
+}
+
+ExpertParallel expert_parallel_over(Communicator& comm) {
+  return {comm.rank(), comm.size(),
+          [&comm](const Tensor& send, std::span<const int64_t> send_rows, Tensor& recv,
+                  std::span<const int64_t> recv_rows) { comm.all_to_all(send, send_rows, recv, recv_rows); }};
 }
 
 }  // namespace lockstep

@@ -111,19 +111,22 @@ ShardPlan plan_shards(const std::vector<ShardedTensor>& tensors, int ranks) {
   return plan;
 }
 
-void assign_experts_to_owners(std::vector<ShardedTensor>& tensors, int64_t num_experts, int ranks) {
-  LOCKSTEP_CHECK(ranks >= 1 && num_experts > 0 && num_experts % ranks == 0,
-                 "expert parallelism (optim.expert_parallel): ", num_experts,
-                 " experts do not split evenly over ", ranks, " ranks");
-  const std::string marker = ".experts.";
-  for (ShardedTensor& t : tensors) {
-    const size_t at = t.name.find(marker);
-    if (!t.name.starts_with("layers.") || at == std::string::npos) continue;
-    const int64_t e = std::stoll(t.name.substr(at + marker.size()));
-    LOCKSTEP_CHECK(e >= 0 && e < num_experts, "assign_experts_to_owners: ", t.name, " names expert ", e,
-                   " of ", num_experts);
-    t.owner = int(e / (num_experts / ranks));
+void assign_experts_to_owners(std::vector<ShardedTensor>& tensors, int ranks) {
+  // The expert each tensor belongs to (-1: none).
+  std::vector<int64_t> expert(tensors.size(), -1);
+  int64_t experts = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const std::string& name = tensors[i].name;
+    const size_t at = name.find(".experts.");
+    if (!name.starts_with("layers.") || at == std::string::npos) continue;
+    expert[i] = std::stoll(name.substr(at + 9));
+    experts = std::max(experts, expert[i] + 1);
   }
+  LOCKSTEP_CHECK(experts > 0, "expert parallelism (optim.expert_parallel): the model has no experts");
+  LOCKSTEP_CHECK(ranks >= 1 && experts % ranks == 0, "expert parallelism (optim.expert_parallel): ",
+                 experts, " experts do not split evenly over ", ranks, " ranks");
+  for (size_t i = 0; i < tensors.size(); ++i)
+    if (expert[i] >= 0) tensors[i].owner = int(expert[i] / (experts / ranks));
 }
 
 }  // namespace lockstep

@@ -71,9 +71,9 @@ struct ShardPlan {
 // an owner outside [0, ranks)).
 ShardPlan plan_shards(const std::vector<ShardedTensor>& tensors, int ranks);
 
-// Gives the expert tensors (ModelParameters names "layers.<i>.experts.<e>.<…>") of a model with
-// `num_experts` experts a layer their owner under expert parallelism over `ranks` ranks: e's is
-// e / (num_experts / ranks). An error unless the experts split evenly.
-void assign_experts_to_owners(std::vector<ShardedTensor>& tensors, int64_t num_experts, int ranks);
+// Gives the expert tensors (ModelParameters names "layers.<i>.experts.<e>.<…>") their owner under
+// expert parallelism over `ranks` ranks: with E experts a layer (1 + the largest e named), e's is
+// e / (E / ranks). An error without experts or unless they split evenly.
+void assign_experts_to_owners(std::vector<ShardedTensor>& tensors, int ranks);
 
 }  // namespace lockstep

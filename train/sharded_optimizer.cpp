@@ -18,17 +18,12 @@ namespace {
 // With `experts_owned`, each expert's tensors go whole to its owner (train/shard_plan.h).
 std::vector<ShardedTensor> shapes_of(const ModelParameters& params, bool experts_owned, int ranks) {
   std::vector<ShardedTensor> out;
-  int64_t experts = 0;
-  for (const LayerParameters& l : params.layers) experts = std::max(experts, int64_t(l.experts.size()));
   params.for_each([&](const std::string& name, const Tensor& t) {
     LOCKSTEP_CHECK(t.dtype() == DType::f32, "ShardedAdamW: ", name, " is ", t.describe(),
                    " (the masters are f32)");
     out.push_back({name, t.shape()});
   });
-  if (experts_owned) {
-    LOCKSTEP_CHECK(experts > 0, "ShardedAdamW: expert parallelism for a model without experts");
-    assign_experts_to_owners(out, experts, ranks);
-  }
+  if (experts_owned) assign_experts_to_owners(out, ranks);
   return out;
 }
 

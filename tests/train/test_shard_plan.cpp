@@ -175,7 +175,7 @@ TEST(ShardPlan, ExpertsOwnedWhole) {
   }
   t.push_back({"final_norm", {16}});
   std::vector<ShardedTensor> owned = t;
-  assign_experts_to_owners(owned, 8, 2);
+  assign_experts_to_owners(owned, 2);
   const ShardPlan plan = plan_shards(owned, 2);
   std::vector<ShardedTensor> rest;
   for (const ShardedTensor& x : t)
@@ -213,10 +213,17 @@ TEST(ShardPlan, ExpertsOwnedWhole) {
   EXPECT_TRUE(plan.has_owned_tensors());
   EXPECT_FALSE(rest_plan.has_owned_tensors());
   try {
-    assign_experts_to_owners(owned, 8, 3);
+    assign_experts_to_owners(owned, 3);
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("8 experts do not split evenly over 3 ranks"), std::string::npos) << e.what();
+  }
+  std::vector<ShardedTensor> dense{{"embed", {300, 16}}, {"layers.0.o", {16, 16}}};
+  try {
+    assign_experts_to_owners(dense, 2);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the model has no experts"), std::string::npos) << e.what();
   }
 }
 
