@@ -57,7 +57,7 @@ ModelConfig ep_config() {
 constexpr double kWGradTol = 1e-5;
 // After the steps: AdamW's first steps move a weight by about lr · g / |g| whatever |g| is, so a
 // gradient that differs by rounding moves it by much less than lr; 1e-3 · lr bounds that drift
-// through three steps here (measured on 2, 3 and 4 ranks: at most 1.3e-6 = 1.3e-4 · lr).
+// through three steps here (measured on 2, 3 and 4 ranks: at most 3.3e-7 = 3.3e-5 · lr).
 constexpr float kLr = 1e-2f;
 constexpr double kStepTol = 1e-3 * kLr;
 
