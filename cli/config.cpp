@@ -431,6 +431,13 @@ const std::vector<Section>& schema() {
             "layer's beside the compute) and freed after, and the rollout's are gathered once "
             "before generation and freed after it (the embedding, LM head and norms stay whole; "
             "a separate fp8 rollout model keeps its whole copies)"),
+      field("expert_parallel", &O::expert_parallel,
+            "sparse models, with optim.shard_state and several ranks: rank r of N owns experts "
+            "[r·E/N, (r+1)·E/N) of every sparse layer whole (their masters, moments, gradients "
+            "and weight copies) and runs them in training on every rank's tokens, which an "
+            "all-to-all sends to it and brings back (the router stays replicated); with "
+            "optim.shard_weights no layer gathers the experts' copies (only the rollout's "
+            "hand-over does); E must be a multiple of N"),
     }),
     section<F>("sft", "supervised fine-tuning", {"train", "sft"}, &Config::sft, {
       field("steps", &F::steps, "SFT optimizer steps (`train` runs them before RL; 0: none)", at_least(0)),

@@ -16,7 +16,10 @@
 // picks one for this process.
 #pragma once
 
+#include <cstdint>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -50,6 +53,14 @@ class Communicator {
   virtual void reduce_scatter_sum(const Tensor& full, Tensor& shard, CommStream stream = {}) = 0;
   // t gets rank `root`'s bytes on every rank (any dtype).
   virtual void broadcast(Tensor& t, int root, CommStream stream = {}) = 0;
+  // Rows to and from every rank (any dtype; send and recv [rows, ...] with the same row shape):
+  // rank r sends send's rows [Σ_{p<q} send_rows[p], +send_rows[q]) to rank q, and recv's rows
+  // [Σ_{p<q} recv_rows[p], +recv_rows[q]) get rank q's rows for r. send_rows and recv_rows have
+  // size() counts summing to send's and recv's rows; recv_rows[q] on rank r must be send_rows[r] on
+  // rank q (exchange_row_counts gives it). The expert-parallel token dispatch (rows to the rank
+  // that owns their expert, and the results back).
+  virtual void all_to_all(const Tensor& send, std::span<const int64_t> send_rows, Tensor& recv,
+                          std::span<const int64_t> recv_rows, CommStream stream = {}) = 0;
   // Returns when every rank has called it.
   virtual void barrier() = 0;
   // Seconds this rank has spent in collectives so far: the GPU time of those on CUDA tensors
@@ -67,5 +78,13 @@ void check_all_reduce(const Communicator& c, const Tensor& t);
 void check_all_gather(const Communicator& c, const Tensor& shard, const Tensor& full);
 void check_reduce_scatter(const Communicator& c, const Tensor& full, const Tensor& shard);
 void check_broadcast(const Communicator& c, const Tensor& t, int root);
+void check_all_to_all(const Communicator& c, const Tensor& send, std::span<const int64_t> send_rows,
+                      const Tensor& recv, std::span<const int64_t> recv_rows);
+// Bytes of one row of t [rows, ...] (from its shape: also when it has no rows).
+size_t row_bytes(const Tensor& t);
+
+// recv_rows of all_to_all from this rank's send_rows (size() counts): element q becomes rank q's
+// send_rows[rank()]. A collective on host values (an all_to_all of one i64 per pair of ranks).
+std::vector<int64_t> exchange_row_counts(Communicator& c, std::span<const int64_t> send_rows);
 
 }  // namespace lockstep

@@ -233,6 +233,36 @@ void MpiCommunicator::host_broadcast(Tensor& t, int root) {
   }
 }
 
+void MpiCommunicator::host_all_to_all(const Tensor& send, std::span<const int64_t> send_rows,
+                                      Tensor& recv, std::span<const int64_t> recv_rows) {
+  // Counts and displacements in rows (MPI's are ints): one contiguous datatype of a row's bytes.
+  // Every rank calls MPI_Alltoallv, also one that sends and receives nothing.
+  const size_t row = row_bytes(send);
+  LOCKSTEP_CHECK(row <= size_t(INT_MAX) && send.dim(0) <= INT_MAX && recv.dim(0) <= INT_MAX,
+                 "rank ", rank_, ": all_to_all of ", send.describe(), " and ", recv.describe(),
+                 " is too large for MPI's int counts");
+  if (row == 0) return;  // (rows of no bytes on every rank: the row shape is the same everywhere)
+  const size_t n = static_cast<size_t>(size_);
+  std::vector<int> send_counts(n), send_displs(n), recv_counts(n), recv_displs(n);
+  for (int q = 0, s = 0, r = 0; q < size_; ++q) {
+    send_counts[size_t(q)] = int(send_rows[size_t(q)]);
+    recv_counts[size_t(q)] = int(recv_rows[size_t(q)]);
+    send_displs[size_t(q)] = s;
+    recv_displs[size_t(q)] = r;
+    s += send_counts[size_t(q)];
+    r += recv_counts[size_t(q)];
+  }
+  MPI_Datatype type;
+  check_mpi(MPI_Type_contiguous(int(row), MPI_BYTE, &type), rank_, "MPI_Type_contiguous (all_to_all)");
+  MPI_Type_commit(&type);
+  Watchdog::Wait wait(*watchdog_, "all_to_all");
+  const HostTimer timer(host_seconds_);
+  const int code = MPI_Alltoallv(send.data(), send_counts.data(), send_displs.data(), type, recv.data(),
+                                 recv_counts.data(), recv_displs.data(), type, MPI_COMM_WORLD);
+  MPI_Type_free(&type);
+  check_mpi(code, rank_, "MPI_Alltoallv (all_to_all)");
+}
+
 MpiCommunicator::Device& MpiCommunicator::device() {
 #if LOCKSTEP_HAS_NCCL
   // Made at the first collective on CUDA tensors, which every rank reaches together.
@@ -309,6 +339,20 @@ void MpiCommunicator::broadcast(Tensor& t, int root, CommStream stream) {
   Tensor h = to_host(t);
   host_broadcast(h, root);
   t.copy_from(h);
+#endif
+}
+
+void MpiCommunicator::all_to_all(const Tensor& send, std::span<const int64_t> send_rows, Tensor& recv,
+                                 std::span<const int64_t> recv_rows, CommStream stream) {
+  check_all_to_all(*this, send, send_rows, recv, recv_rows);
+  if (!recv.is_cuda()) return host_all_to_all(send, send_rows, recv, recv_rows);
+#if LOCKSTEP_HAS_NCCL
+  device().nccl->all_to_all(send, send_rows, recv, recv_rows, stream.cuda);
+#else
+  (void)stream;
+  Tensor h = Tensor::empty(recv.shape(), recv.dtype());
+  host_all_to_all(to_host(send), send_rows, h, recv_rows);
+  recv.copy_from(h);
 #endif
 }
 

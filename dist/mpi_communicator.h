@@ -2,7 +2,7 @@
 // world for CPU tensors; CUDA tensors through NCCL (dist/nccl_group.h) when the build has it, else
 // copied through the host and MPI.
 //
-// CPU collectives move bytes with MPI (MPI_Allgather, MPI_Alltoall, MPI_Bcast) and sum here, in
+// CPU collectives move bytes with MPI (MPI_Allgather, MPI_Alltoall(v), MPI_Bcast) and sum here, in
 // rank order, so that every rank gets the same bits every run (MPI_Allreduce promises neither).
 // They are meant for gradients and metrics of CPU runs, moved in pieces of at most kPieceBytes
 // per rank (a sum holds size × piece bytes at once).
@@ -34,6 +34,8 @@ class MpiCommunicator final : public Communicator {
   void all_gather(const Tensor& shard, Tensor& full, CommStream stream = {}) override;
   void reduce_scatter_sum(const Tensor& full, Tensor& shard, CommStream stream = {}) override;
   void broadcast(Tensor& t, int root, CommStream stream = {}) override;
+  void all_to_all(const Tensor& send, std::span<const int64_t> send_rows, Tensor& recv,
+                  std::span<const int64_t> recv_rows, CommStream stream = {}) override;
   void barrier() override;
   double collective_seconds() override;
   [[noreturn]] void abort(int exit_code) override;
@@ -47,6 +49,8 @@ class MpiCommunicator final : public Communicator {
   void host_all_gather(const Tensor& shard, Tensor& full);
   void host_reduce_scatter(const Tensor& full, Tensor& shard);
   void host_broadcast(Tensor& t, int root);
+  void host_all_to_all(const Tensor& send, std::span<const int64_t> send_rows, Tensor& recv,
+                       std::span<const int64_t> recv_rows);
   // A CUDA tensor's collective: NCCL, or through the host.
   Device& device();
 

@@ -16,6 +16,7 @@
 #include "core/cuda_check.h"
 #include "core/cuda_stream.h"
 #include "core/error.h"
+#include "dist/communicator.h"
 
 namespace lockstep {
 
@@ -188,6 +189,29 @@ void NcclGroup::broadcast(Tensor& t, int root, void* stream) {
   const cudaStream_t st = stream_or_current(stream);
   state_->run("broadcast", st, [&] {
     return ncclBroadcast(t.data(), t.data(), t.nbytes(), ncclUint8, root, state_->comm, st);
+  });
+}
+
+void NcclGroup::all_to_all(const Tensor& send, std::span<const int64_t> send_rows, Tensor& recv,
+                           std::span<const int64_t> recv_rows, void* stream) {
+  const cudaStream_t st = stream_or_current(stream);
+  const size_t row = row_bytes(send);
+  const char* src = static_cast<const char*>(send.data());
+  char* dst = static_cast<char*>(recv.data());
+  state_->run("all_to_all", st, [&] {
+    // One group: NCCL runs the pairs' sends and receives together (none waits for another).
+    ncclResult_t r = ncclGroupStart();
+    size_t s = 0, d = 0;
+    for (int q = 0; q < int(send_rows.size()) && (r == ncclSuccess || r == ncclInProgress); ++q) {
+      const size_t out = size_t(send_rows[size_t(q)]) * row, in = size_t(recv_rows[size_t(q)]) * row;
+      if (out > 0) r = ncclSend(src + s, out, ncclUint8, q, state_->comm, st);
+      if (in > 0 && (r == ncclSuccess || r == ncclInProgress))
+        r = ncclRecv(dst + d, in, ncclUint8, q, state_->comm, st);
+      s += out;
+      d += in;
+    }
+    const ncclResult_t end = ncclGroupEnd();
+    return r == ncclSuccess || r == ncclInProgress ? end : r;
   });
 }
 

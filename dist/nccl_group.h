@@ -9,11 +9,14 @@
 // that died: NCCL sees its connection close), prints an error naming this rank and the collective,
 // aborts the NCCL communicator and ends the process; mpirun ends the others.
 //
-// Sums of f32 and f64; all-gather and broadcast move bytes of any dtype. Collectives are queued on
+// Sums of f32 and f64; all-gather, broadcast and all-to-all (ncclSend/ncclRecv pairs in one group)
+// move bytes of any dtype. Collectives are queued on
 // the given stream (nullptr: the current stream, core/cuda_stream.h) and return without waiting.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <span>
 
 #include "core/tensor.h"
 
@@ -38,6 +41,9 @@ class NcclGroup {
   void all_gather(const Tensor& shard, Tensor& full, void* stream);
   void reduce_scatter_sum(const Tensor& full, Tensor& shard, void* stream);
   void broadcast(Tensor& t, int root, void* stream);
+  // dist/communicator.h's all_to_all (its checks made).
+  void all_to_all(const Tensor& send, std::span<const int64_t> send_rows, Tensor& recv,
+                  std::span<const int64_t> recv_rows, void* stream);
   // The GPU time of the collectives finished so far (between CUDA events recorded around each on
   // its stream: the time the stream spent in them, waiting for the other ranks included).
   double finished_seconds();

@@ -20,6 +20,12 @@ void SingleRankCommunicator::reduce_scatter_sum(const Tensor& full, Tensor& shar
 
 void SingleRankCommunicator::broadcast(Tensor& t, int root, CommStream) { check_broadcast(*this, t, root); }
 
+void SingleRankCommunicator::all_to_all(const Tensor& send, std::span<const int64_t> send_rows,
+                                        Tensor& recv, std::span<const int64_t> recv_rows, CommStream) {
+  check_all_to_all(*this, send, send_rows, recv, recv_rows);
+  recv.copy_from(send);
+}
+
 void SingleRankCommunicator::abort(int exit_code) {
   std::fflush(stdout);
   std::fflush(stderr);

@@ -1,6 +1,6 @@
 // dist/single_rank.h — the communicator of a run in one process (no MPI, no NCCL): rank 0 of 1.
-// all_reduce_sum and broadcast leave the tensor as it is; all_gather and reduce_scatter_sum copy
-// (the sum over one rank is its own tensor). Every single-process path runs on it unchanged.
+// all_reduce_sum and broadcast leave the tensor as it is; all_gather, reduce_scatter_sum and
+// all_to_all copy (the sum over one rank is its own tensor; its rows go to itself). Every single-process path runs on it unchanged.
 #pragma once
 
 #include "dist/communicator.h"
@@ -16,6 +16,8 @@ class SingleRankCommunicator final : public Communicator {
   void all_gather(const Tensor& shard, Tensor& full, CommStream stream = {}) override;
   void reduce_scatter_sum(const Tensor& full, Tensor& shard, CommStream stream = {}) override;
   void broadcast(Tensor& t, int root, CommStream stream = {}) override;
+  void all_to_all(const Tensor& send, std::span<const int64_t> send_rows, Tensor& recv,
+                  std::span<const int64_t> recv_rows, CommStream stream = {}) override;
   void barrier() override {}
   [[noreturn]] void abort(int exit_code) override;
 };

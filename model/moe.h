@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "model/expert_parallel.h"
 #include "model/linear.h"
 
 namespace lockstep {
@@ -57,7 +58,6 @@ struct MoeWeights {
 // by token (a counting sort on the host; the expert GEMMs need the counts there anyway).
 struct MoeDispatch {
   std::vector<int64_t> offsets;  // E + 1: expert e owns rows [offsets[e], offsets[e + 1])
-  Tensor device_offsets;         // the same, i64 [E + 1] on CUDA, where the grouped GEMM reads them
                                  // (uploaded once per layer call by moe_forward; else undefined)
   Tensor token_of_row;           // i32 [T·k], on the ids' device
   Tensor slots;                  // i32 [T, k]: the row of (t, j), on the ids' device
@@ -73,7 +73,10 @@ struct MoeActivations {
   Tensor lse;                              // f32 [T]: the router logits' logsumexp (router z-loss)
   MoeDispatch dispatch;
   Tensor rows;                             // the experts' outputs [T·k, H], by dispatch row
-  Tensor gate_up;                          // the SwiGLU input [T·k, 2·Im], by dispatch row
+  // With expert parallelism (model/expert_parallel.h; else empty): the rows' route to this rank's
+  // experts and back. The expert tensors below are then of the rows this rank received.
+  ExpertParallelRoute expert_parallel;
+  Tensor gate_up;                          // the SwiGLU input [rows, 2·Im], by dispatch row
   // Per expert (empty: no tokens), what keep_for_backward leaves (fp8: the columnwise copies of
   // the expert's rows alone, whose 128-token blocks must not straddle experts).
   std::vector<LinearInput> gate_up_in, down_in;

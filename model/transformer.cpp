@@ -238,7 +238,23 @@ int64_t Transformer::weight_copy_bytes(bool embedding_and_head) const {
   return bytes;
 }
 
+void Transformer::set_expert_parallel(ExpertParallel ep) {
+  LOCKSTEP_CHECK(config_.moe, "set_expert_parallel: the model has no sparse layers");
+  check_expert_parallel(config_.moe->num_experts, ep.ranks);
+  LOCKSTEP_CHECK(ep.rank >= 0 && ep.rank < ep.ranks && ep.all_to_all, "set_expert_parallel: rank ",
+                 ep.rank, " of ", ep.ranks, (ep.all_to_all ? "" : " without an all_to_all"));
+  expert_parallel_ = std::move(ep);
+}
+
 void Transformer::skip_forward() {
+  if (expert_parallel_.on()) {
+    // One token of its own; the forward serves the other ranks' rows of this rank's experts.
+    const Tensor zero = Tensor::zeros({1}, DType::i32, device());
+    Tensor cu = Tensor::zeros({2}, DType::i32);
+    cu.data_as<int32_t>()[1] = 1;
+    skipped_ = std::make_shared<TrainForward>(forward({zero, zero, cu.to(device())}));
+    return;
+  }
   const int64_t layers = int64_t(params_.layers.size());
   if (!weight_source_.wanted) return;
   for (int64_t i = 0; i < layers; ++i) {
@@ -247,7 +263,15 @@ void Transformer::skip_forward() {
   }
 }
 
-void Transformer::skip_backward() {
+void Transformer::skip_backward(TrainForward* forward) {
+  if (expert_parallel_.on()) {
+    LOCKSTEP_CHECK(forward || skipped_, "skip_backward: with expert parallelism it backpropagates a "
+                   "forward: the skipped one (skip_forward() first) or the one given");
+    TrainForward& f = forward ? *forward : *skipped_;
+    backward(f, Tensor::zeros(f.logprob.shape(), DType::f32, device()), Tensor());
+    skipped_.reset();
+    return;
+  }
   // backward()'s hooks, in its order.
   const std::vector<std::vector<std::string>> groups =
       gradients_ready_ ? gradient_groups() : std::vector<std::vector<std::string>>();
@@ -341,7 +365,8 @@ void Transformer::layer_forward(size_t i, Tensor& x, Tensor& residual, const Ten
     Tensor hn = empty_act(t, hidden);
     rmsnorm_forward(hn, post_rstd, h, x, p.post_norm, eps_);
     tap(i, "mlp_norm", hn);
-    out = moe_forward(i, hn, train ? &save->moe : nullptr, stats, replay);
+    out = moe_forward(i, hn, train ? &save->moe : nullptr, stats, replay,
+                      /*expert_parallel=*/!kv && expert_parallel_.on());
     tap(i, "moe", out);
   } else {
     gate_up_in = normed_input(h, x, p.post_norm, post_rstd, train);

@@ -179,6 +179,15 @@ class Transformer {
   // for the source to fill through weight_copies(); or drops them all.
   void allocate_layer_copies(int64_t layer, bool with_transpose);
   void drop_layer_copies(int64_t layer);
+  // Expert parallelism of the training forward and backward (model/expert_parallel.h): from now on
+  // each sparse layer of forward() / hidden_states() / backward() runs only this rank's experts
+  // (ep.rank's share), on every rank's rows of them, through ep.all_to_all; the gradients of the
+  // other experts stay zero here (their owners hold them). forward_infer runs every expert locally
+  // (the rollout's weights are whole). Every rank runs the same passes (skip_forward and
+  // skip_backward below serve the other ranks' rows). An error unless the experts split evenly over
+  // ep.ranks.
+  void set_expert_parallel(ExpertParallel ep);
+  bool expert_parallel() const { return expert_parallel_.on(); }
   // Bytes of the weight copies the GEMMs read that the model holds now (bf16 copies, fp8 W and Wᵀ
   // with their scales, and with `embedding_and_head` the embedding's and LM head's copies; 0 in the
   // fp32 recipe, whose GEMMs read the masters).
@@ -194,10 +203,15 @@ class Transformer {
   // backward skipped for a non-finite loss) calls skip_forward() / skip_backward() for each it
   // lacks: the hooks that pass calls, in its order, with nothing computed (a skipped backward
   // reports each group's gradients as they are: zero when the hook consumed the last ones). No-ops
-  // without hooks.
-  bool has_pass_hooks() const { return gradients_ready_ || weight_source_.wanted; }
+  // without hooks. With expert parallelism a rank's experts serve the other ranks' rows in every
+  // pass, so a skipped pass is a real one of a single token (token 0), with a zero gradient in the
+  // backward: skip_backward() backpropagates the last skip_forward()'s, or `forward` when given (a
+  // real forward whose backward is skipped: its gradients then count for nothing, as the caller
+  // drops the mini-batch). Zero gradients add exact zeros (x + 0 = x) wherever the activations are
+  // finite.
+  bool has_pass_hooks() const { return gradients_ready_ || weight_source_.wanted || expert_parallel_.on(); }
   void skip_forward();
-  void skip_backward();
+  void skip_backward(TrainForward* forward = nullptr);
   // Reads `other`'s bf16 embedding and LM-head copies from now on (the fp8-rollout mode's rollout
   // model: the same values as its trainer's, written by the trainer's optimizer step).
   void share_embedding_copies(const Transformer& other);
@@ -280,10 +294,11 @@ class Transformer {
                         float z_scale);
   void recompute_inputs(size_t i, LayerActivations& saved) const;
   // The sparse MLP of layer i (model/transformer_moe.cpp): out [T, H] from the normed hn [T, H];
-  // fills `save` and `stats` when given; `replay` as layer_forward's. The backward returns dhn and
-  // adds into grads().
+  // fills `save` and `stats` when given; `replay` as layer_forward's; `expert_parallel`: run this
+  // rank's experts on every rank's rows (set_expert_parallel). The backward returns dhn and adds
+  // into grads() (with expert parallelism: this rank's experts' gradients, of every rank's rows).
   Tensor moe_forward(size_t i, const Tensor& hn, MoeActivations* save, RouterStats* stats,
-                     const Tensor* replay) const;
+                     const Tensor* replay, bool expert_parallel) const;
   Tensor moe_backward(size_t i, MoeActivations& saved, const Tensor& dout, const Tensor& dprobs,
                       float z_scale);
   // The input of the linear layer after an RMSNorm (of x += residual, when residual is defined), or
@@ -314,6 +329,8 @@ class Transformer {
   bool masters_released_ = false;
   GradientsReady gradients_ready_;
   LayerWeightSource weight_source_;
+  ExpertParallel expert_parallel_;
+  std::shared_ptr<TrainForward> skipped_;  // expert parallelism: the last skip_forward()'s pass
   ActivationTap tap_;
   ModelParameters params_, grads_;
   std::vector<LayerWeights> weights_;

@@ -63,6 +63,14 @@ void expert_wgrad(Tensor& dw, const Tensor& dy, const LinearInput& saved) {
   gemm_wgrad(dw, dy_cols, saved.cols, /*accumulate=*/true);
 }
 
+// The grouped fp8 GEMM's offsets on the device (where each of its tiles finds its expert).
+Tensor device_offsets(const std::vector<int64_t>& offsets, Device device) {
+  if (device == Device::cpu) return Tensor();
+  Tensor host = Tensor::empty({int64_t(offsets.size())}, DType::i64);
+  std::copy(offsets.begin(), offsets.end(), host.data_as<int64_t>());
+  return host.to(device);
+}
+
 Fp8Rows quantized_rows(const Tensor& x) {
   Fp8Rows q = Fp8Rows::empty(x.dim(0), x.dim(1), x.device());
   quantize_rows(q, x);
@@ -98,7 +106,7 @@ std::vector<Tensor> bf16_copies(const std::vector<LinearWeight>& experts) {
 }  // namespace
 
 Tensor Transformer::moe_forward(size_t i, const Tensor& hn, MoeActivations* save, RouterStats* stats,
-                                const Tensor* replay) const {
+                                const Tensor* replay, bool expert_parallel) const {
   const MoeConfig& m = *config_.moe;
   const MoeWeights& w = weights_[i].moe;
   const int64_t t = hn.dim(0), hidden = config_.hidden_size, E = m.num_experts, k = m.num_experts_per_tok;
@@ -126,27 +134,34 @@ Tensor Transformer::moe_forward(size_t i, const Tensor& hn, MoeActivations* save
 
   // The gather is the embedding lookup with hn as the table.
   const int64_t im = m.moe_intermediate_size;
-  Tensor gathered = empty_act(t * k, hidden), gate_up = empty_act(t * k, 2 * im), rows = empty_act(t * k, hidden);
+  Tensor gathered = empty_act(t * k, hidden);
   embedding_forward(gathered, plan.token_of_row, hn);
+  // With expert parallelism the experts below are this rank's, on every rank's rows of them
+  // (model/expert_parallel.h); `offsets` are then their rows among those received.
+  ExpertParallelRoute route;
+  std::vector<int64_t> offsets = plan.offsets;
+  if (expert_parallel) {
+    route = route_to_owners(expert_parallel_, plan.offsets, device());
+    gathered = send_to_owners(expert_parallel_, route, gathered);
+    offsets = route.offsets;
+  }
+  const int64_t n = gathered.dim(0);  // the rows the experts here run on
+  Tensor gate_up = empty_act(n, 2 * im), rows = empty_act(n, hidden);
   if (train) {
     save->gate_up_in.resize(size_t(E));
     save->down_in.resize(size_t(E));
   }
   if (grouped_fp8_experts()) {
-    if (device() != Device::cpu) {
-      Tensor offsets = Tensor::empty({E + 1}, DType::i64);
-      std::copy(plan.offsets.begin(), plan.offsets.end(), offsets.data_as<int64_t>());
-      plan.device_offsets = offsets.to(device());
-    }
-    gemm_fp8_grouped(gate_up, quantized_rows(gathered), w.gate_up_fp8.all.w, plan.offsets, plan.device_offsets);
-    Fp8Rows a = Fp8Rows::empty(t * k, im, device());
+    const Tensor on_device = device_offsets(offsets, device());
+    gemm_fp8_grouped(gate_up, quantized_rows(gathered), w.gate_up_fp8.all.w, offsets, on_device);
+    Fp8Rows a = Fp8Rows::empty(n, im, device());
     if (train) {
       // swiglu_forward_fp8's composition, keeping the bf16 output for each expert's columnwise copy.
-      Tensor act = empty_act(t * k, im);
+      Tensor act = empty_act(n, im);
       swiglu_forward(act, gate_up);
       quantize_rows(a, act);
       for (int64_t e = 0; e < E; ++e) {
-        const int64_t begin = plan.offsets[size_t(e)], end = plan.offsets[size_t(e + 1)];
+        const int64_t begin = offsets[size_t(e)], end = offsets[size_t(e + 1)];
         if (begin == end) continue;
         save->gate_up_in[size_t(e)] = linear_saved_input(recipe_, gathered.rows(begin, end));
         save->down_in[size_t(e)] = linear_saved_input(recipe_, act.rows(begin, end));
@@ -155,15 +170,15 @@ Tensor Transformer::moe_forward(size_t i, const Tensor& hn, MoeActivations* save
       Fp8Rows no_columns;
       swiglu_forward_fp8(a, no_columns, gate_up);
     }
-    gemm_fp8_grouped(rows, a, w.down_fp8.all.w, plan.offsets, plan.device_offsets);
+    gemm_fp8_grouped(rows, a, w.down_fp8.all.w, offsets, on_device);
   } else if (grouped_bf16_experts()) {
-    gemm_bf16_grouped_fprop(gate_up, gathered, bf16_copies(w.gate_up), plan.offsets);
-    Tensor act = empty_act(t * k, im);
+    gemm_bf16_grouped_fprop(gate_up, gathered, bf16_copies(w.gate_up), offsets);
+    Tensor act = empty_act(n, im);
     swiglu_forward(act, gate_up);
-    gemm_bf16_grouped_fprop(rows, act, bf16_copies(w.down), plan.offsets);
+    gemm_bf16_grouped_fprop(rows, act, bf16_copies(w.down), offsets);
     if (train) {
       for (int64_t e = 0; e < E; ++e) {  // what keep_for_backward keeps in bf16: the inputs
-        const int64_t begin = plan.offsets[size_t(e)], end = plan.offsets[size_t(e + 1)];
+        const int64_t begin = offsets[size_t(e)], end = offsets[size_t(e + 1)];
         if (begin == end) continue;
         save->gate_up_in[size_t(e)].act = gathered.rows(begin, end);
         save->down_in[size_t(e)].act = act.rows(begin, end);
@@ -171,7 +186,7 @@ Tensor Transformer::moe_forward(size_t i, const Tensor& hn, MoeActivations* save
     }
   } else {
     for (int64_t e = 0; e < E; ++e) {
-      const int64_t begin = plan.offsets[size_t(e)], end = plan.offsets[size_t(e + 1)];
+      const int64_t begin = offsets[size_t(e)], end = offsets[size_t(e + 1)];
       if (begin == end) continue;
       LinearInput in = linear_input(recipe_, gathered.rows(begin, end), train);
       Tensor gate_up_e = gate_up.rows(begin, end);
@@ -187,6 +202,7 @@ Tensor Transformer::moe_forward(size_t i, const Tensor& hn, MoeActivations* save
       }
     }
   }
+  if (expert_parallel) rows = return_from_owners(expert_parallel_, route, rows);
   Tensor out = empty_act(t, hidden);
   moe_combine_forward(out, rows, plan.slots, weights);
 
@@ -210,6 +226,7 @@ Tensor Transformer::moe_forward(size_t i, const Tensor& hn, MoeActivations* save
     save->dispatch = std::move(plan);
     save->rows = std::move(rows);
     save->gate_up = std::move(gate_up);
+    save->expert_parallel = std::move(route);
   }
   return out;
 }
@@ -220,22 +237,27 @@ Tensor Transformer::moe_backward(size_t i, MoeActivations& s, const Tensor& dout
   const MoeWeights& w = weights_[i].moe;
   LayerParameters& g = grads_.layers[i];
   const int64_t t = dout.dim(0), hidden = config_.hidden_size, E = m.num_experts;
-  const int64_t rows = s.rows.dim(0), im = m.moe_intermediate_size;
+  const int64_t im = m.moe_intermediate_size;
 
   // out = Σ_j w_j · rows[slots[t, j]]
-  Tensor drows = empty_act(rows, hidden), dweights = Tensor::empty(s.weights.shape(), DType::f32, device());
+  Tensor drows = empty_act(s.rows.dim(0), hidden), dweights = Tensor::empty(s.weights.shape(), DType::f32, device());
   moe_combine_backward(drows, dweights, dout, s.rows, s.dispatch.slots, s.weights);
   s.rows = Tensor();
+  // Expert parallelism: the row gradients go to the experts' owners the forward's way.
+  const bool expert_parallel = !s.expert_parallel.offsets.empty();
+  const std::vector<int64_t>& offsets = expert_parallel ? s.expert_parallel.offsets : s.dispatch.offsets;
+  if (expert_parallel) drows = send_to_owners(expert_parallel_, s.expert_parallel, drows);
+  const int64_t rows = drows.dim(0);
 
   // rows[e's] = down_e(swiglu(gate_up_e(gathered[e's])))
   Tensor dgathered = empty_act(rows, hidden), no_bias;
-  const std::vector<int64_t>& offsets = s.dispatch.offsets;
   if (grouped_fp8_experts()) {
     // The DGrads grouped (the Wᵀ stacks), each expert's WGrad on its own rows.
+    const Tensor on_device = device_offsets(offsets, device());
     Tensor da = empty_act(rows, im), dgate_up = empty_act(rows, 2 * im);
-    gemm_fp8_grouped(da, quantized_rows(drows), w.down_fp8.all.wt, offsets, s.dispatch.device_offsets);
+    gemm_fp8_grouped(da, quantized_rows(drows), w.down_fp8.all.wt, offsets, on_device);
     swiglu_backward(dgate_up, da, s.gate_up);
-    gemm_fp8_grouped(dgathered, quantized_rows(dgate_up), w.gate_up_fp8.all.wt, offsets, s.dispatch.device_offsets);
+    gemm_fp8_grouped(dgathered, quantized_rows(dgate_up), w.gate_up_fp8.all.wt, offsets, on_device);
     for (int64_t e = 0; e < E; ++e) {
       const int64_t begin = offsets[size_t(e)], end = offsets[size_t(e + 1)];
       if (begin == end) continue;
@@ -268,6 +290,8 @@ Tensor Transformer::moe_backward(size_t i, MoeActivations& s, const Tensor& dout
       linear_backward(dx, ge.gate_up, no_bias, dgate_up, s.gate_up_in[size_t(e)], w.gate_up[size_t(e)]);
     }
   }
+
+  if (expert_parallel) dgathered = return_from_owners(expert_parallel_, s.expert_parallel, dgathered);
 
   // gathered = hn[token_of_row]: each token's k rows summed back.
   Tensor dhn = empty_act(t, hidden);

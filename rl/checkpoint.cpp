@@ -25,12 +25,13 @@ void copy_tokenizer_files(const fs::path& tokenizer_dir, const fs::path& model_d
     if (fs::exists(tokenizer_dir / name)) fs::copy_file(tokenizer_dir / name, model_dir / name);
 }
 
-void write_run_state(const fs::path& dir, const RunState& state, int shards) {
+void write_run_state(const fs::path& dir, const RunState& state, int shards, bool experts_owned) {
   nlohmann::json j = {{"sft_step", state.sft_step},
                       {"step", state.step},
                       {"optimizer_steps", state.optimizer_steps},
                       {"consecutive_skips", state.consecutive_skips}};
   if (shards > 0) j["shards"] = shards;
+  if (experts_owned) j["experts_owned"] = true;
   write_file_atomically((dir / "state.json").string(), j.dump(2) + "\n");
 }
 

@@ -42,7 +42,8 @@ struct RunState {
 // when N > 0).
 void copy_tokenizer_files(const std::filesystem::path& tokenizer_dir,
                           const std::filesystem::path& model_dir);
-void write_run_state(const std::filesystem::path& dir, const RunState& state, int shards = 0);
+void write_run_state(const std::filesystem::path& dir, const RunState& state, int shards = 0,
+                     bool experts_owned = false);
 
 void save_checkpoint(const std::filesystem::path& out_dir, const ModelConfig& config,
                      const ModelParameters& params, const DataParallelOptimizer::Moments& moments,

@@ -260,7 +260,7 @@ GrpoUpdate grpo_update(const std::vector<ScoredGroup>& groups, const Config& con
         }
         if (std::isfinite(pl.loss))
           model.backward(f, pl.dlogprob.to(model.device()), Tensor(), aux_weight, z_weight);
-        else model.skip_backward();
+        else model.skip_backward(&f);
         clip += (pl.clip_frac_low + pl.clip_frac_high) * pl.tokens;
         clip_dual += pl.clip_frac_dual * pl.tokens;
         kl_ref += pl.kl_ref * pl.tokens;

@@ -100,6 +100,8 @@ struct OptimOptions {
   bool shard_state = true;
   bool reduce_per_layer = true;
   bool shard_weights = false;
+  // Sparse models: rank r owns experts [r·E/N, (r+1)·E/N) whole; tokens reach them by all-to-all.
+  bool expert_parallel = false;
   bool operator==(const OptimOptions&) const = default;
 };
 

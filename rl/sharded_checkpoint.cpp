@@ -44,7 +44,8 @@ void on_every_rank(Communicator& comm, const char* what, Fn&& write) {
     LOCKSTEP_CHECK(false, what, failed_here ? ": " + error : std::string(": it failed on another rank"));
 }
 
-// The files of a sharded checkpoint and the plan they were written with: rows of any tensor.
+// The files of a sharded checkpoint and the plan they were written with (state.json's "shards",
+// and "experts_owned" when expert parallelism gave each expert to its rank): rows of any tensor.
 class ShardFiles {
  public:
   ShardFiles(const fs::path& checkpoint_model, const std::vector<ShardedTensor>& shapes) {
@@ -54,7 +55,9 @@ class ShardFiles {
     LOCKSTEP_CHECK(j.is_object() && j.contains("shards") && j["shards"].is_number_integer() && j["shards"] >= 1,
                    state.string(), ": expected a positive integer \"shards\" (a sharded checkpoint)");
     const int ranks = j["shards"].get<int>();
-    plan_ = plan_shards(shapes, ranks);
+    std::vector<ShardedTensor> tensors = shapes;
+    if (j.value("experts_owned", false)) assign_experts_to_owners(tensors, ranks);
+    plan_ = plan_shards(tensors, ranks);
     for (int r = 0; r < ranks; ++r) {
       const fs::path f = shard_file(dir / "shards", r, ranks);
       LOCKSTEP_CHECK(fs::exists(f), dir.string(), ": the checkpoint was written by ", ranks,
@@ -136,7 +139,7 @@ void save_sharded_checkpoint(const fs::path& out_dir, const ModelConfig& config,
     if (!comm.is_main()) return;
     save_model_config(config, (tmp / "model" / "config.json").string());
     copy_tokenizer_files(tokenizer_dir, tmp / "model");
-    write_run_state(tmp, state, comm.size());
+    write_run_state(tmp, state, comm.size(), plan.has_owned_tensors());
     // One complete checkpoint at every moment (io/file_io.h), as rl/checkpoint.cpp's.
     replace_folder(tmp.string(), final_dir.string());
   });

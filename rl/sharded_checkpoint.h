@@ -8,9 +8,11 @@
 //                                        [rows, …] (train/shard_plan.h: whole 128-row blocks)
 //   OUT_DIR/checkpoint/model/            config.json and the tokenizer files (rank 0); no weights
 //   OUT_DIR/checkpoint/state.json        RunState as rl/checkpoint.h writes it, plus "shards": N
+//                                        and, with expert parallelism, "experts_owned": true (each
+//                                        expert's rows in its owner's file, train/shard_plan.h)
 //
-// The plan is a pure function of the model's shapes and N, so a reader remakes it from N and
-// knows which file holds which rows. Reading with any number of ranks: the moments of a rank's own
+// The plan is a pure function of the model's shapes, N and "experts_owned", so a reader remakes it
+// from them and knows which file holds which rows. Reading with any number of ranks: the moments of a rank's own
 // rows are read from the files that hold them (with the same N, its own file only); the whole
 // masters a model is built from are put together from every file (as a run's start always holds
 // them whole, until the optimizer takes its rows and the model releases them). `lockstep eval`,

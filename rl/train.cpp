@@ -129,6 +129,12 @@ Run start_run(const Config& config, std::string_view command, Communicator& comm
               const std::string& config_toml) {
   check_data_parallel(config, comm.size());
   Run run{&comm, make_setup(config, /*need_data=*/true), config.run.out_dir, {}, {}, {}, {}, {}, {}, {}, {}};
+  if (config.optim.expert_parallel && comm.size() > 1) {
+    const ModelConfig& mc = run.setup.model_config;
+    LOCKSTEP_CHECK(mc.moe.has_value(), "optim.expert_parallel = true: the model has no experts (not a "
+                   "sparse model)");
+    check_expert_parallel(mc.moe->num_experts, comm.size());
+  }
   if (comm.is_main()) fs::create_directories(run.out_dir);
   if (config.run.resume) {
     run.saved = find_checkpoint(run.out_dir);
@@ -144,6 +150,11 @@ Run start_run(const Config& config, std::string_view command, Communicator& comm
                                                "weight copies gathered per layer"
                                              : "fp32 masters, gradients and optimizer state sharded, weight copies gathered", (long long)(config.rollout.prompts_per_step / comm.size()),
                 (long long)config.rollout.prompts_per_step, config.run.out_dir.c_str());
+  if (config.optim.expert_parallel && comm.size() > 1)
+    std::printf("expert parallelism: each rank owns %lld of the %lld experts of every sparse layer and "
+                "runs them on every rank's tokens\n",
+                (long long)(run.setup.model_config.moe->num_experts / comm.size()),
+                (long long)run.setup.model_config.moe->num_experts);
   std::fflush(stdout);  // before the first step, in a log too
   if (run.saved) {
     run.state = run.saved->state;
@@ -244,7 +255,12 @@ void start_optimizer(Run& run, const OptimizerConfig& config, bool resume) {
     run.sharded_weights.reset();
   }
   const ModelParameters masters = full_masters(run);
-  run.optimizer = make_data_parallel_optimizer(masters, config, *run.comm, run.setup.config.optim.shard_state);
+  // Expert parallelism (several ranks): the trainer runs this rank's experts on every rank's rows,
+  // and the optimizer owns them whole.
+  const bool expert_parallel = run.setup.config.optim.expert_parallel && run.comm->size() > 1;
+  if (expert_parallel) run.policy->trainer().set_expert_parallel(expert_parallel_over(*run.comm));
+  run.optimizer = make_data_parallel_optimizer(masters, config, *run.comm, run.setup.config.optim.shard_state,
+                                               expert_parallel);
   if (resume && is_sharded_checkpoint(run.saved->model))
     load_sharded_optimizer(run.saved->model, masters, *run.optimizer, run.state.optimizer_steps);
   else if (resume)
@@ -576,6 +592,8 @@ void check_data_parallel(const Config& config, int ranks) {
                  "ranks yet (", ranks, " ranks): run it on one");
   LOCKSTEP_CHECK(!config.optim.shard_weights || config.optim.shard_state, "optim.shard_weights = true "
                  "needs optim.shard_state = true (the weight copies are sharded as the fp32 masters are)");
+  LOCKSTEP_CHECK(!config.optim.expert_parallel || config.optim.shard_state, "optim.expert_parallel = true "
+                 "needs optim.shard_state = true (each expert's masters, moments and gradient live on its rank)");
 }
 
 TrainSummary run_train(const Config& config, const TrainHooks& hooks, Communicator& comm,

@@ -25,9 +25,18 @@ void ReplicatedAdamW::gather_masters(ModelParameters&) {
 std::unique_ptr<DataParallelOptimizer> make_data_parallel_optimizer(const ModelParameters& params,
                                                                     const OptimizerConfig& config,
                                                                     Communicator& comm,
-                                                                    bool shard_state) {
-  if (shard_state && comm.size() > 1) return std::make_unique<ShardedAdamW>(params, config, comm);
+                                                                    bool shard_state,
+                                                                    bool expert_parallel) {
+  if (shard_state && comm.size() > 1)
+    return std::make_unique<ShardedAdamW>(params, config, comm, ShardedAdamW::kDefaultBucketNumel,
+                                          expert_parallel);
   return std::make_unique<ReplicatedAdamW>(params, config, comm);
+}
+
+ExpertParallel expert_parallel_over(Communicator& comm) {
+  return {comm.rank(), comm.size(),
+          [&comm](const Tensor& send, std::span<const int64_t> send_rows, Tensor& recv,
+                  std::span<const int64_t> recv_rows) { comm.all_to_all(send, send_rows, recv, recv_rows); }};
 }
 
 }  // namespace lockstep

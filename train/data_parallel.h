@@ -16,6 +16,7 @@
 #include <memory>
 
 #include "dist/communicator.h"
+#include "model/expert_parallel.h"
 #include "model/parameters.h"
 #include "train/optimizer.h"
 
@@ -69,10 +70,16 @@ class ReplicatedAdamW final : public DataParallelOptimizer {
   AdamW adamw_;
 };
 
+// model/expert_parallel.h's setting for `comm`'s ranks: its all_to_all is comm's.
+ExpertParallel expert_parallel_over(Communicator& comm);
+
 // ShardedAdamW when `shard_state` and comm has several ranks, else ReplicatedAdamW.
+// `expert_parallel` (several ranks, shard_state): the experts' tensors owned whole by their ranks
+// (ShardedAdamW's experts_owned).
 std::unique_ptr<DataParallelOptimizer> make_data_parallel_optimizer(const ModelParameters& params,
                                                                     const OptimizerConfig& config,
                                                                     Communicator& comm,
-                                                                    bool shard_state);
+                                                                    bool shard_state,
+                                                                    bool expert_parallel = false);
 
 }  // namespace lockstep

@@ -29,6 +29,12 @@ struct Unit {
 
 int64_t ShardPlan::row_numel(int i) const { return dims_after_first(tensors.at(size_t(i)).shape); }
 
+bool ShardPlan::has_owned_tensors() const {
+  for (const ShardedTensor& t : tensors)
+    if (t.owner >= 0) return true;
+  return false;
+}
+
 int64_t ShardPlan::rows(int i) const {
   const Shape& s = tensors.at(size_t(i)).shape;
   return s.empty() ? 1 : s[0];
@@ -40,10 +46,15 @@ ShardPlan plan_shards(const std::vector<ShardedTensor>& tensors, int ranks) {
   plan.ranks = ranks;
   plan.tensors = tensors;
   std::vector<Unit> units;
+  std::vector<std::vector<Unit>> owned(static_cast<size_t>(ranks));  // [rank]: the tensors it owns whole
   for (size_t i = 0; i < tensors.size(); ++i) {
     const Shape& s = tensors[i].shape;
     const int64_t rows = plan.rows(int(i)), row = plan.row_numel(int(i));
-    if (cut_in_blocks(s)) {
+    const int owner = tensors[i].owner;
+    if (owner >= 0) {
+      LOCKSTEP_CHECK(owner < ranks, "plan_shards: ", tensors[i].name, "'s owner is rank ", owner, " of ", ranks);
+      owned[size_t(owner)].push_back({int(i), 0, rows, rows * row});
+    } else if (cut_in_blocks(s)) {
       for (int64_t r = 0; r < rows; r += kShardRowBlock) {
         const int64_t end = std::min(rows, r + kShardRowBlock);
         units.push_back({int(i), r, end, (end - r) * row});
@@ -77,10 +88,14 @@ ShardPlan plan_shards(const std::vector<ShardedTensor>& tensors, int ranks) {
   plan.rank_numel.assign(size_t(ranks), 0);
   size_t u = 0;
   for (int r = 0; r < ranks; ++r) {
+    // Its stretch and the tensors it owns, in tensor order.
+    std::vector<Unit> mine(units.begin() + ptrdiff_t(u), units.begin() + ptrdiff_t(end_of[size_t(r)]));
+    u = end_of[size_t(r)];
+    mine.insert(mine.end(), owned[size_t(r)].begin(), owned[size_t(r)].end());
+    std::stable_sort(mine.begin(), mine.end(), [](const Unit& a, const Unit& b) { return a.tensor < b.tensor; });
     std::vector<ShardPiece>& pieces = plan.pieces[size_t(r)];
     int64_t offset = 0;
-    for (; u < end_of[size_t(r)]; ++u) {
-      const Unit& unit = units[u];
+    for (const Unit& unit : mine) {
       // Adjacent units of one tensor merge into one piece.
       if (!pieces.empty() && pieces.back().tensor == unit.tensor && pieces.back().row_end == unit.row_begin)
         pieces.back().row_end = unit.row_end;
@@ -94,6 +109,24 @@ ShardPlan plan_shards(const std::vector<ShardedTensor>& tensors, int ranks) {
     plan.shard_numel = std::max(plan.shard_numel, round_up(offset, kShardPieceAlign));
   }
   return plan;
+}
+
+void assign_experts_to_owners(std::vector<ShardedTensor>& tensors, int ranks) {
+  // The expert each tensor belongs to (-1: none).
+  std::vector<int64_t> expert(tensors.size(), -1);
+  int64_t experts = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const std::string& name = tensors[i].name;
+    const size_t at = name.find(".experts.");
+    if (!name.starts_with("layers.") || at == std::string::npos) continue;
+    expert[i] = std::stoll(name.substr(at + 9));
+    experts = std::max(experts, expert[i] + 1);
+  }
+  LOCKSTEP_CHECK(experts > 0, "expert parallelism (optim.expert_parallel): the model has no experts");
+  LOCKSTEP_CHECK(ranks >= 1 && experts % ranks == 0, "expert parallelism (optim.expert_parallel): ",
+                 experts, " experts do not split evenly over ", ranks, " ranks");
+  for (size_t i = 0; i < tensors.size(); ++i)
+    if (expert[i] >= 0) tensors[i].owner = int(expert[i] / (experts / ranks));
 }
 
 }  // namespace lockstep

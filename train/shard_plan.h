@@ -13,6 +13,11 @@
 // rank's share is within one unit of the even share (and a rank may own nothing when there are
 // fewer units than ranks).
 //
+// With expert parallelism (model/expert_parallel.h) each expert's tensors have an owner instead:
+// rank r gets experts [r·E/N, (r+1)·E/N) of every sparse layer whole (their masters, moments and
+// gradients: the gradient of an expert exists only on its owner), outside the stretches; the
+// other tensors are cut by bytes as above among themselves.
+//
 // Each rank's rows are packed, in order, into a flat buffer of `shard_numel` elements (the
 // largest rank's count; the smaller ranks' buffers end in padding): the layout of the gradient
 // reduce-scatter and of the master all-gather. Every piece starts at a multiple of
@@ -36,6 +41,7 @@ inline constexpr int64_t kShardPieceAlign = 4;
 struct ShardedTensor {
   std::string name;
   Shape shape;
+  int owner = -1;  // ≥ 0: owned whole by that rank (an expert's tensor); else cut by bytes
 };
 
 // Rows [row_begin, row_end) of tensor `tensor` (an index into the plan's tensors), at element
@@ -56,9 +62,18 @@ struct ShardPlan {
   // Elements per row of tensor i (the product of its dimensions after the first; 1 for 1-D).
   int64_t row_numel(int i) const;
   int64_t rows(int i) const;
+  // Whether tensor i is owned whole by one rank (ShardedTensor::owner), its gradient summed nowhere.
+  bool owned_whole(int i) const { return tensors.at(size_t(i)).owner >= 0; }
+  bool has_owned_tensors() const;
 };
 
-// The plan for `tensors` (f32 elements each) over `ranks` ranks (≥ 1; an error otherwise).
+// The plan for `tensors` (f32 elements each) over `ranks` ranks (≥ 1; an error otherwise, and for
+// an owner outside [0, ranks)).
 ShardPlan plan_shards(const std::vector<ShardedTensor>& tensors, int ranks);
+
+// Gives the expert tensors (ModelParameters names "layers.<i>.experts.<e>.<…>") their owner under
+// expert parallelism over `ranks` ranks: with E experts a layer (1 + the largest e named), e's is
+// e / (E / ranks). An error without experts or unless they split evenly.
+void assign_experts_to_owners(std::vector<ShardedTensor>& tensors, int ranks);
 
 }  // namespace lockstep

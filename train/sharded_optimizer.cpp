@@ -15,13 +15,15 @@ namespace lockstep {
 
 namespace {
 
-std::vector<ShardedTensor> shapes_of(const ModelParameters& params) {
+// With `experts_owned`, each expert's tensors go whole to its owner (train/shard_plan.h).
+std::vector<ShardedTensor> shapes_of(const ModelParameters& params, bool experts_owned, int ranks) {
   std::vector<ShardedTensor> out;
   params.for_each([&](const std::string& name, const Tensor& t) {
     LOCKSTEP_CHECK(t.dtype() == DType::f32, "ShardedAdamW: ", name, " is ", t.describe(),
                    " (the masters are f32)");
     out.push_back({name, t.shape()});
   });
+  if (experts_owned) assign_experts_to_owners(out, ranks);
   return out;
 }
 
@@ -100,10 +102,10 @@ void quantize_rows_of(Fp8Weight& fp8, const Tensor& rows, int64_t b, int64_t e, 
 }  // namespace
 
 ShardedAdamW::ShardedAdamW(const ModelParameters& params, const OptimizerConfig& config,
-                           Communicator& comm, int64_t bucket_numel)
+                           Communicator& comm, int64_t bucket_numel, bool experts_owned)
     : comm_(comm),
       config_(config),
-      plan_(plan_shards(shapes_of(params), comm.size())),
+      plan_(plan_shards(shapes_of(params, experts_owned, comm.size()), comm.size())),
       bucket_numel_(bucket_numel),
       device_(device_of(params)) {
   LOCKSTEP_CHECK(std::isfinite(config.max_grad_norm) && config.max_grad_norm >= 0,
@@ -172,18 +174,21 @@ OptimizerStep ShardedAdamW::step(ModelParameters& params, ModelParameters& grads
   grad_ready();
 
   // 1. grad_ = this rank's rows of Σ over the ranks of the gradients, bucket by bucket (unless
-  // the backward has reduce-scattered them already).
+  // the backward has reduce-scattered them already). A tensor owned whole (an expert's) has its
+  // gradient on its owner only: copied, not summed (the collective carries zeros in its place).
+  const std::vector<Tensor*> summed = cut_tensors(g);
   for (int64_t lo = 0; lo < (reduced_now_ ? 0 : shard); lo += bucket_numel_) {
     const int64_t hi = std::min(shard, lo + bucket_numel_), n = hi - lo;
     Tensor send = Tensor::zeros({ranks * n}, DType::f32, device_);
     for (int r = 0; r < ranks; ++r)
-      for (const Span& s : spans(g, r, lo, hi)) {
+      for (const Span& s : spans(summed, r, lo, hi)) {
         const int64_t at = r * n + (s.shard_begin - lo);
         send.rows(at, at + s.tensor_elems.numel()).copy_from(s.tensor_elems);
       }
     Tensor recv = grad_.rows(lo, hi);
     comm_.reduce_scatter_sum(send, recv);
   }
+  if (!reduced_now_) add_owned_gradients(g);
 
   // 2. ‖g‖ from per-tensor sums of squares: each rank's own pieces, summed over the ranks.
   const std::vector<Span> own = spans(g, me, 0, shard);
@@ -246,9 +251,11 @@ void ShardedAdamW::reduce_scatter_now(ModelParameters& grads, const std::vector<
     g[i] = all[i];
   }
   // Their pieces, packed per rank, bucket by bucket: packed on the current stream (the gradient
-  // buffers are the backward's to reuse), reduced and summed into grad_ on reduce_stream_.
+  // buffers are the backward's to reuse), reduced and summed into grad_ on reduce_stream_. The
+  // tensors owned whole go straight into their owner's grad_, on the current stream.
   const int ranks = plan_.ranks, me = comm_.rank();
-  const PackedSpans packed = packed_spans(g);
+  add_owned_gradients(g);
+  const PackedSpans packed = packed_spans(cut_tensors(g));
   if (device_ == Device::cuda) {
     if (!reduce_stream_) reduce_stream_ = std::make_unique<SideStream>();
     current_stream_waits_for(*reduce_stream_);  // the previous group's buffers are free again
@@ -283,6 +290,22 @@ void ShardedAdamW::reduce_scatter_now(ModelParameters& grads, const std::vector<
   for (Tensor* t : g)
     if (t) t->fill_bytes(0);
   reduced_now_ = true;
+}
+
+std::vector<Tensor*> ShardedAdamW::cut_tensors(const std::vector<Tensor*>& tensors) const {
+  std::vector<Tensor*> out = tensors;
+  for (size_t i = 0; i < out.size(); ++i)
+    if (plan_.owned_whole(int(i))) out[i] = nullptr;
+  return out;
+}
+
+void ShardedAdamW::add_owned_gradients(const std::vector<Tensor*>& grads) {
+  for (const ShardPiece& p : plan_.pieces[size_t(comm_.rank())]) {
+    if (!plan_.owned_whole(p.tensor) || !grads[size_t(p.tensor)]) continue;
+    const Tensor& g = *grads[size_t(p.tensor)];
+    Tensor dst = grad_.rows(p.offset, p.offset + g.numel());
+    add_into(dst, g.reshape({g.numel()}));
+  }
 }
 
 void ShardedAdamW::grad_ready() {

@@ -7,7 +7,10 @@
 //      rows (dist/communicator.h's reduce_scatter_sum over the plan's flat layout, in buckets of
 //      at most `bucket_numel` elements per rank, so the send buffer stays small) — unless the
 //      backward already did, layer by layer (reduce_scatter_now: then no rank holds the whole
-//      local gradient either, Transformer::report_gradients_per_layer);
+//      local gradient either, Transformer::report_gradients_per_layer); with expert parallelism
+//      an expert's tensors, owned whole by one rank, are not summed: their gradient exists on the
+//      owner only and is copied into its shard (layer by layer, reduce_scatter_now sends nothing
+//      for them; step()'s flat layout carries zeros in their place);
 //   2. ‖g‖: each rank's Σ g² of the pieces it owns, per tensor, summed over the ranks (an f64
 //      all-reduce of one number per tensor); then train/optimizer.h's rules: a non-finite ‖g‖
 //      skips the step (naming the first tensor), clip = min(1, max_grad_norm / (‖g‖ + 1e-6));
@@ -68,8 +71,12 @@ class ShardedAdamW final : public DataParallelOptimizer {
   static constexpr int64_t kDefaultBucketNumel = int64_t(1) << 22;  // 16 MiB of f32 per rank
 
   // This rank's rows of the masters `params` (every tensor, f32, on one device), zero moments.
+  // `experts_owned` (expert parallelism, model/expert_parallel.h): each expert's tensors whole on
+  // its owner (train/shard_plan.h's assign_experts_to_owners); the model's backward leaves an
+  // expert's gradient on its owner only, and the step copies it into the shard instead of summing
+  // it over the ranks.
   ShardedAdamW(const ModelParameters& params, const OptimizerConfig& config, Communicator& comm,
-               int64_t bucket_numel = kDefaultBucketNumel);
+               int64_t bucket_numel = kDefaultBucketNumel, bool experts_owned = false);
 
   // `params`: the tensors the model still holds (any subset of the masters; those it released
   // need copies). `grads`: every tensor.
@@ -157,6 +164,10 @@ class ShardedAdamW final : public DataParallelOptimizer {
   // (made at its first call); grad_ is read elsewhere only after waiting for it (grad_ready()).
   std::unique_ptr<SideStream> reduce_stream_;
   void grad_ready();
+  // `tensors` without those owned whole (null in their place): the ones summed over the ranks.
+  std::vector<Tensor*> cut_tensors(const std::vector<Tensor*>& tensors) const;
+  // grad_ += this rank's gradients of the tensors it owns whole (plan tensor i: grads[i], or null).
+  void add_owned_gradients(const std::vector<Tensor*>& grads);
   AdamW::CopiesOf row_copies_;
   int64_t steps_ = 0;
 };

@@ -12,6 +12,9 @@ ShardedWeights::ShardedWeights(Transformer& model, ShardedAdamW& optimizer)
   LOCKSTEP_CHECK(model.masters_released(), "ShardedWeights: the model still holds its fp32 masters "
                  "(Transformer::release_masters first: the sharded optimizer writes the copies)");
   const ShardPlan& plan = optimizer.plan();
+  LOCKSTEP_CHECK(!plan.has_owned_tensors() || model.expert_parallel(), "ShardedWeights: the optimizer "
+                 "owns each expert on one rank, and the model does not run them there "
+                 "(Transformer::set_expert_parallel first)");
   rows_.resize(plan.tensors.size());
   held_.resize(plan.tensors.size());
   layer_tensors_.resize(size_t(model.config().num_hidden_layers));
@@ -84,8 +87,14 @@ void ShardedWeights::gather(const std::vector<int64_t>& layers, bool beside, boo
     // (The model allocates them: a sparse layer's experts' fp8 copies are views of its stacks.)
     model_.allocate_layer_copies(layer, with_transpose);
     for (int i : layer_tensors_[size_t(layer)]) {
-      whole[size_t(i)] = model_.weight_copies(plan.tensors[size_t(i)].name);
       RowCopies& r = rows_[size_t(i)];
+      if (plan.owned_whole(i) && !all_) {
+        // An expert, owned whole: the training forward and backward read this rank's own (its row
+        // copies are whole) and no other's (model/expert_parallel.h): nothing to gather.
+        use_own_expert(i, with_transpose);
+        continue;
+      }
+      whole[size_t(i)] = model_.weight_copies(plan.tensors[size_t(i)].name);
       if (whole[size_t(i)].fp8) rows[size_t(i)] = {.fp8 = &r.fp8, .fp8_format = r.format};
       else rows[size_t(i)] = {.bf16 = &r.bf16};
     }
@@ -104,6 +113,20 @@ void ShardedWeights::gather(const std::vector<int64_t>& layers, bool beside, boo
   optimizer_.gather_copies(whole, rows);
 }
 
+void ShardedWeights::use_own_expert(int tensor, bool with_transpose) {
+  const RowCopies& r = rows_[size_t(tensor)];
+  if (!r.bf16.defined() && !r.fp8.w.data.defined()) return;  // another rank's expert
+  const WeightCopies whole = model_.weight_copies(optimizer_.plan().tensors[size_t(tensor)].name);
+  if (whole.bf16) *whole.bf16 = r.bf16;  // the same storage: the row copy is the whole tensor
+  if (whole.fp8) {
+    // Copied into the model's copy, which Transformer::allocate_layer_copies made: with the grouped
+    // expert GEMM a view of the layer's expert stack (model/moe.h), where that GEMM reads it.
+    whole.fp8->w.data.copy_from(r.fp8.w.data);
+    whole.fp8->w.scales.copy_from(r.fp8.w.scales);
+    if (with_transpose) transpose_weight_blocks(*whole.fp8);
+  }
+}
+
 void ShardedWeights::wait_for_gathers() {
   if (pending_) current_stream_waits_for(*gather_stream_);
   pending_ = false;
@@ -119,8 +142,8 @@ void ShardedWeights::gather_all() {
   std::vector<int64_t> layers;
   for (size_t l = 0; l < gathered_.size(); ++l)
     if (!gathered_[l]) layers.push_back(int64_t(l));
+  all_ = true;  // (before the gather: it gathers the experts too)
   gather(layers, /*beside=*/false, /*with_transpose=*/false);
-  all_ = true;
 }
 
 void ShardedWeights::drop_all() {

@@ -16,7 +16,14 @@
 //   - the optimizer step writes the copies of the rows it updated into this rank's row copies
 //     (ShardedAdamW::keep_copies_by_rows) and gathers none of them.
 // The embedding, the LM head and the norms stay whole on every rank (the optimizer gathers their
-// updated masters as before). Gathering moves bytes: the whole copies are the bits the unsharded
+// updated masters as before).
+//
+// With expert parallelism (the optimizer owns each expert whole on one rank: ShardedAdamW's
+// experts_owned; the model runs each rank's experts there: Transformer::set_expert_parallel) a
+// rank's row copies of its experts are their whole copies, and training gathers no expert: a
+// layer's wanted() gathers its attention, router and other non-expert matrices only, and the model
+// reads this rank's experts from its row copies (fp8: Wᵀ remade from them per use). gather_all()
+// still gathers every expert (the rollout runs them all). Gathering moves bytes: the whole copies are the bits the unsharded
 // run holds, and so is everything computed from them.
 //
 // Bytes of weight copies per rank between steps: (the layer matrices' copies)/N, within one
@@ -73,6 +80,9 @@ class ShardedWeights {
   // it; generation does not).
   void gather(const std::vector<int64_t>& layers, bool beside, bool with_transpose);
   void drop(int64_t layer);
+  // The model's whole copies of `tensor`, an expert owned whole, from this rank's row copies when
+  // it owns it (nothing for another rank's).
+  void use_own_expert(int tensor, bool with_transpose);
   // The current stream waits for the gathers queued beside the compute.
   void wait_for_gathers();
 

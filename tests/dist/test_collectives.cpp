@@ -109,6 +109,72 @@ TEST(Collectives, BroadcastFromTheLastRank) {
   for (int i = 0; i < 21; ++i) ASSERT_EQ(t.data_as<bf16>()[i].bits, uint16_t(1000 * root + i));
 }
 
+// Rows from r to q: (2r + q) mod 3 of them (some pairs none, r → q ≠ q → r), element (i, c) of
+// the j-th row 1000·r + 100·q + 10·j + c.
+int64_t rows_between(int r, int q) { return (2 * r + q) % 3; }
+int32_t row_value(int r, int q, int64_t j, int c) { return 1000 * r + 100 * q + 10 * int32_t(j) + c; }
+
+TEST(Collectives, AllToAllSendsEachRanksRowsToIt) {
+  Communicator& c = world();
+  const int me = c.rank(), n = c.size();
+  std::vector<int64_t> send_rows, expected_recv;
+  for (int q = 0; q < n; ++q) {
+    send_rows.push_back(rows_between(me, q));
+    expected_recv.push_back(rows_between(q, me));
+  }
+  const std::vector<int64_t> recv_rows = exchange_row_counts(c, send_rows);
+  ASSERT_EQ(recv_rows, expected_recv);
+  int64_t total_send = 0, total_recv = 0;
+  for (int q = 0; q < n; ++q) total_send += send_rows[size_t(q)], total_recv += recv_rows[size_t(q)];
+  Tensor send = Tensor::empty({total_send, 3}, DType::i32), recv = Tensor::empty({total_recv, 3}, DType::i32);
+  recv.fill_bytes(0xFF);
+  int32_t* out = send.data_as<int32_t>();
+  for (int q = 0; q < n; ++q)
+    for (int64_t j = 0; j < send_rows[size_t(q)]; ++j)
+      for (int col = 0; col < 3; ++col) *out++ = row_value(me, q, j, col);
+  c.all_to_all(send, send_rows, recv, recv_rows);
+  const int32_t* in = recv.data_as<int32_t>();
+  for (int q = 0; q < n; ++q)
+    for (int64_t j = 0; j < recv_rows[size_t(q)]; ++j)
+      for (int col = 0; col < 3; ++col)
+        ASSERT_EQ(*in++, row_value(q, me, j, col)) << "from rank " << q << " row " << j << " col " << col;
+}
+
+TEST(Collectives, AllToAllWithARankThatSendsAndReceivesNothing) {
+  // The last rank takes part in the collective with no rows either way; the others exchange.
+  Communicator& c = world();
+  const int me = c.rank(), last = c.size() - 1;
+  std::vector<int64_t> send_rows;
+  int64_t total = 0;
+  for (int q = 0; q < c.size(); ++q) {
+    send_rows.push_back(me != last && q != last ? me + q + 1 : 0);
+    total += send_rows.back();
+  }
+  const std::vector<int64_t> recv_rows = exchange_row_counts(c, send_rows);
+  int64_t total_recv = 0;
+  for (int64_t r : recv_rows) total_recv += r;
+  Tensor send = Tensor::empty({total, 2}, DType::f32), recv = Tensor::empty({total_recv, 2}, DType::f32);
+  for (int64_t i = 0; i < send.numel(); ++i) send.data_as<float>()[i] = float(100 * me) + float(i);
+  c.all_to_all(send, send_rows, recv, recv_rows);
+  const float* in = recv.data_as<float>();
+  for (int q = 0; q < c.size(); ++q) {
+    ASSERT_EQ(recv_rows[size_t(q)], me != last && q != last ? me + q + 1 : 0);
+    int64_t from = 0;  // where q's rows for this rank start in q's send
+    for (int p = 0; p < me; ++p) from += p != last && q != last ? q + p + 1 : 0;
+    for (int64_t j = 0; j < 2 * recv_rows[size_t(q)]; ++j)
+      ASSERT_EQ(*in++, float(100 * q) + float(2 * from + j)) << "from rank " << q;
+  }
+}
+
+TEST(Collectives, AllToAllWithNoRows) {
+  Communicator& c = world();
+  const std::vector<int64_t> none(size_t(c.size()), 0);
+  EXPECT_EQ(exchange_row_counts(c, none), none);
+  Tensor send = Tensor::empty({0, 4}, DType::bf16), recv = Tensor::empty({0, 4}, DType::bf16);
+  c.all_to_all(send, none, recv, none);
+  SUCCEED();
+}
+
 TEST(Collectives, BarrierReturns) {
   world().barrier();
   SUCCEED();
@@ -149,6 +215,16 @@ TEST(Collectives, BadArgumentsAreClearErrors) {
   expect_error([&] { c.all_gather(shard, wrong); }, "all_gather: full is f32[2, " + std::to_string(3 * c.size() + 1));
   expect_error([&] { c.reduce_scatter_sum(wrong, shard); }, "reduce_scatter_sum: full is");
   expect_error([&] { c.broadcast(shard, c.size()); }, "broadcast: root " + std::to_string(c.size()) + " is not a rank");
+  std::vector<int64_t> rows(size_t(c.size()), 0);
+  rows[0] = 2;
+  Tensor wide = Tensor::empty({2, 4}, DType::f32);
+  expect_error([&] { c.all_to_all(shard, rows, wide, rows); }, "all_to_all: send f32[2, 3] on cpu and recv f32[2, 4] on cpu differ");
+  expect_error([&] { c.all_to_all(shard, std::vector<int64_t>{2}, shard, std::vector<int64_t>(size_t(c.size() + 1), 0)); },
+               c.size() == 1 ? "all_to_all: recv_rows has 2 counts, expected one per rank (1)" : "all_to_all: send_rows has 1 counts");
+  rows[0] = 3;
+  expect_error([&] { c.all_to_all(shard, rows, shard, rows); }, "all_to_all: send_rows sum to 3, send is f32[2, 3] on cpu");
+  rows[0] = -1;
+  expect_error([&] { c.all_to_all(shard, rows, shard, rows); }, "all_to_all: send_rows[0] is -1");
 }
 
 }  // namespace

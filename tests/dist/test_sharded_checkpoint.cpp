@@ -37,9 +37,16 @@ OptimizerConfig optimizer_config() {
           .schedule = {.peak_lr = 0.01f}};
 }
 
+// A sparse model for expert parallelism: 6 experts a layer (they split over 1, 2 and 3 ranks).
+ModelConfig moe_config() {
+  ModelConfig c = testing::tiny_config(ModelFamily::qwen3_moe, {.intermediate = 80, .layers = 2, .vocab = 300});
+  c.moe->num_experts = 6;
+  return c;
+}
+
 // Step s's gradient: values in [-0.01, 0.01) from a hash of (s, element).
-ModelParameters gradient(int64_t step) {
-  ModelParameters g = ModelParameters::zeros(config());
+ModelParameters gradient(int64_t step, const ModelConfig& mc = config()) {
+  ModelParameters g = ModelParameters::zeros(mc);
   uint64_t n = 0;
   g.for_each([&](const std::string&, Tensor& t) {
     for (int64_t i = 0; i < t.numel(); ++i) {
@@ -54,9 +61,18 @@ ModelParameters gradient(int64_t step) {
 }
 
 // Rank 0 carries the whole gradient, the others zeros: the sum over any number of ranks is the
-// gradient itself, bit for bit.
-ModelParameters gradient_on(const Communicator& comm, int64_t step) {
-  return comm.rank() == 0 ? gradient(step) : ModelParameters::zeros(config());
+// gradient itself, bit for bit. With `experts_owned` an expert's gradient is on its owner instead
+// (the only rank where the backward leaves one: model/expert_parallel.h).
+ModelParameters gradient_on(const Communicator& comm, int64_t step, const ModelConfig& mc = config(),
+                            bool experts_owned = false) {
+  ModelParameters g = gradient(step, mc);
+  const int64_t per_rank = mc.moe ? mc.moe->num_experts / comm.size() : 1;
+  g.for_each([&](const std::string& name, Tensor& t) {
+    const size_t at = name.find(".experts.");
+    const int owner = experts_owned && at != std::string::npos ? int(std::stoll(name.substr(at + 9)) / per_rank) : 0;
+    if (owner != comm.rank()) t.fill_bytes(0);
+  });
+  return g;
 }
 
 std::vector<unsigned char> bytes_of(const ModelParameters& p) {
@@ -72,39 +88,43 @@ fs::path scratch(const std::string& name) {
   return fs::temp_directory_path() / ("lockstep_sharded_ckpt_" + name + "_" + std::to_string(getpid()));
 }
 
-// `from` ranks take steps 1-2 and write a checkpoint into `dir`.
-void write_after_two_steps(int from, const fs::path& dir) {
-  const ModelParameters initial = ModelParameters::initialized(config(), 5);
+// `from` ranks take steps 1-2 and write a checkpoint into `dir` (with `experts_owned`: under
+// expert parallelism, each expert's state on its rank).
+void write_after_two_steps(int from, const fs::path& dir, const ModelConfig& mc = config(),
+                           bool experts_owned = false) {
+  const ModelParameters initial = ModelParameters::initialized(mc, 5);
   ThreadRanks::run(from, [&](Communicator& comm) {
     ModelParameters p = initial.copy_to(Device::cpu);
-    auto opt = make_data_parallel_optimizer(p, optimizer_config(), comm, /*shard_state=*/true);
+    auto opt = make_data_parallel_optimizer(p, optimizer_config(), comm, /*shard_state=*/true, experts_owned);
+    const bool owned = experts_owned && comm.size() > 1;
     for (int64_t s = 0; s < 2; ++s) {
-      ModelParameters g = gradient_on(comm, s);
+      ModelParameters g = gradient_on(comm, s, mc, owned);
       opt->step(p, g, {});
     }
     const RunState state{.sft_step = 0, .step = 2, .optimizer_steps = 2, .consecutive_skips = 0};
     if (const auto* sharded = dynamic_cast<const ShardedAdamW*>(opt.get()); sharded && comm.size() > 1)
-      save_sharded_checkpoint(dir, config(), comm, *sharded, state, fs::path());
+      save_sharded_checkpoint(dir, mc, comm, *sharded, state, fs::path());
     else
-      save_checkpoint(dir, config(), p, opt->full_moments(p), state, fs::path());
+      save_checkpoint(dir, mc, p, opt->full_moments(p), state, fs::path());
   });
 }
 
 // `to` ranks resume from `dir` and take step 3; every rank's masters afterwards.
-std::vector<std::vector<unsigned char>> resume_one_step(int to, const fs::path& dir) {
+std::vector<std::vector<unsigned char>> resume_one_step(int to, const fs::path& dir, const ModelConfig& mc = config(),
+                                                        bool experts_owned = false) {
   std::vector<std::vector<unsigned char>> out(static_cast<size_t>(to));
   ThreadRanks::run(to, [&](Communicator& comm) {
     const std::optional<SavedRun> saved = find_checkpoint(dir);
     if (!saved) return;  // (every rank alike)
     ModelParameters p = is_sharded_checkpoint(saved->model)
-                            ? load_sharded_masters(config(), saved->model)
-                            : load_hf_parameters(config(), saved->model.string());
-    auto opt = make_data_parallel_optimizer(p, optimizer_config(), comm, /*shard_state=*/true);
+                            ? load_sharded_masters(mc, saved->model)
+                            : load_hf_parameters(mc, saved->model.string());
+    auto opt = make_data_parallel_optimizer(p, optimizer_config(), comm, /*shard_state=*/true, experts_owned);
     if (is_sharded_checkpoint(saved->model))
       load_sharded_optimizer(saved->model, p, *opt, saved->state.optimizer_steps);
     else
       load_optimizer(dir, p, *opt, saved->state.optimizer_steps);
-    ModelParameters g = gradient_on(comm, 2);
+    ModelParameters g = gradient_on(comm, 2, mc, experts_owned && comm.size() > 1);
     opt->step(p, g, {});
     out[size_t(comm.rank())] = bytes_of(p);
   });
@@ -147,6 +167,40 @@ INSTANTIATE_TEST_SUITE_P(RankCounts, ShardedCheckpointAcross,
                                            std::pair{2, 2}),
                          [](const auto& info) {
                            return std::to_string(info.param.first) + "_to_" + std::to_string(info.param.second);
+                         });
+
+// Written and read with and without expert parallelism (each expert's state in its owner's file,
+// state.json's "experts_owned"), across rank counts: the same bits as one AdamW's three steps.
+class ShardedCheckpointExperts : public ::testing::TestWithParam<std::tuple<int, bool, int, bool>> {};
+
+TEST_P(ShardedCheckpointExperts, ResumesExactly) {
+  if (testing::world().size() > 1) GTEST_SKIP() << "runs in the one-rank run of test_dist";
+  const auto [from, owned_from, to, owned_to] = GetParam();
+  ModelParameters reference = ModelParameters::initialized(moe_config(), 5);
+  AdamW one(reference, optimizer_config());
+  for (int64_t s = 0; s < 3; ++s) {
+    ModelParameters g = gradient(s, moe_config());
+    one.step(reference, g);
+  }
+  const fs::path dir = scratch("experts_" + std::to_string(from) + "_to_" + std::to_string(to));
+  fs::remove_all(dir);
+  write_after_two_steps(from, dir, moe_config(), owned_from);
+  const std::vector<std::vector<unsigned char>> after = resume_one_step(to, dir, moe_config(), owned_to);
+  const std::vector<unsigned char> expected = bytes_of(reference);
+  for (int r = 0; r < to; ++r)
+    EXPECT_TRUE(after[size_t(r)] == expected) << from << " ranks -> " << to << ": rank " << r
+                                              << " differs from one AdamW's three steps";
+  EXPECT_FALSE(after[0] == bytes_of(ModelParameters::initialized(moe_config(), 5))) << "nothing was updated";
+  fs::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(RankCounts, ShardedCheckpointExperts,
+                         ::testing::Values(std::tuple{2, true, 3, true}, std::tuple{3, true, 2, false},
+                                           std::tuple{2, false, 3, true}, std::tuple{3, true, 1, false}),
+                         [](const auto& info) {
+                           const auto& p = info.param;
+                           return std::to_string(std::get<0>(p)) + (std::get<1>(p) ? "_owned" : "") + "_to_" +
+                                  std::to_string(std::get<2>(p)) + (std::get<3>(p) ? "_owned" : "");
                          });
 
 TEST(ShardedCheckpoint, AMissingShardIsAClearError) {

@@ -7,6 +7,7 @@
 #include <barrier>
 #include <cstdlib>
 #include <functional>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -39,7 +40,7 @@ class ThreadRanks {
   }
 
  private:
-  explicit ThreadRanks(int n) : n_(n), sync_(n), slots_(size_t(n)) {}
+  explicit ThreadRanks(int n) : n_(n), sync_(n), slots_(size_t(n)), rows_(size_t(n)) {}
 
   class Rank final : public Communicator {
    public:
@@ -71,6 +72,20 @@ class ThreadRanks {
       exchange(&t, [&] { copy.copy_from(*g_.slots_[size_t(root)]); });
       t.copy_from(copy);
       g_.sync_.arrive_and_wait();
+    }
+    void all_to_all(const Tensor& send, std::span<const int64_t> send_rows, Tensor& recv,
+                    std::span<const int64_t> recv_rows, CommStream) override {
+      check_all_to_all(*this, send, send_rows, recv, recv_rows);
+      g_.rows_[size_t(rank_)] = send_rows;
+      exchange(&send, [&] {
+        // Rank q's rows for this rank start after its rows for the ranks before this one.
+        for (int q = 0, at = 0; q < g_.n_; at += int(recv_rows[size_t(q)]), ++q) {
+          const std::span<const int64_t> theirs = g_.rows_[size_t(q)];
+          int64_t from = 0;
+          for (int p = 0; p < rank_; ++p) from += theirs[size_t(p)];
+          recv.rows(at, at + recv_rows[size_t(q)]).copy_from(g_.slots_[size_t(q)]->rows(from, from + theirs[size_t(rank_)]));
+        }
+      });
     }
     void barrier() override { g_.sync_.arrive_and_wait(); }
     [[noreturn]] void abort(int exit_code) override { std::exit(exit_code); }
@@ -104,6 +119,7 @@ class ThreadRanks {
   int n_;
   std::barrier<> sync_;
   std::vector<const Tensor*> slots_;
+  std::vector<std::span<const int64_t>> rows_;  // all_to_all's send_rows of each rank
 };
 
 }  // namespace lockstep::testing

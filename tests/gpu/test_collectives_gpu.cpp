@@ -145,6 +145,41 @@ TEST(CollectivesGpuOnce, BroadcastAndF64SumOnAStreamOfTheirOwn) {
   cudaStreamDestroy(stream);
 }
 
+// The expert-parallel dispatch's shape: rows of 2048 bf16 (4 KB), from r to q a count that differs
+// per pair (none for some, thousands for others), on a stream of their own; the same bytes as the
+// CPU's all_to_all (MPI_Alltoallv) of the same rows.
+TEST(CollectivesGpuOnce, AllToAllMovesTheSameRowsAsTheCpu) {
+  REQUIRE_RANK_GPU();
+  Communicator& c = world();
+  const int me = c.rank(), n = c.size();
+  const int64_t width = 2048;
+  std::vector<int64_t> send_rows;
+  int64_t total = 0;
+  for (int q = 0; q < n; ++q) {
+    send_rows.push_back((me * 3 + q) % 4 == 0 ? 0 : 1000 * ((me + 2 * q) % 5) + 17 * q + 1);
+    total += send_rows.back();
+  }
+  const std::vector<int64_t> recv_rows = exchange_row_counts(c, send_rows);
+  int64_t total_recv = 0;
+  for (int64_t r : recv_rows) total_recv += r;
+  Tensor send = Tensor::empty({total, width}, DType::bf16);
+  for (int64_t i = 0; i < send.numel(); ++i)
+    send.data_as<bf16>()[i] = bf16{uint16_t((me * 40503 + i * 7) & 0xffff)};
+  Tensor cpu = Tensor::empty({total_recv, width}, DType::bf16);
+  c.all_to_all(send, send_rows, cpu, recv_rows);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  Tensor send_gpu = send.to(Device::cuda);
+  Tensor gpu = Tensor::empty({total_recv, width}, DType::bf16, Device::cuda);
+  gpu.fill_bytes(0xff);
+  device_synchronize();  // the upload and the poison, queued on the legacy stream
+  c.all_to_all(send_gpu, send_rows, gpu, recv_rows, CommStream{stream});
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  const Tensor back = gpu.to(Device::cpu);
+  ASSERT_EQ(std::memcmp(back.data(), cpu.data(), size_t(cpu.nbytes())), 0);
+  cudaStreamDestroy(stream);
+}
+
 TEST(CollectivesGpuOnce, CollectiveSecondsCountTheGpuTimeOfFinishedCollectives) {
   REQUIRE_RANK_GPU();
   Communicator& c = world();

@@ -164,6 +164,69 @@ TEST(ShardPlan, SmallPlanByHand) {
   EXPECT_EQ(three.rank_numel, (std::vector<int64_t>{256, 256, 132}));
 }
 
+// Expert parallelism: a sparse layer's 8 experts over 2 ranks, 4 each, whole and in tensor order
+// among the rank's stretch of the other tensors; those are cut as the plan of the other tensors
+// alone cuts them (the experts are outside the byte balance).
+TEST(ShardPlan, ExpertsOwnedWhole) {
+  std::vector<ShardedTensor> t{{"embed", {300, 16}}, {"layers.0.router", {8, 16}}};
+  for (int e = 0; e < 8; ++e) {
+    t.push_back({"layers.0.experts." + std::to_string(e) + ".gate_up", {256, 16}});
+    t.push_back({"layers.0.experts." + std::to_string(e) + ".down", {16, 128}});
+  }
+  t.push_back({"final_norm", {16}});
+  std::vector<ShardedTensor> owned = t;
+  assign_experts_to_owners(owned, 2);
+  const ShardPlan plan = plan_shards(owned, 2);
+  std::vector<ShardedTensor> rest;
+  for (const ShardedTensor& x : t)
+    if (x.name.find(".experts.") == std::string::npos) rest.push_back(x);
+  const ShardPlan rest_plan = plan_shards(rest, 2);
+  for (int r = 0; r < 2; ++r) {
+    std::vector<ShardPiece> others;
+    int last = -1;
+    int64_t offset = 0;
+    for (const ShardPiece& p : plan.pieces[size_t(r)]) {
+      EXPECT_GT(p.tensor, last) << "rank " << r << ": pieces in tensor order, one per tensor here";
+      last = p.tensor;
+      EXPECT_EQ(p.offset, (offset + 3) / 4 * 4);
+      offset = p.offset + (p.row_end - p.row_begin) * plan.row_numel(p.tensor);
+      const std::string& name = plan.tensors[size_t(p.tensor)].name;
+      if (name.find(".experts.") != std::string::npos) {
+        const int e = std::stoi(name.substr(name.find(".experts.") + 9));
+        EXPECT_EQ(e / 4, r) << name;
+        EXPECT_TRUE(plan.owned_whole(p.tensor));
+        EXPECT_EQ(p.row_begin, 0) << name;
+        EXPECT_EQ(p.row_end, plan.rows(p.tensor)) << name;
+      } else {
+        EXPECT_FALSE(plan.owned_whole(p.tensor));
+        others.push_back(p);
+      }
+    }
+    EXPECT_EQ(plan.rank_numel[size_t(r)], offset);
+    ASSERT_EQ(others.size(), rest_plan.pieces[size_t(r)].size());
+    for (size_t k = 0; k < others.size(); ++k) {
+      EXPECT_EQ(plan.tensors[size_t(others[k].tensor)].name, rest.at(size_t(rest_plan.pieces[size_t(r)][k].tensor)).name);
+      EXPECT_EQ(others[k].row_begin, rest_plan.pieces[size_t(r)][k].row_begin);
+      EXPECT_EQ(others[k].row_end, rest_plan.pieces[size_t(r)][k].row_end);
+    }
+  }
+  EXPECT_TRUE(plan.has_owned_tensors());
+  EXPECT_FALSE(rest_plan.has_owned_tensors());
+  try {
+    assign_experts_to_owners(owned, 3);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("8 experts do not split evenly over 3 ranks"), std::string::npos) << e.what();
+  }
+  std::vector<ShardedTensor> dense{{"embed", {300, 16}}, {"layers.0.o", {16, 16}}};
+  try {
+    assign_experts_to_owners(dense, 2);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the model has no experts"), std::string::npos) << e.what();
+  }
+}
+
 TEST(ShardPlan, RanksMustBePositive) {
   try {
     plan_shards({{"a", {4}}}, 0);
