@@ -45,35 +45,37 @@ Fp8Blocks stacked_blocks(int64_t experts, int64_t n, int64_t k, Device device) {
           Tensor::empty({experts * one.scales.dim(0), one.scales.dim(1)}, DType::f32, device)};
 }
 
-// Expert e's rows of blocks stacked by stacked_blocks.
-Fp8Blocks expert_blocks(const Fp8Blocks& all, int64_t experts, int64_t e) {
+// Experts [from, from + count)'s rows of blocks stacked by stacked_blocks (`experts` of them).
+Fp8Blocks expert_blocks(const Fp8Blocks& all, int64_t experts, int64_t from, int64_t count) {
   if (!all.data.defined()) return {};
   const int64_t rows = all.data.dim(0) / experts, blocks = all.scales.dim(0) / experts;
-  return {all.data.rows(e * rows, (e + 1) * rows), all.scales.rows(e * blocks, (e + 1) * blocks)};
+  return {all.data.rows(from * rows, (from + count) * rows), all.scales.rows(from * blocks, (from + count) * blocks)};
 }
 
 }  // namespace
 
-StackedFp8Weight StackedFp8Weight::empty(int64_t experts, int64_t n, int64_t k, Device device,
+StackedFp8Weight StackedFp8Weight::empty(int64_t first, int64_t experts, int64_t n, int64_t k, Device device,
                                          bool with_transpose) {
-  LOCKSTEP_CHECK(experts >= 1, "StackedFp8Weight: needs at least one expert, got ", experts);
+  LOCKSTEP_CHECK(experts >= 1 && first >= 0, "StackedFp8Weight: needs at least one expert, got ", experts,
+                 " from ", first);
   StackedFp8Weight s;
-  s.experts = experts;
+  s.first = first, s.experts = experts;
   s.all.w = stacked_blocks(experts, n, k, device);
   if (with_transpose) s.all.wt = stacked_blocks(experts, k, n, device);
   return s;
 }
 
-Fp8Weight StackedFp8Weight::expert(int64_t e) const {
-  LOCKSTEP_CHECK(e >= 0 && e < experts, "StackedFp8Weight: expert ", e, " of ", experts);
-  return {expert_blocks(all.w, experts, e), expert_blocks(all.wt, experts, e)};
+Fp8Weight StackedFp8Weight::range(int64_t from, int64_t count) const {
+  LOCKSTEP_CHECK(count >= 1 && holds(from) && holds(from + count - 1), "StackedFp8Weight: experts [", from, ", ",
+                 from + count, ") outside the stack's [", first, ", ", first + experts, ")");
+  return {expert_blocks(all.w, experts, from - first, count), expert_blocks(all.wt, experts, from - first, count)};
 }
 
-void MoeWeights::stack_fp8_copies(int64_t hidden, int64_t moe_intermediate, Device device, bool with_transpose) {
-  const int64_t E = int64_t(gate_up.size());
-  gate_up_fp8 = StackedFp8Weight::empty(E, 2 * moe_intermediate, hidden, device, with_transpose);
-  down_fp8 = StackedFp8Weight::empty(E, hidden, moe_intermediate, device, with_transpose);
-  for (int64_t e = 0; e < E; ++e) {
+void MoeWeights::stack_fp8_copies(int64_t hidden, int64_t moe_intermediate, Device device, bool with_transpose,
+                                  int64_t first, int64_t count) {
+  gate_up_fp8 = StackedFp8Weight::empty(first, count, 2 * moe_intermediate, hidden, device, with_transpose);
+  down_fp8 = StackedFp8Weight::empty(first, count, hidden, moe_intermediate, device, with_transpose);
+  for (int64_t e = first; e < first + count; ++e) {
     gate_up[size_t(e)].fp8 = gate_up_fp8.expert(e);
     down[size_t(e)].fp8 = down_fp8.expert(e);
   }

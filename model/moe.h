@@ -33,13 +33,18 @@ namespace lockstep {
 // LinearWeight::fp8 is expert(e), a view: whatever writes the copies (LinearWeight::refresh, the
 // optimizer's pass, a ZeRO-3 gather) writes them in place, into the stack. (Where N or K is not a
 // multiple of 128 the views are just as valid; the grouped GEMM then cannot read the stack, and the
-// model runs its per-expert loop.)
+// model runs its per-expert loop.) A stack may hold a stretch of the experts only, [first, first +
+// experts): with expert parallelism and ZeRO-3 a rank's own (train/sharded_weights.h).
 struct StackedFp8Weight {
   Fp8Weight all;
-  int64_t experts = 0;
+  int64_t first = 0, experts = 0;
 
-  static StackedFp8Weight empty(int64_t experts, int64_t n, int64_t k, Device device, bool with_transpose);
-  Fp8Weight expert(int64_t e) const;  // views of all's rows (wt undefined when all.wt is)
+  static StackedFp8Weight empty(int64_t first, int64_t experts, int64_t n, int64_t k, Device device,
+                                bool with_transpose);
+  bool holds(int64_t e) const { return e >= first && e < first + experts; }
+  // Views of experts [from, from + count)'s rows (wt undefined when all.wt is); they must be held.
+  Fp8Weight range(int64_t from, int64_t count) const;
+  Fp8Weight expert(int64_t e) const { return range(e, 1); }
 };
 
 struct MoeWeights {
@@ -49,16 +54,16 @@ struct MoeWeights {
   // the copies are dropped, train/sharded_weights.h).
   StackedFp8Weight gate_up_fp8, down_fp8;   // [E·2Im, H] (Wᵀ [E·H, 2Im]); [E·H, Im] (Wᵀ [E·Im, H])
 
-  // fp8 recipe: allocates both stacks (the Wᵀ ones too with `with_transpose`) and points every
-  // expert's LinearWeight::fp8 at its rows.
-  void stack_fp8_copies(int64_t hidden, int64_t moe_intermediate, Device device, bool with_transpose);
+  // fp8 recipe: allocates both stacks of experts [first, first + count) (the Wᵀ ones too with
+  // `with_transpose`) and points each of those experts' LinearWeight::fp8 at its rows.
+  void stack_fp8_copies(int64_t hidden, int64_t moe_intermediate, Device device, bool with_transpose,
+                        int64_t first, int64_t count);
 };
 
 // Which rows of the gathered tensor each expert owns: the (token, j) pairs sorted by expert, then
 // by token (a counting sort on the host; the expert GEMMs need the counts there anyway).
 struct MoeDispatch {
   std::vector<int64_t> offsets;  // E + 1: expert e owns rows [offsets[e], offsets[e + 1])
-                                 // (uploaded once per layer call by moe_forward; else undefined)
   Tensor token_of_row;           // i32 [T·k], on the ids' device
   Tensor slots;                  // i32 [T, k]: the row of (t, j), on the ids' device
 };

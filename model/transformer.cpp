@@ -69,7 +69,7 @@ Tensor positions_of(const Tensor& cu_seqlens, int64_t tokens, Device device) {
 
 // Every linear layer of a layer (the dense MLP's or the sparse one's; const for a const layer).
 template <class Weights>
-auto linear_weights(Weights& w) {
+auto linear_weights(Weights& w, bool experts = true) {
   std::vector<decltype(&w.qkv)> all{&w.qkv, &w.o};
   if (w.moe.gate_up.empty()) {
     all.push_back(&w.gate_up);
@@ -77,7 +77,7 @@ auto linear_weights(Weights& w) {
     return all;
   }
   all.push_back(&w.moe.router);
-  for (size_t e = 0; e < w.moe.gate_up.size(); ++e) {
+  for (size_t e = 0; experts && e < w.moe.gate_up.size(); ++e) {
     all.push_back(&w.moe.gate_up[e]);
     all.push_back(&w.moe.down[e]);
   }
@@ -126,8 +126,8 @@ Transformer::Transformer(const ModelConfig& config, ModelParameters params, Reci
       const int64_t experts = int64_t(l.experts.size()), im = config_.moe->moe_intermediate_size;
       const bool fp8 = recipe_ == Recipe::fp8;
       if (fp8) {
-        w.moe.gate_up_fp8 = StackedFp8Weight::empty(experts, 2 * im, config_.hidden_size, device(), true);
-        w.moe.down_fp8 = StackedFp8Weight::empty(experts, config_.hidden_size, im, device(), true);
+        w.moe.gate_up_fp8 = StackedFp8Weight::empty(0, experts, 2 * im, config_.hidden_size, device(), true);
+        w.moe.down_fp8 = StackedFp8Weight::empty(0, experts, config_.hidden_size, im, device(), true);
       }
       for (int64_t e = 0; e < experts; ++e) {
         const ExpertParameters& p = l.experts[size_t(e)];
@@ -160,11 +160,22 @@ void Transformer::release_masters() {
   masters_released_ = true;
 }
 
-void Transformer::allocate_layer_copies(int64_t layer, bool with_transpose) {
+void Transformer::allocate_layer_copies(int64_t layer, bool with_transpose, bool own_experts_only) {
   LayerWeights& w = weights_.at(size_t(layer));
-  if (recipe_ == Recipe::fp8 && !w.moe.gate_up.empty() && !w.moe.gate_up_fp8.all.w.data.defined())
-    w.moe.stack_fp8_copies(config_.hidden_size, config_.moe->moe_intermediate_size, device(), with_transpose);
-  for (LinearWeight* l : linear_weights(w)) l->allocate_copy(device(), with_transpose);
+  if (!w.moe.gate_up.empty()) {
+    const int64_t E = int64_t(w.moe.gate_up.size());
+    const bool own = own_experts_only && expert_parallel_.on();
+    const int64_t first = own ? expert_parallel_.first_expert(E) : 0;
+    const int64_t count = own ? expert_parallel_.experts_per_rank(E) : E;
+    if (recipe_ == Recipe::fp8 && !w.moe.gate_up_fp8.all.w.data.defined())
+      w.moe.stack_fp8_copies(config_.hidden_size, config_.moe->moe_intermediate_size, device(), with_transpose,
+                             first, count);
+    for (int64_t e = first; e < first + count; ++e) {
+      w.moe.gate_up[size_t(e)].allocate_copy(device(), with_transpose);
+      w.moe.down[size_t(e)].allocate_copy(device(), with_transpose);
+    }
+  }
+  for (LinearWeight* l : linear_weights(w, /*experts=*/false)) l->allocate_copy(device(), with_transpose);
 }
 
 void Transformer::drop_layer_copies(int64_t layer) {

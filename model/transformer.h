@@ -175,9 +175,10 @@ class Transformer {
   };
   void set_layer_weight_source(LayerWeightSource source) { weight_source_ = std::move(source); }
   // For such a source: allocates the copies of layer `layer`'s matrices that it does not hold (fp8:
-  // Wᵀ too with `with_transpose`; a sparse layer's experts' fp8 copies as their stacks, model/moe.h),
-  // for the source to fill through weight_copies(); or drops them all.
-  void allocate_layer_copies(int64_t layer, bool with_transpose);
+  // Wᵀ too with `with_transpose`; a sparse layer's experts' fp8 copies as their stacks, model/moe.h;
+  // with expert parallelism and `own_experts_only`, of its experts this rank's only), for the source
+  // to fill through weight_copies(); or drops them all.
+  void allocate_layer_copies(int64_t layer, bool with_transpose, bool own_experts_only);
   void drop_layer_copies(int64_t layer);
   // Expert parallelism of the training forward and backward (model/expert_parallel.h): from now on
   // each sparse layer of forward() / hidden_states() / backward() runs only this rank's experts

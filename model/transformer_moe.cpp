@@ -95,12 +95,26 @@ bool Transformer::grouped_bf16_experts() const {
 
 namespace {
 
-// The experts' bf16 copies of one projection, in expert order (gemm_bf16_grouped_*'s w).
-std::vector<Tensor> bf16_copies(const std::vector<LinearWeight>& experts) {
+// The bf16 copies of experts [first, first + count) of one projection (gemm_bf16_grouped_*'s w).
+std::vector<Tensor> bf16_copies(const std::vector<LinearWeight>& experts, int64_t first, int64_t count) {
   std::vector<Tensor> w;
-  w.reserve(experts.size());
-  for (const LinearWeight& e : experts) w.push_back(e.bf16);
+  for (int64_t e = first; e < first + count; ++e) w.push_back(experts[size_t(e)].bf16);
   return w;
+}
+
+// The experts that have rows here, [first, first + count): every one, or with expert parallelism
+// this rank's (the rows it received are theirs alone; with ZeRO-3 it holds only their copies). The
+// grouped GEMMs run on that stretch: its offsets (count + 1 values, from 0 to the rows).
+struct ExpertStretch {
+  int64_t first = 0, count = 0;
+  std::vector<int64_t> offsets;
+};
+
+ExpertStretch expert_stretch(const ExpertParallel& ep, bool expert_parallel, const std::vector<int64_t>& offsets) {
+  const int64_t E = int64_t(offsets.size()) - 1;
+  ExpertStretch s{expert_parallel ? ep.first_expert(E) : 0, expert_parallel ? ep.experts_per_rank(E) : E, {}};
+  s.offsets.assign(offsets.begin() + s.first, offsets.begin() + s.first + s.count + 1);
+  return s;
 }
 
 }  // namespace
@@ -151,9 +165,11 @@ Tensor Transformer::moe_forward(size_t i, const Tensor& hn, MoeActivations* save
     save->gate_up_in.resize(size_t(E));
     save->down_in.resize(size_t(E));
   }
+  const ExpertStretch x = expert_stretch(expert_parallel_, expert_parallel, offsets);
   if (grouped_fp8_experts()) {
-    const Tensor on_device = device_offsets(offsets, device());
-    gemm_fp8_grouped(gate_up, quantized_rows(gathered), w.gate_up_fp8.all.w, offsets, on_device);
+    const Tensor on_device = device_offsets(x.offsets, device());
+    gemm_fp8_grouped(gate_up, quantized_rows(gathered), w.gate_up_fp8.range(x.first, x.count).w, x.offsets,
+                     on_device);
     Fp8Rows a = Fp8Rows::empty(n, im, device());
     if (train) {
       // swiglu_forward_fp8's composition, keeping the bf16 output for each expert's columnwise copy.
@@ -170,12 +186,12 @@ Tensor Transformer::moe_forward(size_t i, const Tensor& hn, MoeActivations* save
       Fp8Rows no_columns;
       swiglu_forward_fp8(a, no_columns, gate_up);
     }
-    gemm_fp8_grouped(rows, a, w.down_fp8.all.w, offsets, on_device);
+    gemm_fp8_grouped(rows, a, w.down_fp8.range(x.first, x.count).w, x.offsets, on_device);
   } else if (grouped_bf16_experts()) {
-    gemm_bf16_grouped_fprop(gate_up, gathered, bf16_copies(w.gate_up), offsets);
+    gemm_bf16_grouped_fprop(gate_up, gathered, bf16_copies(w.gate_up, x.first, x.count), x.offsets);
     Tensor act = empty_act(n, im);
     swiglu_forward(act, gate_up);
-    gemm_bf16_grouped_fprop(rows, act, bf16_copies(w.down), offsets);
+    gemm_bf16_grouped_fprop(rows, act, bf16_copies(w.down, x.first, x.count), x.offsets);
     if (train) {
       for (int64_t e = 0; e < E; ++e) {  // what keep_for_backward keeps in bf16: the inputs
         const int64_t begin = offsets[size_t(e)], end = offsets[size_t(e + 1)];
@@ -251,13 +267,15 @@ Tensor Transformer::moe_backward(size_t i, MoeActivations& s, const Tensor& dout
 
   // rows[e's] = down_e(swiglu(gate_up_e(gathered[e's])))
   Tensor dgathered = empty_act(rows, hidden), no_bias;
+  const ExpertStretch x = expert_stretch(expert_parallel_, expert_parallel, offsets);
   if (grouped_fp8_experts()) {
     // The DGrads grouped (the Wᵀ stacks), each expert's WGrad on its own rows.
-    const Tensor on_device = device_offsets(offsets, device());
+    const Tensor on_device = device_offsets(x.offsets, device());
     Tensor da = empty_act(rows, im), dgate_up = empty_act(rows, 2 * im);
-    gemm_fp8_grouped(da, quantized_rows(drows), w.down_fp8.all.wt, offsets, on_device);
+    gemm_fp8_grouped(da, quantized_rows(drows), w.down_fp8.range(x.first, x.count).wt, x.offsets, on_device);
     swiglu_backward(dgate_up, da, s.gate_up);
-    gemm_fp8_grouped(dgathered, quantized_rows(dgate_up), w.gate_up_fp8.all.wt, offsets, on_device);
+    gemm_fp8_grouped(dgathered, quantized_rows(dgate_up), w.gate_up_fp8.range(x.first, x.count).wt, x.offsets,
+                     on_device);
     for (int64_t e = 0; e < E; ++e) {
       const int64_t begin = offsets[size_t(e)], end = offsets[size_t(e + 1)];
       if (begin == end) continue;
@@ -267,9 +285,9 @@ Tensor Transformer::moe_backward(size_t i, MoeActivations& s, const Tensor& dout
     }
   } else if (grouped_bf16_experts()) {
     Tensor da = empty_act(rows, im), dgate_up = empty_act(rows, 2 * im);
-    gemm_bf16_grouped_dgrad(da, drows, bf16_copies(w.down), offsets);
+    gemm_bf16_grouped_dgrad(da, drows, bf16_copies(w.down, x.first, x.count), x.offsets);
     swiglu_backward(dgate_up, da, s.gate_up);
-    gemm_bf16_grouped_dgrad(dgathered, dgate_up, bf16_copies(w.gate_up), offsets);
+    gemm_bf16_grouped_dgrad(dgathered, dgate_up, bf16_copies(w.gate_up, x.first, x.count), x.offsets);
     for (int64_t e = 0; e < E; ++e) {
       const int64_t begin = offsets[size_t(e)], end = offsets[size_t(e + 1)];
       if (begin == end) continue;

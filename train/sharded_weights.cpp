@@ -84,8 +84,9 @@ void ShardedWeights::gather(const std::vector<int64_t>& layers, bool beside, boo
   const ShardPlan& plan = optimizer_.plan();
   std::vector<WeightCopies> whole(plan.tensors.size()), rows(plan.tensors.size());
   for (int64_t layer : layers) {
-    // (The model allocates them: a sparse layer's experts' fp8 copies are views of its stacks.)
-    model_.allocate_layer_copies(layer, with_transpose);
+    // (The model allocates them: a sparse layer's experts' fp8 copies are views of its stacks; with
+    // expert parallelism, outside gather_all, of this rank's experts only.)
+    model_.allocate_layer_copies(layer, with_transpose, /*own_experts_only=*/!all_);
     for (int i : layer_tensors_[size_t(layer)]) {
       RowCopies& r = rows_[size_t(i)];
       if (plan.owned_whole(i) && !all_) {
