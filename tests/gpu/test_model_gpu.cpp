@@ -129,7 +129,7 @@ TEST(ModelStepGpuFp8, MoeGroupedExpertsMatchCpuAndThePerExpertLoop) {
                                                              .head_dim = 128, .intermediate = 512,
                                                              .layers = 2, .vocab = 1000});
   ModelConfig every_expert = c;
-  every_expert.moe->num_experts_per_tok = every_expert.moe->num_experts;
+  every_expert.moe->num_experts_per_tok = c.moe->num_experts;
   expect_step_matches_cpu(Recipe::fp8, every_expert);
 
   const ModelParameters init = random_parameters(c, 11);
