@@ -11,6 +11,8 @@
 // TransformerOptions::grouped_experts off) the experts run one after another, each a pair of the
 // recipe's ordinary GEMMs on its rows; experts without tokens are skipped. On the CPU both forms
 // give the same bits (the grouped references are the per-expert GEMMs, bit for bit).
+// With expert parallelism (model/expert_parallel.h) the gathered rows first go to their experts'
+// owners, the experts here are this rank's, and their results go back before the combine.
 #include <algorithm>
 
 #include "core/error.h"
@@ -77,24 +79,6 @@ Fp8Rows quantized_rows(const Tensor& x) {
   return q;
 }
 
-}  // namespace
-
-// gemm_fp8_grouped needs the N of each of its GEMMs a multiple of 128 (every 128×128 scale block
-// within one expert): 2·Im and H forward, H and Im for the DGrads. Tiny configs whose widths are
-// multiples of 16 only keep the per-expert loop.
-bool Transformer::grouped_fp8_experts() const {
-  return recipe_ == Recipe::fp8 && grouped_experts_ && config_.hidden_size % kQuantGroup == 0 &&
-         config_.moe->moe_intermediate_size % kQuantGroup == 0;
-}
-
-// gemm_bf16_grouped_* on CUDA needs every expert's rows 16-byte aligned: widths multiples of 8.
-bool Transformer::grouped_bf16_experts() const {
-  return recipe_ == Recipe::bf16 && grouped_experts_ && config_.hidden_size % 8 == 0 &&
-         config_.moe->moe_intermediate_size % 8 == 0;
-}
-
-namespace {
-
 // The bf16 copies of experts [first, first + count) of one projection (gemm_bf16_grouped_*'s w).
 std::vector<Tensor> bf16_copies(const std::vector<LinearWeight>& experts, int64_t first, int64_t count) {
   std::vector<Tensor> w;
@@ -118,6 +102,20 @@ ExpertStretch expert_stretch(const ExpertParallel& ep, bool expert_parallel, con
 }
 
 }  // namespace
+
+// gemm_fp8_grouped needs the N of each of its GEMMs a multiple of 128 (every 128×128 scale block
+// within one expert): 2·Im and H forward, H and Im for the DGrads. Tiny configs whose widths are
+// multiples of 16 only keep the per-expert loop.
+bool Transformer::grouped_fp8_experts() const {
+  return recipe_ == Recipe::fp8 && grouped_experts_ && config_.hidden_size % kQuantGroup == 0 &&
+         config_.moe->moe_intermediate_size % kQuantGroup == 0;
+}
+
+// gemm_bf16_grouped_* on CUDA needs every expert's rows 16-byte aligned: widths multiples of 8.
+bool Transformer::grouped_bf16_experts() const {
+  return recipe_ == Recipe::bf16 && grouped_experts_ && config_.hidden_size % 8 == 0 &&
+         config_.moe->moe_intermediate_size % 8 == 0;
+}
 
 Tensor Transformer::moe_forward(size_t i, const Tensor& hn, MoeActivations* save, RouterStats* stats,
                                 const Tensor* replay, bool expert_parallel) const {
