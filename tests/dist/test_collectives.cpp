@@ -10,6 +10,7 @@
 #include "dist/host_values.h"
 #include "dist/world.h"
 #include "tests/dist/test_world.h"
+#include "tests/test_util.h"
 
 using namespace lockstep;
 
@@ -196,15 +197,7 @@ TEST(Collectives, HostValues) {
   EXPECT_EQ(any_rank(c, false), false);
 }
 
-template <class F>
-void expect_error(F f, const std::string& text) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected one containing: " << text;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
-  }
-}
+using lockstep::testing::expect_error;
 
 // Checked before any rank communicates: every rank throws the same error.
 TEST(Collectives, BadArgumentsAreClearErrors) {

@@ -35,6 +35,7 @@
 #include "rollout/engine.h"
 #include "tests/dist/test_world.h"
 #include "tests/model/model_test_util.h"
+#include "tests/test_util.h"
 #include "train/data_parallel.h"
 #include "train/layerwise_reduce.h"
 #include "train/sharded_optimizer.h"
@@ -358,15 +359,7 @@ TEST(ExpertParallel, GrpoUpdateEqualsTheUpdateWithoutIt) {
   EXPECT_GT(max_abs(without.layers[0].router), 0.0) << "no gradient: nothing was tested";
 }
 
-template <class F>
-void expect_error(F f, const std::string& text) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected one containing: " << text;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
-  }
-}
+using lockstep::testing::expect_error;
 
 TEST(ExpertParallel, BadSetupsAreClearErrors) {
   const ModelConfig mc = ep_config();
