@@ -14,7 +14,8 @@
 //                   the decodes add to the prefill, spread over the N − 1 decode steps.
 //   GB/step         the bytes a decode step reads at the least: every weight the forward reads
 //                   (linear layers as the recipe's GEMMs read them: bf16, or E4M3 W + its 128×128
-//                   block scales; norms; the bf16 LM head), the B embedding rows, and the K and V
+//                   block scales; norms; the bf16 LM head; of a sparse layer's experts those B
+//                   tokens reach under uniform routing), the B embedding rows, and the K and V
 //                   of each sequence's context at the decode's mean context P + N/2 (activations,
 //                   logits and the sampler's reads are left out).
 //   roofline        GB/step / copy GB/s / (ms/step): copy GB/s is a device-to-device copy measured
@@ -45,6 +46,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -163,12 +165,23 @@ double decode_bytes(Transformer& model, int64_t batch, double context) {
   std::as_const(model.params()).for_each([&](const std::string&, const Tensor& t) {
     bytes += double(t.nbytes());
   });
+  auto copy_bytes = [&](const std::string& name) {
+    const WeightCopies w = model.weight_copies(name);
+    return w.fp8 ? double(w.fp8->w.data.nbytes() + w.fp8->w.scales.nbytes()) : double(w.bf16->nbytes());
+  };
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    for (const char* name : {"qkv", "o", "gate_up", "down"}) {
-      const WeightCopies w = model.weight_copies("layers." + std::to_string(i) + "." + name);
-      bytes += w.fp8 ? double(w.fp8->w.data.nbytes() + w.fp8->w.scales.nbytes())
-                     : double(w.bf16->nbytes());
+    const std::string layer = "layers." + std::to_string(i) + ".";
+    bytes += copy_bytes(layer + "qkv") + copy_bytes(layer + "o");
+    if (!c.is_moe_layer(i)) {
+      bytes += copy_bytes(layer + "gate_up") + copy_bytes(layer + "down");
+      continue;
     }
+    // A sparse layer: the router, and the experts B tokens reach, E·(1 − (1 − k/E)^B) of them
+    // expected under uniform routing (random weights route less evenly: to fewer).
+    const double E = double(c.moe->num_experts), k = double(c.moe->num_experts_per_tok);
+    const double reached = E * (1 - std::pow(1 - k / E, double(batch)));
+    bytes += copy_bytes(layer + "router") +
+             reached * (copy_bytes(layer + "experts.0.gate_up") + copy_bytes(layer + "experts.0.down"));
   }
   bytes += double(batch * c.hidden_size) * double(dtype_size(act));
   return bytes + double(batch) * context * double(KvCache::block_bytes(c, model.kv_cache_dtype(), 1));
@@ -271,7 +284,9 @@ std::vector<Row> run_engine(const Options& o, Transformer& model, const std::str
   const int64_t block = options.block_size;
   const int64_t kv_tokens = engine.num_blocks() * block;
   std::printf("%s, decode graphs %s: KV cache of %lld tokens\n", name.c_str(),
-              graphs ? "on" : "off", (long long)kv_tokens);
+              !graphs ? "off" : model.decode_reads_nothing_back() ? "on"
+                                 : "asked for, but off (this sparse model reads its expert counts back)",
+              (long long)kv_tokens);
   std::fflush(stdout);
   // Whether B sequences of `tokens` tokens (the last one's k/v never written) fit at once.
   auto fits = [&](int64_t batch, int64_t tokens) {

@@ -371,6 +371,12 @@ bool ModelConfig::is_moe_layer(int64_t layer) const {
          (layer + 1) % moe->decoder_sparse_step == 0;
 }
 
+int64_t ModelConfig::sparse_layers() const {
+  int64_t n = 0;
+  for (int64_t i = 0; i < num_hidden_layers; ++i) n += is_moe_layer(i);
+  return n;
+}
+
 std::string ModelConfig::to_json() const {
   check_expressible(*this);
   json j = {

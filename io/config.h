@@ -90,6 +90,8 @@ struct ModelConfig {
 
   // Whether layer `layer` has the sparse MLP (MoeConfig); false for dense families.
   bool is_moe_layer(int64_t layer) const;
+  // How many layers have it.
+  int64_t sparse_layers() const;
 
   // A config.json Hugging Face loads back into the same model (2-space indented, keys sorted).
   std::string to_json() const;

@@ -4,34 +4,23 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "ops/moe_dispatch.h"
 
 namespace lockstep {
 
-MoeDispatch plan_moe_dispatch(const Tensor& expert_ids, int64_t num_experts, Tensor* host_ids) {
+MoeDispatch plan_moe_dispatch(const Tensor& expert_ids, int64_t num_experts, bool read_back) {
   LOCKSTEP_CHECK(expert_ids.dtype() == DType::i32 && expert_ids.rank() == 2,
                  "plan_moe_dispatch: expected i32 expert ids [T, k], got ", expert_ids.describe());
-  const Tensor ids = expert_ids.is_cuda() ? expert_ids.to(Device::cpu) : expert_ids;
-  const int64_t T = ids.dim(0), k = ids.dim(1);
-  const int32_t* id = ids.data_as<int32_t>();
-  MoeDispatch plan;
-  plan.offsets.assign(size_t(num_experts + 1), 0);
-  for (int64_t i = 0; i < T * k; ++i) {
-    LOCKSTEP_CHECK(id[i] >= 0 && id[i] < num_experts, "plan_moe_dispatch: token ", i / k, " choice ",
-                   i % k, " is expert ", id[i], ", outside [0, ", num_experts, ")");
-    ++plan.offsets[size_t(id[i]) + 1];
-  }
-  for (int64_t e = 0; e < num_experts; ++e) plan.offsets[size_t(e + 1)] += plan.offsets[size_t(e)];
-  Tensor token_of_row = Tensor::empty({T * k}, DType::i32), slots = Tensor::empty({T, k}, DType::i32);
-  std::vector<int64_t> next(plan.offsets.begin(), plan.offsets.end() - 1);
-  for (int64_t i = 0; i < T * k; ++i) {  // in (t, j) order: each expert's rows in token order
-    const int64_t row = next[size_t(id[i])]++;
-    token_of_row.data_as<int32_t>()[row] = int32_t(i / k);
-    slots.data_as<int32_t>()[i] = int32_t(row);
-  }
   const Device d = expert_ids.device();
-  plan.token_of_row = d == Device::cpu ? token_of_row : token_of_row.to(d);
-  plan.slots = d == Device::cpu ? slots : slots.to(d);
-  if (host_ids) *host_ids = ids;
+  MoeDispatch plan{{},
+                   Tensor::empty({num_experts + 1}, DType::i64, d),
+                   Tensor::empty({expert_ids.numel()}, DType::i32, d),
+                   Tensor::empty(expert_ids.shape(), DType::i32, d)};
+  moe_dispatch(plan.device_offsets, plan.token_of_row, plan.slots, expert_ids);
+  if (read_back) {
+    const Tensor host = d == Device::cpu ? plan.device_offsets : plan.device_offsets.to(Device::cpu);
+    plan.offsets.assign(host.data_as<int64_t>(), host.data_as<int64_t>() + num_experts + 1);
+  }
   return plan;
 }
 

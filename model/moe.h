@@ -61,15 +61,19 @@ struct MoeWeights {
 };
 
 // Which rows of the gathered tensor each expert owns: the (token, j) pairs sorted by expert, then
-// by token (a counting sort on the host; the expert GEMMs need the counts there anyway).
+// by token (ops/moe_dispatch.h, on the ids' device).
 struct MoeDispatch {
-  std::vector<int64_t> offsets;  // E + 1: expert e owns rows [offsets[e], offsets[e + 1])
+  std::vector<int64_t> offsets;  // E + 1 host values: expert e owns rows [offsets[e], offsets[e + 1])
+                                 // (empty when planned on the device alone)
+  Tensor device_offsets;         // i64 [E + 1], the same on the ids' device
   Tensor token_of_row;           // i32 [T·k], on the ids' device
   Tensor slots;                  // i32 [T, k]: the row of (t, j), on the ids' device
 };
 
-// expert_ids: i32 [T, k] (ops/moe_route.h), on any device; `host_ids` receives a host copy.
-MoeDispatch plan_moe_dispatch(const Tensor& expert_ids, int64_t num_experts, Tensor* host_ids = nullptr);
+// expert_ids: i32 [T, k] (ops/moe_route.h), on any device. With `read_back` the offsets are also
+// copied to the host (the per-expert loops and the bf16 grouped GEMM size their GEMMs there); without,
+// nothing is read back (the grouped fp8 GEMM takes device offsets alone: a CUDA graph's decode step).
+MoeDispatch plan_moe_dispatch(const Tensor& expert_ids, int64_t num_experts, bool read_back = true);
 
 // What the training forward of a sparse MLP keeps for its backward.
 struct MoeActivations {
@@ -82,6 +86,7 @@ struct MoeActivations {
   // experts and back. The expert tensors below are then of the rows this rank received.
   ExpertParallelRoute expert_parallel;
   Tensor gate_up;                          // the SwiGLU input [rows, 2·Im], by dispatch row
+  Tensor grouped_offsets;                  // i64 on the GPU: the grouped fp8 GEMMs' offsets (else undefined)
   // Per expert (empty: no tokens), what keep_for_backward leaves (fp8: the columnwise copies of
   // the expert's rows alone, whose 128-token blocks must not straddle experts).
   std::vector<LinearInput> gate_up_in, down_in;

@@ -333,7 +333,7 @@ void Transformer::share_embedding_copies(const Transformer& other) {
 
 void Transformer::layer_forward(size_t i, Tensor& x, Tensor& residual, const Tensor& positions,
                                 const Attend& attend, LayerActivations* save, const KvWrite* kv,
-                                RouterStats* stats, const Tensor* replay) {
+                                RouterStats* stats, const Tensor* replay, Tensor* routing) {
   const LayerParameters& p = params_.layers[i];
   const LayerWeights& w = weights_[i];
   const int64_t t = x.dim(0), hidden = config_.hidden_size;
@@ -377,7 +377,7 @@ void Transformer::layer_forward(size_t i, Tensor& x, Tensor& residual, const Ten
     rmsnorm_forward(hn, post_rstd, h, x, p.post_norm, eps_);
     tap(i, "mlp_norm", hn);
     out = moe_forward(i, hn, train ? &save->moe : nullptr, stats, replay,
-                      /*expert_parallel=*/!kv && expert_parallel_.on());
+                      /*expert_parallel=*/!kv && expert_parallel_.on(), routing);
     tap(i, "moe", out);
   } else {
     gate_up_in = normed_input(h, x, p.post_norm, post_rstd, train);
@@ -662,8 +662,7 @@ void Transformer::backward(TrainForward& forward, const Tensor& dlogprob, const 
   if (gradients_ready_) gradients_ready_(groups.back());
 }
 
-Tensor Transformer::forward_infer(const InferBatch& batch, KvCache& cache,
-                                  std::vector<Tensor>* expert_ids) {
+Tensor Transformer::forward_infer(const InferBatch& batch, KvCache& cache) {
   check_i32_vector(batch.tokens, "infer batch tokens");
   check_i32_vector(batch.cu_seqlens_q, "infer batch cu_seqlens_q");
   check_i32_vector(batch.last_rows, "infer batch last_rows");
@@ -677,6 +676,14 @@ Tensor Transformer::forward_infer(const InferBatch& batch, KvCache& cache,
   LOCKSTEP_CHECK(batch.cu_seqlens_q.dim(0) == sequences + 1, "infer batch: cu_seqlens_q has ",
                  batch.cu_seqlens_q.dim(0), " entries, last_rows ", sequences,
                  " (expected one more)");
+  if (batch.routing.defined()) {
+    const int64_t sparse = config_.sparse_layers();
+    const Tensor& r = batch.routing;
+    LOCKSTEP_CHECK(config_.moe && r.dtype() == DType::i32 && r.device() == device() && r.rank() == 3 &&
+                       r.dim(0) == sparse && r.dim(1) >= t && r.dim(2) == config_.moe->num_experts_per_tok,
+                   "infer batch: routing must be i32 [", sparse, " sparse layers, >= ", t, " rows, k] on the ",
+                   "model's device, got ", r.describe());
+  }
   if (device() == Device::cpu) {
     const int32_t* cu = batch.cu_seqlens_q.data_as<int32_t>();
     const int32_t* last = batch.last_rows.data_as<int32_t>();
@@ -705,11 +712,16 @@ Tensor Transformer::forward_infer(const InferBatch& batch, KvCache& cache,
   };
   const KvWrite kv{cache, batch.slots};
   Tensor residual;
+  int64_t sparse = 0;  // the sparse layers so far
   for (size_t i = 0; i < params_.layers.size(); ++i) {
-    RouterStats stats;
-    const bool report = expert_ids && config_.is_moe_layer(int64_t(i));
-    layer_forward(i, x, residual, batch.positions, attend, nullptr, &kv, report ? &stats : nullptr);
-    if (report) expert_ids->push_back(std::move(stats.expert_ids));
+    Tensor routing;  // the layer's [T, k] of batch.routing
+    if (batch.routing.defined() && config_.is_moe_layer(int64_t(i))) {
+      const int64_t k = config_.moe->num_experts_per_tok, rows = batch.routing.dim(1);
+      routing = Tensor::view_of(batch.routing.data_as<int32_t>() + sparse++ * rows * k, {t, k}, DType::i32,
+                                device());
+    }
+    layer_forward(i, x, residual, batch.positions, attend, nullptr, &kv, nullptr, nullptr,
+                  routing.defined() ? &routing : nullptr);
   }
 
   Tensor h = empty_act(sequences, config_.hidden_size);

@@ -65,6 +65,9 @@ struct InferBatch {
   Tensor block_tables;  // i32 [S, max_blocks]
   Tensor last_rows;     // i32 [S]: cu_seqlens_q[s + 1] − 1, the row whose hidden state is returned
   bool one_row_each = false;  // every sequence has one row (a decode step): attention_paged's flag
+  // Sparse models, where the rows' routing is wanted (undefined: not): i32 [sparse layers, R, k] on
+  // the model's device, R >= T; the l-th sparse layer's router writes row r's experts at [l, r].
+  Tensor routing{};
 };
 
 // What a training forward keeps for the backward (opaque to callers).
@@ -244,13 +247,15 @@ class Transformer {
   Tensor hidden_states(const TrainBatch& batch);
 
   // Writes the new tokens' k/v into `cache` and returns the final-normed hidden state of each
-  // sequence's last row, [S, H] in the activation dtype. On the GPU a dense model reads nothing
-  // back (it can be captured into a CUDA graph; a sparse one reads each layer's routing back, for
-  // its expert GEMMs' sizes): index values are checked only on the CPU, and on CUDA a bad one
-  // gives NaN rows (ops/attention.h, ops/embedding.h). `expert_ids` (sparse models; null: not
-  // wanted) gets each sparse layer's choices for every row, i32 [T, k] on the host, in layer order.
-  Tensor forward_infer(const InferBatch& batch, KvCache& cache,
-                       std::vector<Tensor>* expert_ids = nullptr);
+  // sequence's last row, [S, H] in the activation dtype (and with batch.routing defined, each sparse
+  // layer's choices for every row there). Where decode_reads_nothing_back() the GPU forward reads
+  // nothing back (it can be captured into a CUDA graph): index values are checked only on the CPU,
+  // and on CUDA a bad one gives NaN rows (ops/attention.h, ops/embedding.h).
+  Tensor forward_infer(const InferBatch& batch, KvCache& cache);
+  // True for a dense model, and for a sparse one whose experts run as grouped fp8 GEMMs (which take
+  // the routing's offsets on the device); the other sparse forms read each layer's expert counts
+  // back, to size their GEMMs.
+  bool decode_reads_nothing_back() const { return !config_.moe || grouped_fp8_experts(); }
   // f32 [rows, V] logits of hidden states (not divided by a temperature).
   Tensor logits(const Tensor& hidden) const;
 
@@ -287,7 +292,7 @@ class Transformer {
   // `replay`: a sparse layer's replayed experts, host i32 [T, k] (TrainBatch::replay_experts).
   void layer_forward(size_t i, Tensor& x, Tensor& residual, const Tensor& positions,
                      const Attend& attend, LayerActivations* save, const KvWrite* kv = nullptr,
-                     RouterStats* stats = nullptr, const Tensor* replay = nullptr);
+                     RouterStats* stats = nullptr, const Tensor* replay = nullptr, Tensor* routing = nullptr);
   // dprobs: the load-balancing loss's gradient w.r.t. a sparse layer's router probabilities
   // (undefined: none); z_scale: the router z-loss's, 2 · weight / N (moe_route_backward's).
   Tensor layer_backward(size_t i, LayerActivations& saved, const Tensor& dout,
@@ -296,10 +301,12 @@ class Transformer {
   void recompute_inputs(size_t i, LayerActivations& saved) const;
   // The sparse MLP of layer i (model/transformer_moe.cpp): out [T, H] from the normed hn [T, H];
   // fills `save` and `stats` when given; `replay` as layer_forward's; `expert_parallel`: run this
-  // rank's experts on every rank's rows (set_expert_parallel). The backward returns dhn and adds
+  // rank's experts on every rank's rows (set_expert_parallel); `routing`: where the router writes
+  // its choices, i32 [T, k] on the device (forward_infer's InferBatch::routing, layer_forward's
+  // likewise). The backward returns dhn and adds
   // into grads() (with expert parallelism: this rank's experts' gradients, of every rank's rows).
   Tensor moe_forward(size_t i, const Tensor& hn, MoeActivations* save, RouterStats* stats,
-                     const Tensor* replay, bool expert_parallel) const;
+                     const Tensor* replay, bool expert_parallel, Tensor* routing = nullptr) const;
   Tensor moe_backward(size_t i, MoeActivations& saved, const Tensor& dout, const Tensor& dprobs,
                       float z_scale);
   // The input of the linear layer after an RMSNorm (of x += residual, when residual is defined), or

@@ -65,7 +65,8 @@ void expert_wgrad(Tensor& dw, const Tensor& dy, const LinearInput& saved) {
   gemm_wgrad(dw, dy_cols, saved.cols, /*accumulate=*/true);
 }
 
-// The grouped fp8 GEMM's offsets on the device (where each of its tiles finds its expert).
+// The grouped fp8 GEMM's offsets on the device (where each of its tiles finds its expert): with
+// expert parallelism, those of this rank's experts among the rows it received.
 Tensor device_offsets(const std::vector<int64_t>& offsets, Device device) {
   if (device == Device::cpu) return Tensor();
   Tensor host = Tensor::empty({int64_t(offsets.size())}, DType::i64);
@@ -118,7 +119,7 @@ bool Transformer::grouped_bf16_experts() const {
 }
 
 Tensor Transformer::moe_forward(size_t i, const Tensor& hn, MoeActivations* save, RouterStats* stats,
-                                const Tensor* replay, bool expert_parallel) const {
+                                const Tensor* replay, bool expert_parallel, Tensor* routing) const {
   const MoeConfig& m = *config_.moe;
   const MoeWeights& w = weights_[i].moe;
   const int64_t t = hn.dim(0), hidden = config_.hidden_size, E = m.num_experts, k = m.num_experts_per_tok;
@@ -127,22 +128,25 @@ Tensor Transformer::moe_forward(size_t i, const Tensor& hn, MoeActivations* save
   Tensor logits = empty_act(t, E);
   linear_forward(logits, linear_input(w.router.recipe, hn, false), w.router, Tensor());
   Tensor probs = Tensor::empty({t, E}, DType::f32, device());
-  Tensor expert_ids = Tensor::empty({t, k}, DType::i32, device());
+  Tensor expert_ids = routing ? *routing : Tensor::empty({t, k}, DType::i32, device());
   Tensor weights = Tensor::empty({t, k}, DType::f32, device());
   // A forward kept for the backward also gives each token's logsumexp (the router z-loss's).
   Tensor lse = train ? Tensor::empty({t}, DType::f32, device()) : Tensor();
   moe_route_forward(probs, expert_ids, weights, logits, m.norm_topk_prob, train ? &lse : nullptr);
-  Tensor router_ids;  // host: the router's own choices
+  // host: the router's own choices (for the stats and the replay)
+  const Tensor router_ids = stats || replay ? expert_ids.to(Device::cpu) : Tensor();
   if (replay) {
     // Routing replay: the tokens go to the replayed experts, weighted by this router's probs.
-    router_ids = expert_ids.is_cuda() ? expert_ids.to(Device::cpu) : expert_ids;
     const Tensor ids = replayed_ids(router_ids, *replay, E);
     expert_ids = device() == Device::cpu ? ids : ids.to(device());
     moe_route_weights(weights, probs, expert_ids, m.norm_topk_prob);
   }
-  Tensor host_ids;
-  MoeDispatch plan = plan_moe_dispatch(expert_ids, E, replay ? nullptr : &host_ids);
-  if (!replay) router_ids = host_ids;
+  // An inference forward on the GPU whose experts run as grouped fp8 GEMMs reads nothing back: they
+  // take the plan's device offsets alone, sized for at most t rows an expert (a decode step can be
+  // captured into a CUDA graph).
+  const bool offsets_on_device = !train && !stats && !replay && !expert_parallel && grouped_fp8_experts() &&
+                                 device() == Device::cuda;
+  MoeDispatch plan = plan_moe_dispatch(expert_ids, E, /*read_back=*/!offsets_on_device);
 
   // The gather is the embedding lookup with hn as the table.
   const int64_t im = m.moe_intermediate_size;
@@ -163,11 +167,18 @@ Tensor Transformer::moe_forward(size_t i, const Tensor& hn, MoeActivations* save
     save->gate_up_in.resize(size_t(E));
     save->down_in.resize(size_t(E));
   }
-  const ExpertStretch x = expert_stretch(expert_parallel_, expert_parallel, offsets);
+  const ExpertStretch x =
+      offsets_on_device ? ExpertStretch{0, E, {}} : expert_stretch(expert_parallel_, expert_parallel, offsets);
+  Tensor on_device;
   if (grouped_fp8_experts()) {
-    const Tensor on_device = device_offsets(x.offsets, device());
-    gemm_fp8_grouped(gate_up, quantized_rows(gathered), w.gate_up_fp8.range(x.first, x.count).w, x.offsets,
-                     on_device);
+    // Without expert parallelism the stretch is every expert: the plan's offsets.
+    on_device = expert_parallel ? device_offsets(x.offsets, device()) : plan.device_offsets;
+    const auto grouped = [&](Tensor& y, const Fp8Rows& in, const StackedFp8Weight& stack) {
+      const Fp8Weight experts = stack.range(x.first, x.count);
+      if (offsets_on_device) return gemm_fp8_grouped(y, in, experts.w, t, on_device);
+      gemm_fp8_grouped(y, in, experts.w, x.offsets, on_device);
+    };
+    grouped(gate_up, quantized_rows(gathered), w.gate_up_fp8);
     Fp8Rows a = Fp8Rows::empty(n, im, device());
     if (train) {
       // swiglu_forward_fp8's composition, keeping the bf16 output for each expert's columnwise copy.
@@ -184,7 +195,7 @@ Tensor Transformer::moe_forward(size_t i, const Tensor& hn, MoeActivations* save
       Fp8Rows no_columns;
       swiglu_forward_fp8(a, no_columns, gate_up);
     }
-    gemm_fp8_grouped(rows, a, w.down_fp8.range(x.first, x.count).w, x.offsets, on_device);
+    grouped(rows, a, w.down_fp8);
   } else if (grouped_bf16_experts()) {
     gemm_bf16_grouped_fprop(gate_up, gathered, bf16_copies(w.gate_up, x.first, x.count), x.offsets);
     Tensor act = empty_act(n, im);
@@ -241,6 +252,7 @@ Tensor Transformer::moe_forward(size_t i, const Tensor& hn, MoeActivations* save
     save->rows = std::move(rows);
     save->gate_up = std::move(gate_up);
     save->expert_parallel = std::move(route);
+    save->grouped_offsets = std::move(on_device);
   }
   return out;
 }
@@ -268,7 +280,7 @@ Tensor Transformer::moe_backward(size_t i, MoeActivations& s, const Tensor& dout
   const ExpertStretch x = expert_stretch(expert_parallel_, expert_parallel, offsets);
   if (grouped_fp8_experts()) {
     // The DGrads grouped (the Wᵀ stacks), each expert's WGrad on its own rows.
-    const Tensor on_device = device_offsets(x.offsets, device());
+    const Tensor& on_device = s.grouped_offsets;
     Tensor da = empty_act(rows, im), dgate_up = empty_act(rows, 2 * im);
     gemm_fp8_grouped(da, quantized_rows(drows), w.down_fp8.range(x.first, x.count).wt, x.offsets, on_device);
     swiglu_backward(dgate_up, da, s.gate_up);

@@ -170,24 +170,55 @@ void gemm_wgrad(Tensor& dw, const Fp8Rows& dy_t, const Fp8Rows& x_t, bool accumu
   LOCKSTEP_ON_CUDA(cuda::gemm_wgrad_fp8(dw, dy_t, x_t, accumulate));
 }
 
-void gemm_fp8_grouped(Tensor& y, const Fp8Rows& x, const Fp8Blocks& w, const std::vector<int64_t>& offsets,
-                      const Tensor& device_offsets) {
+namespace {
+
+// gemm_fp8_grouped's operands, `experts` of them in w (E + 1 offsets).
+void check_fp8_grouped(const Tensor& y, const Fp8Rows& x, const Fp8Blocks& w, int64_t experts) {
   const Device d = x.data.device();
   check_fp8_rows(x, "gemm_fp8_grouped: x", d);
   check_fp8_blocks(w, "gemm_fp8_grouped: w", d);
   check_k(x.cols(), w.cols(), "gemm_fp8_grouped", x.data, w.data);
   LOCKSTEP_CHECK(y.defined() && y.rank() == 2, "gemm_fp8_grouped: y must be a 2-D tensor, got ", y.describe());
-  const int64_t n = y.dim(1), experts = int64_t(offsets.size()) - 1;
+  const int64_t n = y.dim(1);
   check_output(y, "gemm_fp8_grouped: y", d, {x.rows(), n});
   LOCKSTEP_CHECK(n > 0 && n % kQuantGroup == 0, "gemm_fp8_grouped: N (y's columns) must be a positive multiple of ",
                  kQuantGroup, " (whole scale blocks per expert), got ", y.describe());
   LOCKSTEP_CHECK(experts >= 1 && w.rows() == experts * n, "gemm_fp8_grouped: w must stack ", experts,
-                 " experts (offsets holds ", offsets.size(), " values) of N = ", n, " rows, got ", w.data.describe());
+                 " experts (", experts + 1, " offsets) of N = ", n, " rows, got ", w.data.describe());
+}
+
+}  // namespace
+
+void gemm_fp8_grouped(Tensor& y, const Fp8Rows& x, const Fp8Blocks& w, const std::vector<int64_t>& offsets,
+                      const Tensor& device_offsets) {
+  const Device d = x.data.device();
+  const int64_t experts = int64_t(offsets.size()) - 1;
+  check_fp8_grouped(y, x, w, experts);
   check_offsets("gemm_fp8_grouped", offsets, "x", x.rows());
   if (d == Device::cpu) return cpu::gemm_fp8_grouped(y, x, w, offsets);
   check_tensor(device_offsets, "gemm_fp8_grouped: device_offsets", DType::i64, d);
   check_shape(device_offsets, "gemm_fp8_grouped: device_offsets", {experts + 1});
   LOCKSTEP_ON_CUDA(cuda::gemm_fp8_grouped(y, x, w, offsets, device_offsets));
+}
+
+void gemm_fp8_grouped(Tensor& y, const Fp8Rows& x, const Fp8Blocks& w, int64_t most_rows,
+                      const Tensor& device_offsets) {
+  const Device d = x.data.device();
+  check_tensor(device_offsets, "gemm_fp8_grouped: device_offsets", DType::i64, d);
+  LOCKSTEP_CHECK(device_offsets.rank() == 1 && device_offsets.dim(0) >= 2,
+                 "gemm_fp8_grouped: device_offsets: expected [E + 1], got ", device_offsets.describe());
+  LOCKSTEP_CHECK(most_rows >= 0, "gemm_fp8_grouped: most_rows must be >= 0, got ", most_rows);
+  check_fp8_grouped(y, x, w, device_offsets.dim(0) - 1);
+  if (d == Device::cpu) {
+    const int64_t* o = device_offsets.data_as<int64_t>();
+    const std::vector<int64_t> offsets(o, o + device_offsets.dim(0));
+    check_offsets("gemm_fp8_grouped", offsets, "x", x.rows());
+    for (size_t e = 0; e + 1 < offsets.size(); ++e)
+      LOCKSTEP_CHECK(offsets[e + 1] - offsets[e] <= most_rows, "gemm_fp8_grouped: expert ", e, " has ",
+                     offsets[e + 1] - offsets[e], " rows, more than most_rows = ", most_rows);
+    return cpu::gemm_fp8_grouped(y, x, w, offsets);
+  }
+  LOCKSTEP_ON_CUDA(cuda::gemm_fp8_grouped(y, x, w, most_rows, device_offsets));
 }
 
 void gemm_bf16_grouped_fprop(Tensor& y, const Tensor& x, const std::vector<Tensor>& w,

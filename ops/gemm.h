@@ -58,6 +58,14 @@ void gemm_wgrad(Tensor& dw, const Fp8Rows& dy_t, const Fp8Rows& x_t, bool accumu
 // stays a loop of gemm_wgrad per expert.
 void gemm_fp8_grouped(Tensor& y, const Fp8Rows& x, const Fp8Blocks& w, const std::vector<int64_t>& offsets,
                       const Tensor& device_offsets);
+// The same with the offsets on the device alone (i64 [E + 1]): nothing is read back, so a CUDA
+// graph can hold it (a decode step's experts, model/transformer_moe.cpp). `most_rows` bounds every
+// expert's rows (routed rows: the token count, as a token picks an expert once); the launch is
+// sized for the most tiles such offsets can take, and the tiles past the real ones exit at once.
+// The same bits as above (a row's bits do not depend on the tile width). On the CPU the offsets are
+// a host tensor, read as the host values above.
+void gemm_fp8_grouped(Tensor& y, const Fp8Rows& x, const Fp8Blocks& w, int64_t most_rows,
+                      const Tensor& device_offsets);
 
 // The experts of a mixture-of-experts layer in the bf16 recipe, in one call: the rows of x (dy) sorted
 // by expert and `offsets` as for gemm_fp8_grouped (E + 1 host values; no device copy needed), w

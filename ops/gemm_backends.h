@@ -46,6 +46,8 @@ void gemm_fp8_fprop(Tensor& y, const Fp8Rows& x, const Fp8Blocks& w);
 // ops/gemm.h's gemm_fp8_grouped (ops/cuda/gemm_fp8_grouped.cu).
 void gemm_fp8_grouped(Tensor& y, const Fp8Rows& x, const Fp8Blocks& w, const std::vector<int64_t>& offsets,
                       const Tensor& device_offsets);
+void gemm_fp8_grouped(Tensor& y, const Fp8Rows& x, const Fp8Blocks& w, int64_t most_rows,
+                      const Tensor& device_offsets);
 // ops/gemm.h's gemm_bf16_grouped_* (ops/cuda/gemm_bf16_grouped.cu), as the CPU's above; out bf16.
 void gemm_bf16_grouped(Tensor& out, const Tensor& a, const std::vector<Tensor>& w, const std::vector<int64_t>& offsets,
                        bool dgrad, bool accumulate);

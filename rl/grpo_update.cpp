@@ -63,7 +63,7 @@ struct ExpertCounts {
   size_t layers = 0, experts = 0;
   std::vector<double> tokens;
   explicit ExpertCounts(const ModelConfig& c) {
-    for (int64_t i = 0; i < c.num_hidden_layers; ++i) layers += c.is_moe_layer(i);
+    layers = size_t(c.sparse_layers());
     experts = c.moe ? size_t(c.moe->num_experts) : 0;
     tokens.assign(layers * experts, 0.0);
   }

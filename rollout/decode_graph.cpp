@@ -32,19 +32,25 @@ std::vector<int64_t> DecodeGraph::buckets(int64_t max_sequences) {
 }
 
 DecodeGraph::DecodeGraph(Transformer& model, KvCache& cache, int64_t max_sequences,
-                         int64_t max_blocks, bool graphs)
+                         int64_t max_blocks, bool graphs, bool record_routing)
     : model_(model),
       cache_(cache),
       max_sequences_(max_sequences),
       width_(max_blocks),
       scratch_(cache.num_blocks - 1),
+      record_routing_(record_routing),
+      sparse_layers_(model.config().sparse_layers()),
+      top_k_(model.config().moe ? model.config().moe->num_experts_per_tok : 0),
       buckets_(buckets(max_sequences)) {
   LOCKSTEP_CHECK(model.device() == Device::cuda, "decode graph: the model must be on the GPU");
   LOCKSTEP_CHECK(cache.num_blocks >= 2 && max_blocks >= 1 && max_blocks < cache.num_blocks,
                  "decode graph: expected a cache of a scratch block and at least max_blocks more, ",
                  "got ", cache.num_blocks, " blocks and max_blocks ", max_blocks);
+  LOCKSTEP_CHECK(!graphs || model.decode_reads_nothing_back(), "decode graph: this sparse model's forward reads "
+                 "its expert counts back (only the grouped fp8 experts do not): it cannot be captured");
   const int64_t n = max_sequences;
-  const int64_t sizes[kParts] = {n, n, n, n + 1, n, n, n * kSpecInts, 2 * n, 2 * n, n * width_};
+  const int64_t routing = sparse_layers_ * n * top_k_;
+  const int64_t sizes[kParts] = {n, n, n, n + 1, n, n, n * kSpecInts, 2 * n, 2 * n, routing, n * width_};
   for (int p = 0; p < kParts; ++p) offsets_[p + 1] = offsets_[p] + round_up4(sizes[p]);
   host_ = Tensor::empty_pinned({offsets_[kParts]}, DType::i32);
   std::memset(host_.data(), 0, host_.nbytes());
@@ -79,10 +85,11 @@ void DecodeGraph::forward(int64_t bucket) {
   auto view = [&](Part p, Shape shape, DType dtype = DType::i32) {
     return Tensor::view_of(device(p), std::move(shape), dtype, Device::cuda);
   };
-  const InferBatch batch{view(kTokens, {bucket}),          view(kPositions, {bucket}),
-                         view(kSlots, {bucket}),           view(kCu, {bucket + 1}),
-                         view(kContextLens, {bucket}),     view(kTable, {bucket, width_}),
-                         view(kLastRows, {bucket}),        /*one_row_each=*/true};
+  const InferBatch batch{view(kTokens, {bucket}),      view(kPositions, {bucket}),
+                         view(kSlots, {bucket}),       view(kCu, {bucket + 1}),
+                         view(kContextLens, {bucket}), view(kTable, {bucket, width_}),
+                         view(kLastRows, {bucket}),    /*one_row_each=*/true,
+                         sparse_layers_ > 0 ? view(kRouting, {sparse_layers_, bucket, top_k_}) : Tensor()};
   const EarlyStartScope early;  // a decode step writes no weight, nor the inputs uploaded for it
   const Tensor hidden = model_.forward_infer(batch, cache_);
   Tensor tokens = view(kOut, {bucket});
@@ -165,10 +172,16 @@ DecodeGraph::Drawn DecodeGraph::run(std::span<const Row> rows, std::span<const i
   else forward(bucket);
   device_copy_async(host(kOut), Device::cpu, device(kOut), Device::cuda,
                     size_t(2 * max_sequences_) * sizeof(int32_t));
+  const Shape routing{sparse_layers_, bucket, top_k_};
+  const bool routing_back = record_routing_ && sparse_layers_ > 0;
+  if (routing_back)
+    device_copy_async(host(kRouting), Device::cpu, device(kRouting), Device::cuda,
+                      size_t(sparse_layers_ * bucket * top_k_) * sizeof(int32_t));
   stream_synchronize();
   done_ = std::chrono::steady_clock::now();
   return {{host(kOut), size_t(count)},
-          {reinterpret_cast<const float*>(host(kOut) + max_sequences_), size_t(count)}};
+          {reinterpret_cast<const float*>(host(kOut) + max_sequences_), size_t(count)},
+          routing_back ? Tensor::view_of(host(kRouting), routing, DType::i32, Device::cpu) : Tensor()};
 }
 
 }  // namespace lockstep

@@ -18,7 +18,9 @@
 // two asynchronous copies from pinned memory (the rows, and the [B, w] corner of the tables that
 // its sequences use, w = the most blocks one holds), makes its copy-on-write copies
 // (model/kv_cache.h), runs the forward, the LM head and the sampler, and copies the B drawn tokens
-// and logprobs back: its one host synchronization.
+// and logprobs back (with record_routing also each sparse layer's experts for the B rows): its one
+// host synchronization. A sparse model's decode step can be captured where its forward reads
+// nothing back (Transformer::decode_reads_nothing_back: the grouped fp8 experts).
 //
 // With graphs on, the forward + head + sampler of each bucket is captured once into a CUDA graph
 // (core/cuda_graph.h), at the first step, and each step replays its bucket's graph on the current
@@ -68,12 +70,15 @@ class DecodeGraph {
   struct Drawn {
     std::span<const int32_t> tokens;
     std::span<const float> logprobs;
+    // With record_routing: host i32 [sparse layers, B, k], the experts of each row (rows [0, count)
+    // the step's, in row order; InferBatch::routing's layout). Else undefined.
+    Tensor routing{};
   };
 
   // `model` and `cache` on the GPU; the cache's last block is the scratch. Allocates the buffers;
-  // captures nothing yet.
+  // captures nothing yet. `graphs` needs model.decode_reads_nothing_back().
   DecodeGraph(Transformer& model, KvCache& cache, int64_t max_sequences, int64_t max_blocks,
-              bool graphs);
+              bool graphs, bool record_routing);
 
   static std::vector<int64_t> buckets(int64_t max_sequences);
   int64_t max_blocks() const { return width_; }
@@ -90,7 +95,7 @@ class DecodeGraph {
 
  private:
   enum Part { kTokens, kPositions, kSlots, kCu, kContextLens, kLastRows, kSpecs, kCopies, kOut,
-              kTable, kParts };
+              kRouting, kTable, kParts };
 
   int32_t* host(Part p) const { return host_.data_as<int32_t>() + offsets_[p]; }
   int32_t* device(Part p) const { return device_.data_as<int32_t>() + offsets_[p]; }
@@ -102,6 +107,8 @@ class DecodeGraph {
   Transformer& model_;
   KvCache& cache_;
   const int64_t max_sequences_, width_, scratch_;
+  const bool record_routing_;
+  const int64_t sparse_layers_, top_k_;  // the routing's [sparse_layers_, B, top_k_] (0: dense)
   const std::vector<int64_t> buckets_;
   int64_t offsets_[kParts + 1] = {};  // i32 words
   Tensor host_;    // pinned: what each step uploads, then its draws

@@ -116,18 +116,18 @@ StepInputs build_step(const StepPlan& plan, const Scheduler& scheduler,
           all};
 }
 
-// Writes each sparse layer's choices for the step's rows (forward_infer's `expert_ids`) into the
-// sequences the rows belong to.
-void record_routing(const StepPlan& plan, const std::vector<Tensor>& layers, std::vector<Sequence>& seqs) {
-  if (layers.empty()) return;
-  const int64_t count = int64_t(layers.size()), k = layers[0].dim(1);
+// Writes each sparse layer's choices for the step's rows (InferBatch::routing read back: host i32
+// [sparse layers, R, k], the rows in the plan's order) into the sequences the rows belong to.
+void record_routing(const StepPlan& plan, const Tensor& routing, std::vector<Sequence>& seqs) {
+  const int64_t count = routing.dim(0), stride = routing.dim(1), k = routing.dim(2);
+  const int32_t* all = routing.data_as<int32_t>();
   int64_t row = 0;
   for (const ScheduledChunk& c : plan.chunks) {
     std::vector<int32_t>& ids = seqs[size_t(c.seq)].expert_ids;
     ids.resize(std::max(ids.size(), size_t(c.end * count * k)));
     for (int64_t p = c.begin; p < c.end; ++p, ++row)
       for (int64_t l = 0; l < count; ++l)
-        std::copy_n(layers[size_t(l)].data_as<int32_t>() + row * k, k, ids.begin() + (p * count + l) * k);
+        std::copy_n(all + (l * stride + row) * k, k, ids.begin() + (p * count + l) * k);
   }
 }
 
@@ -141,9 +141,13 @@ Tensor eager_step(Transformer& model, KvCache& cache, const StepPlan& plan,
   const Device device = model.device();
   const StepInputs in = build_step(plan, scheduler, seqs, copies, specs, device);
   copy_cache_blocks(cache, in.copies, copies);
-  std::vector<Tensor> expert_ids;
-  const Tensor hidden = model.forward_infer(in.batch, cache, routing ? &expert_ids : nullptr);
-  record_routing(plan, expert_ids, seqs);
+  const ModelConfig& config = model.config();
+  InferBatch batch = in.batch;
+  if (routing && config.moe)
+    batch.routing = Tensor::empty({config.sparse_layers(), batch.tokens.dim(0), config.moe->num_experts_per_tok},
+                                  DType::i32, device);
+  const Tensor hidden = model.forward_infer(batch, cache);
+  if (batch.routing.defined()) record_routing(plan, batch.routing.to(Device::cpu), seqs);
   if (specs.empty()) return Tensor();
   // Tokens and logprobs on the model's device; only they come back to the host (in one copy:
   // the step's one wait for the device).
@@ -203,10 +207,11 @@ void Engine::make_decode_graph() {
   int64_t max_blocks = options_.num_blocks;
   if (positions > 0)
     max_blocks = std::min(max_blocks, (positions + options_.block_size - 1) / options_.block_size);
-  // A sparse (MoE) model's forward reads each layer's routing back to the host (model/moe.h), which
-  // a captured graph cannot do: its decode steps run eagerly.
+  // A sparse model whose forward reads its routing's expert counts back (Transformer::
+  // decode_reads_nothing_back) cannot be captured: its decode steps run eagerly.
   decode_ = std::make_unique<DecodeGraph>(model_, cache_, options_.max_step_sequences, max_blocks,
-                                          options_.cuda_graphs && !model_.config().moe);
+                                          options_.cuda_graphs && model_.decode_reads_nothing_back(),
+                                          options_.record_routing);
 }
 
 Engine::~Engine() = default;
@@ -264,7 +269,7 @@ std::vector<std::vector<GeneratedSample>> Engine::generate(
 
     // A decode step for the decode graph: every sequence computes its newest token and draws the
     // next, none forks, and every block table fits the graph's.
-    bool decode = decode_ != nullptr && !options_.record_routing;
+    bool decode = decode_ != nullptr;
     for (const ScheduledChunk& c : plan.chunks) {
       const Sequence& s = seqs[size_t(c.seq)];
       decode = decode && c.end - c.begin == 1 && c.end == int64_t(s.tokens.size()) &&
@@ -322,6 +327,7 @@ std::vector<std::vector<GeneratedSample>> Engine::generate(
                         scheduler.blocks(c.seq), specs[i]});
       }
       drawn = decode_->run(rows, copies);
+      if (options_.record_routing && drawn.routing.defined()) record_routing(plan, drawn.routing, seqs);
       ++stats_.decode_steps;
     } else {
       if (decode_) decode_->pause();

@@ -77,10 +77,11 @@ struct EngineOptions {
   int64_t max_step_tokens = 2048;    // per step: prompt chunks + decoded tokens
   int64_t max_step_sequences = 256;  // per step
   bool share_prompts = true;
-  bool cuda_graphs = true;  // decode steps replayed from CUDA graphs (a dense model on the GPU)
+  // Decode steps replayed from CUDA graphs (a model on the GPU whose forward reads nothing back:
+  // a dense one, or a sparse one with grouped fp8 experts; Transformer::decode_reads_nothing_back).
+  bool cuda_graphs = true;
   // A sparse model's routing of every token, kept with the samples (GeneratedSample::expert_ids):
-  // for the routing-disagreement metric and routing replay. Its steps then all run eagerly (the
-  // decode graph returns no routing).
+  // for the routing-disagreement metric and routing replay.
   bool record_routing = false;
 };
 

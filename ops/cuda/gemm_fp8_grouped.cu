@@ -16,7 +16,8 @@
 // has a few rows and the narrow tile wastes little of the tensor cores; a row's bits are the same
 // at every width (the kernel's property), so they never depend on how the other experts are loaded.
 // The kernel is launched without an early start: its tiles read the offsets first, and those must
-// have landed.
+// have landed. With the offsets on the device alone (a CUDA graph's decode step) the launch is sized
+// for the most tiles they could take, and a tile that no expert holds exits at once.
 //
 // Checked by tests/gpu/test_gemm_gpu.cpp (Fp8GroupedGpu*); timed by `bench_gemm --grouped`.
 #include <algorithm>
@@ -58,11 +59,9 @@ void launch_for_experts(const Args& a, const std::vector<int64_t>& offsets) {
   });
 }
 
-}  // namespace
-
-void gemm_fp8_grouped(Tensor& y, const Fp8Rows& x, const Fp8Blocks& w, const std::vector<int64_t>& offsets,
-                      const Tensor& device_offsets) {
-  const int64_t N = y.dim(1), experts = int64_t(offsets.size()) - 1;
+// The kernel's arguments for `experts` experts whose offsets are on the device.
+Args grouped_args(Tensor& y, const Fp8Rows& x, const Fp8Blocks& w, int64_t experts, const Tensor& device_offsets) {
+  const int64_t N = y.dim(1);
   LOCKSTEP_CHECK(reinterpret_cast<uintptr_t>(y.data()) % 16 == 0,
                  "fp8 grouped GEMM: the output must be 16-byte aligned, got ", y.describe(), " at ", y.data());
   LOCKSTEP_CHECK(N / kRows <= 65535 && experts <= (int64_t(1) << 30), "fp8 grouped GEMM: at most 65535 row blocks "
@@ -72,8 +71,31 @@ void gemm_fp8_grouped(Tensor& y, const Fp8Rows& x, const Fp8Blocks& w, const std
          x.rows(), N, x.cols(), w.scales.dim(1)};
   a.group_offsets = device_offsets.data_as<int64_t>();
   a.groups = int(experts);
+  return a;
+}
+
+}  // namespace
+
+void gemm_fp8_grouped(Tensor& y, const Fp8Rows& x, const Fp8Blocks& w, const std::vector<int64_t>& offsets,
+                      const Tensor& device_offsets) {
+  const Args a = grouped_args(y, x, w, int64_t(offsets.size()) - 1, device_offsets);
   if (y.dtype() == DType::f32) return launch_for_experts<float>(a, offsets);
   launch_for_experts<uint16_t>(a, offsets);
+}
+
+// The tile width from most_rows; R rows over E experts take at most ⌊R/W⌋ + min(E, R) tiles of width
+// W (an expert of n > 0 rows takes ⌈n/W⌉ ≤ ⌊n/W⌋ + 1).
+void gemm_fp8_grouped(Tensor& y, const Fp8Rows& x, const Fp8Blocks& w, int64_t most_rows,
+                      const Tensor& device_offsets) {
+  const int64_t experts = device_offsets.dim(0) - 1, rows = x.rows(), most = std::min(most_rows, rows);
+  const Args a = grouped_args(y, x, w, experts, device_offsets);
+  if (most == 0) return;
+  with_tile_width(most, [&](auto nt) {
+    constexpr int kNT = decltype(nt)::value;
+    const int64_t tiles = rows / (8 * kNT) + std::min(experts, rows);
+    if (y.dtype() == DType::f32) return launch<kNT, float>(a, tiles);
+    launch<kNT, uint16_t>(a, tiles);
+  });
 }
 
 }  // namespace lockstep::cuda

@@ -39,9 +39,10 @@
 // Grouped (kGrouped): the weight holds `groups` matrices of M rows stacked, and the act's rows are
 // sorted by group, group g owning rows [group_offsets[g], group_offsets[g + 1]). Token tiles are
 // numbered group by group and never span two groups (a group's last tile may be partial); a CTA finds
-// its tile's group in group_offsets (group_tile) and streams that group's rows of the weight. No K
-// split: the groups' tiles fill the GPU. Everything else — the pipeline, the per-K-block promotion,
-// the epilogue — is the dense kernel's, so a token's row is the bits the unsplit dense kernel gives it.
+// its tile's group in group_offsets (group_tile) and streams that group's rows of the weight; a CTA
+// whose tile no group holds exits at once. No K split (clusters of one CTA): the groups' tiles fill
+// the GPU. Everything else — the pipeline, the per-K-block promotion, the epilogue — is the dense
+// kernel's, so a token's row is the bits the unsplit dense kernel gives it.
 // Include only from CUDA sources.
 #pragma once
 
@@ -112,7 +113,7 @@ struct TokenTile {
 // Grouped: tile blockIdx.z of the tiles of 8·NT rows numbered group by group. Each warp finds it
 // alone, 32 groups at a time: lane l takes group g0 + l, its tile count is prefix-summed across the
 // lanes, and the lane whose tiles hold blockIdx.z tells the others where they start. Count 0 if no
-// group holds it (group_offsets disagreeing with the launch's tile count): nothing is written.
+// group holds it (a launch sized for more tiles than the offsets take): the CTA exits.
 template <int NT>
 __device__ __forceinline__ TokenTile group_tile(const Args& a) {
   constexpr int kTokens = 8 * NT;
@@ -236,6 +237,9 @@ __global__ void __launch_bounds__(kThreads, Layout<NT>::kCtas) small_t_kernel(co
   auto scales = [&](int i) { return smem + L::kScalesOffset + i % kStages * L::kScaleBytes; };
 
   const TokenTile tile = token_tile<NT, kGrouped>(a);
+  if constexpr (kGrouped) {
+    if (tile.count == 0) return;  // past the experts' tiles (a launch sized for the most they may take)
+  }
   // The CTA's first row in the (stacked) weight; row0 is its first output column.
   const int64_t weight_row0 = kGrouped ? tile.group * a.M + row0 : row0;
   const Copier cp = copier(a, weight_row0, tile);

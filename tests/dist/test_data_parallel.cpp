@@ -187,7 +187,9 @@ TEST_P(DataParallelExact, GrpoEqualsOneRankBitForBit) {
   expect_ranks_equal_one_rank(comm, c, !shard_state || comm.size() == 1, &metrics);
   double grad_norm = 0;
   for (const nlohmann::json& m : metrics) grad_norm += m["grad_norm"].get<double>();
-  if (comm.is_main()) EXPECT_GT(grad_norm, 0) << "no gradient in any step: nothing was tested";
+  if (comm.is_main()) {
+    EXPECT_GT(grad_norm, 0) << "no gradient in any step: nothing was tested";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Losses, DataParallelExact,

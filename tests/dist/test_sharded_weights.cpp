@@ -89,12 +89,7 @@ TEST_P(ShardedWeightsTest, RanksKeepTheirRowsAndGatherTheWholeModelsBits) {
   model.backward(f, dlogprob, Tensor());
   whole.backward(g, dlogprob, Tensor());
   EXPECT_LE(most, 2 * layer_bytes);
-  std::vector<const Tensor*> grads;
-  whole.grads().for_each([&](const std::string&, const Tensor& t) { grads.push_back(&t); });
-  size_t i = 0;
-  model.grads().for_each([&](const std::string& name, const Tensor& t) {
-    EXPECT_TRUE(same_bytes(t, *grads[i++])) << name;
-  });
+  EXPECT_EQ(testing::first_different_gradient(model, whole), "");
   EXPECT_EQ(model.weight_copy_bytes(false), 0);
 
   // The rollout's hand-over: every copy whole, the whole model's bytes (fp8: W, without the Wᵀ
@@ -159,12 +154,7 @@ TEST(ShardedWeightsMoe, ExpertCopiesStayViewsOfTheirStacks) {
     const Tensor dlogprob = testing::random_tensor({batch.tokens.dim(0)}, DType::f32, 24);
     model.backward(f, dlogprob, Tensor());
     whole.backward(g, dlogprob, Tensor());
-    std::vector<const Tensor*> grads;
-    whole.grads().for_each([&](const std::string&, const Tensor& t) { grads.push_back(&t); });
-    size_t i = 0;
-    model.grads().for_each([&](const std::string& name, const Tensor& t) {
-      EXPECT_TRUE(same_bytes(t, *grads[i++])) << name;
-    });
+    EXPECT_EQ(testing::first_different_gradient(model, whole), "");
     ModelParameters step_gradient = gradient.copy_to(Device::cpu);
     // (The step writes the row copies itself; it is given the whole ones still kept: the embedding's.)
     const auto whole_copies = [&](const std::string& n) { return weights.holds(n) ? WeightCopies{} : model.weight_copies(n); };

@@ -3,8 +3,11 @@
 // logprob equals the training forward's, bit for bit, as on the CPU (tests/rollout/
 // test_forward_comparison.cpp) — for random mixes of batch sizes, prompt lengths and prefill chunk
 // sizes, a cache small enough to preempt, bf16 and fp8, with the bf16 and the e4m3 KV cache, with and without CUDA graphs
-// (rollout/forward_comparison.h). Models: the GPU tests' tiny Qwen3 (head_dim 128, GQA 2) and
-// SmolLM2-135M's layer shapes (partial fp8 blocks, GQA 3), random weights.
+// (rollout/forward_comparison.h). Models: the GPU tests' tiny Qwen3 (head_dim 128, GQA 2),
+// SmolLM2-135M's layer shapes (partial fp8 blocks, GQA 3) and a tiny Qwen3-MoE (top-2 of 8 experts
+// in one of its two layers; hidden and Im 256, so that fp8 runs the grouped expert GEMMs, and its
+// decode steps are captured), random weights. And a sparse model's routing as the engine records it
+// from its decode graphs: the training forward's.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,6 +19,7 @@
 #include "core/error.h"
 #include "tests/test_util.h"
 #include "ops/forward_kernels.h"
+#include "rollout/engine.h"
 #include "rollout/forward_comparison.h"
 #include "tests/model/model_test_util.h"
 
@@ -27,6 +31,11 @@ using testing::gpu_tiny_config;
 using testing::random_parameters;
 using testing::random_sequences;
 
+ModelConfig gpu_moe_config() {
+  return testing::tiny_config(ModelFamily::qwen3_moe, {.hidden = 256, .heads = 4, .kv_heads = 2, .head_dim = 128,
+                                                       .intermediate = 512, .layers = 2, .vocab = 1000});
+}
+
 struct Case {
   std::string name;
   ModelConfig config;
@@ -37,7 +46,8 @@ struct Case {
 std::vector<Case> cases() {
   std::vector<Case> list;
   for (const auto& [name, config] : {std::pair{std::string("tiny"), gpu_tiny_config()},
-                                     std::pair{std::string("smollm2_shapes"), gpu_partial_blocks_config()}})
+                                     std::pair{std::string("smollm2_shapes"), gpu_partial_blocks_config()},
+                                     std::pair{std::string("moe"), gpu_moe_config()}})
     for (const Recipe recipe : {Recipe::bf16, Recipe::fp8})
       for (const bool kv8 : {false, true})
         list.push_back({name + (recipe == Recipe::fp8 ? "_fp8" : "_bf16") + (kv8 ? "_kv8" : ""), config, recipe, kv8});
@@ -79,7 +89,9 @@ TEST_P(ExactRolloutGpu, EveryOpAndLogprobBitIdenticalForRandomMixes) {
       EXPECT_EQ(op.codes_differ, 0) << what;
       EXPECT_FALSE(op.forms_differ) << what;
     }
-    if (cache_blocks > 0) EXPECT_GT(r.preemptions, 0) << mix << ": nothing was preempted";
+    if (cache_blocks > 0) {
+      EXPECT_GT(r.preemptions, 0) << mix << ": nothing was preempted";
+    }
     EXPECT_EQ(r.logprobs.tokens, int64_t(batch) * options.new_tokens) << mix;
     EXPECT_EQ(r.logprobs.not_equal, 0) << mix << ": mean |dlogp| " << r.logprobs.mean_abs_diff;
     ASSERT_TRUE(r.graphs_run) << mix;
@@ -90,6 +102,50 @@ TEST_P(ExactRolloutGpu, EveryOpAndLogprobBitIdenticalForRandomMixes) {
 
 INSTANTIATE_TEST_SUITE_P(Models, ExactRolloutGpu, ::testing::ValuesIn(cases()),
                          [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
+
+// The fp8 sparse model's decode steps run from CUDA graphs (the grouped expert GEMMs read the
+// routing's offsets on the device) and still record each token's experts: with the exact mode,
+// those of the training forward of the whole sequence, for every generated and prompt token, shared
+// prompts and preemption included (a cache of 24 blocks of 4 tokens for 6 sequences of up to 34).
+TEST(MoeDecodeGraphGpu, RecordsTheTrainingForwardsRouting) {
+  LOCKSTEP_REQUIRE_GPU();
+  const ModelConfig config = gpu_moe_config();
+  const ExactForwardScope exact;
+  Transformer model(config, random_parameters(config, 5).copy_to(Device::cuda), Recipe::fp8);
+  ASSERT_TRUE(model.decode_reads_nothing_back());
+  for (int64_t blocks : {64, 24}) {
+    SCOPED_TRACE("cache blocks " + std::to_string(blocks));
+    Engine engine(model, {.num_blocks = blocks, .block_size = 4, .record_routing = true});
+    std::vector<GenerationRequest> requests;
+    for (const auto& prompt : random_sequences({7, 19}, config.vocab_size, 8)) {
+      GenerationRequest q;
+      q.prompt = prompt;
+      q.sampling.n = 3;
+      q.sampling.max_new_tokens = 15;
+      q.sampling.seed = 9;
+      requests.push_back(q);
+    }
+    const auto results = engine.generate(requests);
+    EXPECT_GT(engine.stats().decode_steps, 0) << "no decode step ran from the decode graph";
+    if (blocks == 24) {
+      EXPECT_GT(engine.stats().preemptions, 0) << "nothing was preempted";
+    }
+    const int64_t k = config.moe->num_experts_per_tok;
+    for (size_t r = 0; r < requests.size(); ++r)
+      for (const GeneratedSample& s : results[r]) {
+        testing::Sequences seq = {requests[r].prompt};
+        seq[0].insert(seq[0].end(), s.tokens.begin(), s.tokens.end());
+        const TrainBatch host = testing::pack(seq);
+        const TrainForward f = model.forward({host.tokens.to(Device::cuda), host.targets.to(Device::cuda),
+                                              host.cu_seqlens.to(Device::cuda)});
+        const int64_t n = int64_t(seq[0].size());
+        ASSERT_EQ(int64_t(s.expert_ids.size()), (n - 1) * k);  // one sparse layer
+        const int32_t* want = f.routing[0].expert_ids.data_as<int32_t>();
+        EXPECT_TRUE(std::equal(s.expert_ids.begin(), s.expert_ids.end(), want))
+            << "request " << r << ": the recorded routing is not the training forward's";
+      }
+  }
+}
 
 }  // namespace
 }  // namespace lockstep

@@ -574,6 +574,13 @@ TEST_P(Fp8GroupedGpu, MatchesCpu) {
   gemm_fp8_grouped(y, to_host(qx), experts.w_host, offsets, Tensor());
   gemm_fp8_grouped(yg, qx, experts.w, offsets, d_offsets);
   EXPECT_LE(worst_row_error(to_double(yg), to_double(y), c.N), tol) << "fprop";
+  // The offsets on the device alone (a CUDA graph's form), bounded by the most loaded expert or by
+  // every row: the same bits (other tile widths, and tiles past the experts' that exit).
+  for (int64_t most : {*std::max_element(c.loads.begin(), c.loads.end()), T}) {
+    Tensor yd = poisoned({T, c.N}, c.out, Device::cuda);
+    gemm_fp8_grouped(yd, qx, experts.w, most, d_offsets);
+    EXPECT_TRUE(same_bytes(yd, yg)) << "fprop with device offsets alone, most_rows " << most;
+  }
 
   Tensor dx = poisoned({T, c.K}, c.out, Device::cpu), dxg = poisoned({T, c.K}, c.out, Device::cuda);
   gemm_fp8_grouped(dx, to_host(qdy), experts.wt_host, offsets, Tensor());

@@ -12,6 +12,7 @@
 #include <random>
 
 #include "ops/moe_combine.h"
+#include "ops/moe_dispatch.h"
 #include "ops/moe_route.h"
 #include "tests/test_util.h"
 
@@ -62,6 +63,45 @@ TEST(MoeGpu, RouteMatchesCpu) {
         EXPECT_LE(rel_error(to_double(gpu.dlogits), to_double(cpu.dlogits)),
                   dtype == DType::f32 ? 1e-5 : 4e-3);
       }
+}
+
+// Each token's k distinct experts of E; with `skewed`, most tokens pick from the first 2k experts.
+Tensor random_routing(int64_t T, int64_t E, int64_t k, bool skewed, uint64_t seed) {
+  std::mt19937 rng{uint32_t(seed)};
+  Tensor ids = Tensor::empty({T, k}, DType::i32);
+  std::vector<int32_t> experts(static_cast<size_t>(E));
+  for (int64_t t = 0; t < T; ++t) {
+    std::iota(experts.begin(), experts.end(), 0);
+    const int64_t pool = skewed && rng() % 4 != 0 ? std::min(E, 2 * k) : E;
+    std::shuffle(experts.begin(), experts.begin() + pool, rng);
+    std::copy_n(experts.begin(), k, ids.data_as<int32_t>() + t * k);
+  }
+  return ids;
+}
+
+TEST(MoeGpu, DispatchMatchesCpu) {
+  LOCKSTEP_REQUIRE_GPU();
+  // Decode sizes (one pass of the kernel's 1,024 rows, or a few), a prefill chunk, no tokens.
+  for (auto [T, E, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 128, 8}, {3, 8, 2}, {256, 128, 8},
+                         {1500, 128, 8}, {700, 8, 8}, {0, 16, 2}})
+    for (bool skewed : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "T " << T << " E " << E << " k " << k << " skewed " << skewed);
+      const Tensor ids = random_routing(T, E, k, skewed, uint64_t(T + E + k + skewed));
+      std::vector<Tensor> outs;
+      for (Device d : {Device::cpu, Device::cuda}) {
+        Tensor offsets = Tensor::empty({E + 1}, DType::i64, d), token_of_row = Tensor::empty({T * k}, DType::i32, d);
+        Tensor slots = Tensor::empty({T, k}, DType::i32, d);
+        if (d == Device::cuda) {
+          token_of_row.fill_bytes(0xff);
+          slots.fill_bytes(0xff);
+        }
+        moe_dispatch(offsets, token_of_row, slots, ids.to(d));
+        for (const Tensor* t : {&offsets, &token_of_row, &slots}) outs.push_back(t->to(Device::cpu));
+      }
+      EXPECT_TRUE(same_bytes(outs[3], outs[0])) << "offsets";
+      EXPECT_TRUE(same_bytes(outs[4], outs[1])) << "token_of_row";
+      EXPECT_TRUE(same_bytes(outs[5], outs[2])) << "slots";
+    }
 }
 
 TEST(MoeGpu, CombineMatchesCpu) {

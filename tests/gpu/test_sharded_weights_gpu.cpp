@@ -61,12 +61,7 @@ TEST_P(ShardedWeightsGpu, TrainingPassesAndGenerationEqualTheWholeModel) {
     EXPECT_TRUE(same_bytes(f.logprob, g.logprob));
     EXPECT_TRUE(same_bytes(f.entropy, g.entropy));
     model.backward(f, dlogprob, Tensor());
-    std::vector<const Tensor*> grads;
-    whole.grads().for_each([&](const std::string&, const Tensor& t) { grads.push_back(&t); });
-    size_t i = 0;
-    model.grads().for_each([&](const std::string& name, const Tensor& t) {
-      EXPECT_TRUE(same_bytes(t, *grads[i++])) << name;
-    });
+    EXPECT_EQ(testing::first_different_gradient(model, whole), "");
     EXPECT_EQ(model.weight_copy_bytes(false), 0);
   }
 

@@ -130,6 +130,20 @@ inline std::vector<float> to_floats(const Tensor& t) {
   return {p, p + t.numel()};
 }
 
+// The name of the first gradient whose bytes differ between two models of one config ("" when
+// every one is equal).
+inline std::string first_different_gradient(Transformer& got, Transformer& want) {
+  std::vector<const Tensor*> wanted;
+  want.grads().for_each([&](const std::string&, const Tensor& t) { wanted.push_back(&t); });
+  std::string first;
+  size_t i = 0;
+  got.grads().for_each([&](const std::string& name, const Tensor& t) {
+    const Tensor a = t.to(Device::cpu), b = wanted[i++]->to(Device::cpu);
+    if (first.empty() && (a.shape() != b.shape() || std::memcmp(a.data(), b.data(), a.nbytes()) != 0)) first = name;
+  });
+  return first;
+}
+
 // The fp8 recipe's expert copies of every sparse layer (model/moe.h): "" when each expert's copy
 // (weight_copies) is a view of its projection's stack — expert e's W, W's scales (and with
 // `with_transpose` Wᵀ's) right after expert e − 1's — and holds the bytes of a fresh

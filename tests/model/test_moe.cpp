@@ -19,6 +19,7 @@
 #include "model/transformer.h"
 #include "ops/elementwise.h"
 #include "ops/moe_combine.h"
+#include "ops/moe_dispatch.h"
 #include "ops/moe_route.h"
 #include "rollout/engine.h"
 #include "tests/io/io_test_helpers.h"
@@ -254,6 +255,26 @@ TEST(MoeCombine, SlotsMustBeAPermutation) {
   Tensor slots = testing::i32_tensor({0, 1, 1, 3}).reshape({2, 2});
   expect_error([&] { moe_combine_forward(out, rows, slots, Tensor()); },
                {"moe_combine_forward", "slots[1, 0] = 1", "permutation"});
+}
+
+TEST(MoeDispatch, SortsRowsByExpertThenTokenByHand) {
+  // 3 tokens, top 2, 4 experts: (t, j) → expert 2 0 | 1 2 | 2 0. Expert 0 gets (0,1), (2,1); expert
+  // 1 (1,0); expert 2 (0,0), (1,1), (2,0); expert 3 nothing.
+  const Tensor ids = testing::i32_tensor({2, 0, 1, 2, 2, 0}).reshape({3, 2});
+  Tensor offsets = Tensor::empty({5}, DType::i64), token_of_row = Tensor::empty({6}, DType::i32);
+  Tensor slots = Tensor::empty({3, 2}, DType::i32);
+  moe_dispatch(offsets, token_of_row, slots, ids);
+  const int64_t* o = offsets.data_as<int64_t>();
+  EXPECT_EQ(std::vector<int64_t>(o, o + 5), (std::vector<int64_t>{0, 2, 3, 6, 6}));
+  const int32_t* tr = token_of_row.data_as<int32_t>();
+  EXPECT_EQ(std::vector<int32_t>(tr, tr + 6), (std::vector<int32_t>{0, 2, 1, 0, 1, 2}));
+  const int32_t* sl = slots.data_as<int32_t>();
+  EXPECT_EQ(std::vector<int32_t>(sl, sl + 6), (std::vector<int32_t>{3, 0, 2, 4, 5, 1}));
+  const Tensor bad = testing::i32_tensor({2, 0, 1, 4, 2, 0}).reshape({3, 2});
+  expect_error([&] { moe_dispatch(offsets, token_of_row, slots, bad); },
+               {"moe_dispatch", "token 1 choice 1 is expert 4", "[0, 4)"});
+  Tensor short_slots = Tensor::empty({2, 2}, DType::i32);
+  expect_error([&] { moe_dispatch(offsets, token_of_row, short_slots, ids); }, {"moe_dispatch: slots"});
 }
 
 // ---- the model against a plain-loop reference

@@ -54,6 +54,12 @@ TEST_P(GemmFp8Grouped, EachExpertIsTheOrdinaryGemmOfItsRowsBitForBit) {
   Tensor y = poisoned({rows, N}, out), dx = poisoned({rows, K}, out);
   gemm_fp8_grouped(y, qx, stack_fp8_blocks(w), offsets, Tensor());  // FProp: the experts' W
   gemm_fp8_grouped(dx, qdy, stack_fp8_blocks(wt), offsets, Tensor());  // DGrad: their Wᵀ
+  // The offsets as a tensor (the device-offsets form, here on the host): the same bits.
+  Tensor offsets_tensor = Tensor::empty({experts + 1}, DType::i64);
+  std::copy(offsets.begin(), offsets.end(), offsets_tensor.data_as<int64_t>());
+  Tensor y_t = poisoned({rows, N}, out);
+  gemm_fp8_grouped(y_t, qx, stack_fp8_blocks(w), rows, offsets_tensor);
+  EXPECT_TRUE(same_bytes(y_t, y));
 
   for (int64_t e = 0; e < experts; ++e) {
     const int64_t begin = offsets[size_t(e)], end = offsets[size_t(e + 1)], n = end - begin;
@@ -87,6 +93,10 @@ TEST(GemmFp8GroupedArguments, BadArgumentsAreClearErrors) {
                "N (y's columns) must be a positive multiple of 128");
   const Fp8Blocks w_k = Fp8Blocks::empty(2 * N, 2 * K, Device::cpu);
   expect_error([&] { gemm_fp8_grouped(y, qx, w_k, {0, 5, 10}, Tensor()); }, "inner dimensions differ");
+  Tensor offsets = Tensor::empty({3}, DType::i64);
+  std::copy_n(std::vector<int64_t>{0, 7, 10}.begin(), 3, offsets.data_as<int64_t>());
+  expect_error([&] { gemm_fp8_grouped(y, qx, w, 6, offsets); }, "expert 0 has 7 rows, more than most_rows = 6");
+  expect_error([&] { gemm_fp8_grouped(y, qx, w, 7, offsets.rows(0, 2)); }, "w must stack 1 experts");
   expect_error([&] { stack_fp8_blocks({Fp8Blocks::empty(64, K, Device::cpu)}); }, "rows must be a multiple of 128");
   expect_error([&] { stack_fp8_blocks({w, Fp8Blocks::empty(2 * N, 2 * K, Device::cpu)}); }, "stack_fp8_blocks: a part");
 }

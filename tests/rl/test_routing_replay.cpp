@@ -191,7 +191,9 @@ TEST(RoutingOnPolicy, NoDisagreementAndReplayChangesNothingWhereRolloutEqualsTra
         EXPECT_EQ(metric(u->metrics, "routing_disagreement"), 0.0) << recipe_name(recipe);
         EXPECT_EQ(metric(u->metrics, "routing_disagreement_layers"), 0.0) << recipe_name(recipe);
         // (Reused logprobs are not compared with a recompute: the mismatch is then not measured.)
-        if (!reuse) EXPECT_EQ(metric(u->metrics, "mismatch_abs"), 0.0) << recipe_name(recipe);
+        if (!reuse) {
+          EXPECT_EQ(metric(u->metrics, "mismatch_abs"), 0.0) << recipe_name(recipe);
+        }
       }
       EXPECT_EQ(plain.gradient, replayed.gradient) << recipe_name(recipe) << " reuse " << reuse;
     }
