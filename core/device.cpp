@@ -288,6 +288,11 @@ int device_sm_count() {
 #endif
 }
 
+Device parse_device(std::string_view name, std::string_view what) {
+  LOCKSTEP_CHECK(name == "cpu" || name == "cuda", what, ": expected cpu or cuda, got '", name, "'");
+  return name == "cpu" ? Device::cpu : Device::cuda;
+}
+
 std::string cuda_device_name() {
 #if LOCKSTEP_HAS_CUDA
   int device = 0;

@@ -13,6 +13,8 @@ namespace lockstep {
 enum class Device : unsigned char { cpu, cuda };
 
 constexpr std::string_view device_name(Device d) { return d == Device::cpu ? "cpu" : "cuda"; }
+// "cpu" or "cuda"; anything else is an error naming `what` (the flag or key that gave it).
+Device parse_device(std::string_view name, std::string_view what);
 
 bool built_with_cuda();
 // True when built with CUDA and a GPU is visible (GPU tests skip otherwise).

@@ -148,8 +148,7 @@ int main(int argc, char** argv) try {
     } else if (arg == "--layers") {
       o.layers = count();
     } else if (arg == "--device") {
-      one_of({"cpu", "cuda"});
-      o.device = v == "cpu" ? Device::cpu : Device::cuda;
+      o.device = parse_device(v, arg);
     } else if (arg == "--precision") {
       o.recipe = parse_recipe(v);
     } else if (arg == "--kv-cache") {

@@ -104,9 +104,7 @@ int main(int argc, char** argv) {
       if (arg == "--recipe" && has_value) {
         o.recipe = parse_recipe(argv[++i]);
       } else if (arg == "--device" && has_value) {
-        const std::string d = argv[++i];
-        LOCKSTEP_CHECK(d == "cpu" || d == "cuda", "--device: expected cpu or cuda, got '", d, "'");
-        o.device = d == "cpu" ? Device::cpu : Device::cuda;
+        o.device = parse_device(argv[++i], arg);
       } else if (arg == "--kv-cache" && has_value) {
         const std::string d = argv[++i];
         LOCKSTEP_CHECK(d == "bf16" || d == "fp8", "--kv-cache: expected bf16 or fp8, got '", d, "'");

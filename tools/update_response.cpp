@@ -213,8 +213,7 @@ int main(int argc, char** argv) {
         if (a == "--lr") {
           o.lrs = parse_lrs(v);
         } else {
-          LOCKSTEP_CHECK(v == "cpu" || v == "cuda", "--device: \"", v, "\" (cpu or cuda)");
-          o.device = v == "cpu" ? Device::cpu : Device::cuda;
+          o.device = parse_device(v, a);
         }
       } else if (a.starts_with("--")) {
         return usage();

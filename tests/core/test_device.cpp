@@ -1,9 +1,10 @@
 // core/device.h's out-of-memory message: the size asked for, the innermost MemoryPurpose (or "a
 // tensor"), the GPU's free and total memory, what the process holds, and the remedy. (The GPU test
-// tests/gpu/test_memory_gpu.cpp makes a real allocation fail.)
+// tests/gpu/test_memory_gpu.cpp makes a real allocation fail.) And parse_device.
 #include <gtest/gtest.h>
 
 #include "core/device.h"
+#include "tests/test_util.h"
 
 namespace lockstep {
 namespace {
@@ -29,6 +30,12 @@ TEST(OutOfMemoryMessage, NamesSizeFreeTotalHeldAndTheInnermostPurpose) {
     EXPECT_TRUE(m.ends_with("; lower rollout.kv_cache_fraction")) << m;
   }
   EXPECT_EQ(MemoryPurpose::current(), nullptr);
+}
+
+TEST(ParseDevice, TakesCpuAndCudaAndNamesTheFlagOtherwise) {
+  EXPECT_EQ(parse_device("cpu", "--device"), Device::cpu);
+  EXPECT_EQ(parse_device("cuda", "--device"), Device::cuda);
+  testing::expect_error([] { parse_device("gpu", "--device"); }, {"--device: expected cpu or cuda, got 'gpu'"});
 }
 
 }  // namespace
