@@ -301,10 +301,10 @@ class Transformer {
   void recompute_inputs(size_t i, LayerActivations& saved) const;
   // The sparse MLP of layer i (model/transformer_moe.cpp): out [T, H] from the normed hn [T, H];
   // fills `save` and `stats` when given; `replay` as layer_forward's; `expert_parallel`: run this
-  // rank's experts on every rank's rows (set_expert_parallel); `routing`: where the router writes
-  // its choices, i32 [T, k] on the device (forward_infer's InferBatch::routing, layer_forward's
-  // likewise). The backward returns dhn and adds
-  // into grads() (with expert parallelism: this rank's experts' gradients, of every rank's rows).
+  // rank's experts on every rank's rows (set_expert_parallel); `routing` (layer_forward's too):
+  // where the router writes its choices, i32 [T, k] on the device (InferBatch::routing's rows of the
+  // layer). The backward returns dhn and adds into grads() (with expert parallelism: this rank's
+  // experts' gradients, of every rank's rows).
   Tensor moe_forward(size_t i, const Tensor& hn, MoeActivations* save, RouterStats* stats,
                      const Tensor* replay, bool expert_parallel, Tensor* routing = nullptr) const;
   Tensor moe_backward(size_t i, MoeActivations& saved, const Tensor& dout, const Tensor& dprobs,

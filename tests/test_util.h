@@ -23,6 +23,29 @@ namespace lockstep::testing {
     if (!::lockstep::cuda_device_available()) GTEST_SKIP() << "no CUDA device"; \
   } while (0)
 
+// Values uniform in [−scale, scale) from a counter hash of (seed, index) (splitmix64's finalizer),
+// with `varied_rows` each row scaled by one of 1e-3 .. 1e2 as random_tensor's: hundreds of millions
+// a second, for operands too large for random_tensor's generator (a vocabulary's head, GEMMs of
+// thousands of tokens). f32 or bf16.
+inline Tensor hashed_tensor(Shape shape, DType dtype, uint64_t seed, float scale = 1.0f, bool varied_rows = false) {
+  Tensor t = Tensor::empty(shape, dtype);
+  const int64_t cols = shape.back();
+  constexpr float kRowScales[] = {1e-3f, 1e-2f, 1e-1f, 1.0f, 1e1f, 1e2f};
+  auto hash = [](uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  };
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    const uint64_t h = hash(seed * 0x9E3779B97F4A7C15ull + uint64_t(i));
+    float v = scale * (float(h >> 40) / float(1 << 23) - 1.0f);
+    if (varied_rows) v *= kRowScales[hash(seed + uint64_t(i / cols)) % 6];
+    if (dtype == DType::f32) t.data_as<float>()[i] = v;
+    else t.data_as<bf16>()[i] = float_to_bf16(v);
+  }
+  return t;
+}
+
 // Normal(0, 1) values, each row multiplied by a random power of ten in [1e-3, 1e2] when
 // `varied_rows`, so groups see very different magnitudes. Never zeros.
 inline Tensor random_tensor(Shape shape, DType dtype, uint64_t seed, bool varied_rows = false) {
@@ -103,7 +126,7 @@ inline PagedKv poisoned_fp8_cache(const HeadLayout& layout, int64_t num_blocks, 
 inline bool same_bytes(const Tensor& a, const Tensor& b) {
   const Tensor ca = a.to(Device::cpu), cb = b.to(Device::cpu);
   return ca.shape() == cb.shape() && ca.dtype() == cb.dtype() &&
-         std::memcmp(ca.data(), cb.data(), ca.nbytes()) == 0;
+         (ca.nbytes() == 0 || std::memcmp(ca.data(), cb.data(), ca.nbytes()) == 0);
 }
 
 // Runs `fn`, expects a lockstep::Error whose message contains every one of `parts`.

@@ -27,6 +27,7 @@
 namespace lockstep {
 namespace {
 
+using testing::hashed_tensor;
 using testing::kSmallTMax;
 using testing::poisoned;
 using testing::random_tensor;
@@ -363,26 +364,6 @@ struct Fp8Shape {
   int64_t N, K;
 };
 
-// Values in ±[0, 1) from a hash of (seed, index), each row scaled by one of 1e-3 .. 1e2 (as
-// random_tensor's varied rows): hundreds of millions of them in about a second.
-Tensor hashed_tensor(Shape shape, DType dtype, uint64_t seed) {
-  Tensor t = Tensor::empty(shape, dtype);
-  const int64_t cols = shape.back();
-  constexpr float kRowScales[] = {1e-3f, 1e-2f, 1e-1f, 1.0f, 1e1f, 1e2f};
-  auto hash = [](uint64_t z) {  // splitmix64's finalizer
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  };
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    const uint64_t h = hash(seed * 0x9E3779B97F4A7C15ull + uint64_t(i));
-    const float v = (float(h >> 40) / float(1 << 23) - 1.0f) * kRowScales[hash(seed + uint64_t(i / cols)) % 6];
-    if (dtype == DType::f32) t.data_as<float>()[i] = v;
-    else t.data_as<bf16>()[i] = float_to_bf16(v);
-  }
-  return t;
-}
-
 class Fp8PipelinedGpu : public ::testing::TestWithParam<Fp8Shape> {};
 
 TEST_P(Fp8PipelinedGpu, SameBitsAsWeightStreaming) {
@@ -390,9 +371,9 @@ TEST_P(Fp8PipelinedGpu, SameBitsAsWeightStreaming) {
   const auto [N, K] = GetParam();
   constexpr int64_t kTokens = 8192;
   Fp8Rows qx = Fp8Rows::empty(kTokens, K, Device::cuda);
-  quantize_rows(qx, hashed_tensor({kTokens, K}, DType::bf16, 20).to(Device::cuda));
+  quantize_rows(qx, hashed_tensor({kTokens, K}, DType::bf16, 20, 1.0f, /*varied_rows=*/true).to(Device::cuda));
   Fp8Weight qw = Fp8Weight::empty(N, K, Device::cuda);
-  quantize_weight(qw, hashed_tensor({N, K}, DType::f32, 21).to(Device::cuda));
+  quantize_weight(qw, hashed_tensor({N, K}, DType::f32, 21, 1.0f, /*varied_rows=*/true).to(Device::cuda));
   const Fp8Rows qx_host = to_host(qx);
   Tensor full;
   for (const int64_t T : {512, 777, 4096, 8192}) {

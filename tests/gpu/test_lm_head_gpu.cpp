@@ -231,21 +231,6 @@ struct ExactCase {
 
 void PrintTo(const ExactCase& c, std::ostream* os) { *os << "V " << c.V << ", H " << c.H; }
 
-// bf16 [rows, cols] on the CPU, uniform in [−scale, scale) from a counter hash (splitmix64): fast
-// enough for a whole vocabulary's head.
-Tensor uniform_bf16(int64_t rows, int64_t cols, uint64_t seed, float scale) {
-  Tensor t = Tensor::empty({rows, cols}, DType::bf16);
-  bf16* p = t.data_as<bf16>();
-  for (int64_t i = 0; i < rows * cols; ++i) {
-    uint64_t z = seed + uint64_t(i) * 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    p[i] = float_to_bf16(scale * (float(z >> 40) * 0x1p-23f - 1.0f));
-  }
-  return t;
-}
-
 class LmHeadExactGpu : public ::testing::TestWithParam<ExactCase> {};
 
 TEST_P(LmHeadExactGpu, RowsAreTheSameBitsInEveryBatch) {
@@ -254,7 +239,7 @@ TEST_P(LmHeadExactGpu, RowsAreTheSameBitsInEveryBatch) {
   constexpr int64_t T = 4096;
   const ExactForwardScope exact;
   const Tensor h = random_values({T, H}, DType::bf16, 21, 1.0f);
-  const Tensor w = uniform_bf16(V, H, 22, float(2.0 * std::sqrt(3.0 / double(H))));
+  const Tensor w = testing::hashed_tensor({V, H}, DType::bf16, 22, float(2.0 * std::sqrt(3.0 / double(H))));
   const Tensor targets = random_targets(T, V, 23);
   const Tensor hg = h.to(Device::cuda), wg = w.to(Device::cuda), targets_g = targets.to(Device::cuda);
   const Forward all = forward(hg, wg, targets_g, 1.0f);

@@ -19,6 +19,7 @@ namespace {
 
 using json = nlohmann::json;
 using testing::expect_error;
+using testing::same_bytes;
 using testing::TempDir;
 using testing::write_bytes;
 
@@ -31,11 +32,6 @@ Tensor random_tensor(Shape shape, DType dtype, uint32_t seed) {
   auto* p = static_cast<unsigned char*>(t.data());
   for (size_t i = 0; i < t.nbytes(); ++i) p[i] = uint8_t(1 + rng() % 255);
   return t;
-}
-
-bool same_bytes(const Tensor& a, const Tensor& b) {
-  return a.dtype() == b.dtype() && a.shape() == b.shape() &&
-         (a.nbytes() == 0 || std::memcmp(a.data(), b.data(), a.nbytes()) == 0);
 }
 
 // A safetensors file from a header text and data bytes (the header is not padded).
