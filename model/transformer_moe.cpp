@@ -57,6 +57,13 @@ Tensor replayed_ids(const Tensor& own, const Tensor& replay, int64_t num_experts
   return ids;
 }
 
+// fn(e, begin, end) for each expert with rows, [begin, end) its rows (offsets: E + 1 values).
+template <class Fn>
+void for_each_expert_with_rows(const std::vector<int64_t>& offsets, Fn&& fn) {
+  for (size_t e = 0; e + 1 < offsets.size(); ++e)
+    if (offsets[e] < offsets[e + 1]) fn(int64_t(e), offsets[e], offsets[e + 1]);
+}
+
 // dw += dyᵀ · x for one expert's rows: dy [n_e, N] in the activation dtype, `saved` what
 // keep_for_backward left of its input (fp8: dy quantized 128×1 along the expert's tokens).
 void expert_wgrad(Tensor& dw, const Tensor& dy, const LinearInput& saved) {
@@ -185,12 +192,10 @@ Tensor Transformer::moe_forward(size_t i, const Tensor& hn, MoeActivations* save
       Tensor act = empty_act(n, im);
       swiglu_forward(act, gate_up);
       quantize_rows(a, act);
-      for (int64_t e = 0; e < E; ++e) {
-        const int64_t begin = offsets[size_t(e)], end = offsets[size_t(e + 1)];
-        if (begin == end) continue;
+      for_each_expert_with_rows(offsets, [&](int64_t e, int64_t begin, int64_t end) {
         save->gate_up_in[size_t(e)] = linear_saved_input(recipe_, gathered.rows(begin, end));
         save->down_in[size_t(e)] = linear_saved_input(recipe_, act.rows(begin, end));
-      }
+      });
     } else {
       Fp8Rows no_columns;
       swiglu_forward_fp8(a, no_columns, gate_up);
@@ -201,18 +206,14 @@ Tensor Transformer::moe_forward(size_t i, const Tensor& hn, MoeActivations* save
     Tensor act = empty_act(n, im);
     swiglu_forward(act, gate_up);
     gemm_bf16_grouped_fprop(rows, act, bf16_copies(w.down, x.first, x.count), x.offsets);
-    if (train) {
-      for (int64_t e = 0; e < E; ++e) {  // what keep_for_backward keeps in bf16: the inputs
-        const int64_t begin = offsets[size_t(e)], end = offsets[size_t(e + 1)];
-        if (begin == end) continue;
+    if (train) {  // what keep_for_backward keeps in bf16: the inputs
+      for_each_expert_with_rows(offsets, [&](int64_t e, int64_t begin, int64_t end) {
         save->gate_up_in[size_t(e)].act = gathered.rows(begin, end);
         save->down_in[size_t(e)].act = act.rows(begin, end);
-      }
+      });
     }
   } else {
-    for (int64_t e = 0; e < E; ++e) {
-      const int64_t begin = offsets[size_t(e)], end = offsets[size_t(e + 1)];
-      if (begin == end) continue;
+    for_each_expert_with_rows(offsets, [&](int64_t e, int64_t begin, int64_t end) {
       LinearInput in = linear_input(recipe_, gathered.rows(begin, end), train);
       Tensor gate_up_e = gate_up.rows(begin, end);
       linear_forward(gate_up_e, in, w.gate_up[size_t(e)], Tensor());
@@ -225,7 +226,7 @@ Tensor Transformer::moe_forward(size_t i, const Tensor& hn, MoeActivations* save
         save->gate_up_in[size_t(e)] = std::move(in);
         save->down_in[size_t(e)] = std::move(a);
       }
-    }
+    });
   }
   if (expert_parallel) rows = return_from_owners(expert_parallel_, route, rows);
   Tensor out = empty_act(t, hidden);
@@ -286,29 +287,23 @@ Tensor Transformer::moe_backward(size_t i, MoeActivations& s, const Tensor& dout
     swiglu_backward(dgate_up, da, s.gate_up);
     gemm_fp8_grouped(dgathered, quantized_rows(dgate_up), w.gate_up_fp8.range(x.first, x.count).wt, x.offsets,
                      on_device);
-    for (int64_t e = 0; e < E; ++e) {
-      const int64_t begin = offsets[size_t(e)], end = offsets[size_t(e + 1)];
-      if (begin == end) continue;
+    for_each_expert_with_rows(offsets, [&](int64_t e, int64_t begin, int64_t end) {
       ExpertParameters& ge = g.experts[size_t(e)];
       expert_wgrad(ge.down, drows.rows(begin, end), s.down_in[size_t(e)]);
       expert_wgrad(ge.gate_up, dgate_up.rows(begin, end), s.gate_up_in[size_t(e)]);
-    }
+    });
   } else if (grouped_bf16_experts()) {
     Tensor da = empty_act(rows, im), dgate_up = empty_act(rows, 2 * im);
     gemm_bf16_grouped_dgrad(da, drows, bf16_copies(w.down, x.first, x.count), x.offsets);
     swiglu_backward(dgate_up, da, s.gate_up);
     gemm_bf16_grouped_dgrad(dgathered, dgate_up, bf16_copies(w.gate_up, x.first, x.count), x.offsets);
-    for (int64_t e = 0; e < E; ++e) {
-      const int64_t begin = offsets[size_t(e)], end = offsets[size_t(e + 1)];
-      if (begin == end) continue;
+    for_each_expert_with_rows(offsets, [&](int64_t e, int64_t begin, int64_t end) {
       ExpertParameters& ge = g.experts[size_t(e)];
       gemm_wgrad(ge.down, drows.rows(begin, end), s.down_in[size_t(e)].act, /*accumulate=*/true);
       gemm_wgrad(ge.gate_up, dgate_up.rows(begin, end), s.gate_up_in[size_t(e)].act, /*accumulate=*/true);
-    }
+    });
   } else {
-    for (int64_t e = 0; e < E; ++e) {
-      const int64_t begin = offsets[size_t(e)], end = offsets[size_t(e + 1)];
-      if (begin == end) continue;
+    for_each_expert_with_rows(offsets, [&](int64_t e, int64_t begin, int64_t end) {
       ExpertParameters& ge = g.experts[size_t(e)];
       Tensor da = empty_act(end - begin, im);
       linear_backward(da, ge.down, no_bias, drows.rows(begin, end), s.down_in[size_t(e)], w.down[size_t(e)]);
@@ -316,7 +311,7 @@ Tensor Transformer::moe_backward(size_t i, MoeActivations& s, const Tensor& dout
       swiglu_backward(dgate_up, da, s.gate_up.rows(begin, end));
       Tensor dx = dgathered.rows(begin, end);
       linear_backward(dx, ge.gate_up, no_bias, dgate_up, s.gate_up_in[size_t(e)], w.gate_up[size_t(e)]);
-    }
+    });
   }
 
   if (expert_parallel) dgathered = return_from_owners(expert_parallel_, s.expert_parallel, dgathered);
